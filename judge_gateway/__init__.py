@@ -1,0 +1,26 @@
+"""judge-gateway: rewards for RL of image and video generators, in one score schema."""
+
+from .client import AsyncRewardClient, RewardAPIError, RewardClient
+from .config import ConfigError, GatewayConfig, load_config
+from .gateway import Gateway, UnknownJudgeError
+from .schema import (
+    SCHEMA_VERSION,
+    ErrorCode,
+    JudgeInfo,
+    JudgeScore,
+    RewardRequest,
+    RewardResponse,
+    SampleInput,
+    SampleResult,
+    ScoreError,
+    TemplateRef,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncRewardClient", "RewardClient", "RewardAPIError", "ConfigError", "GatewayConfig", "load_config",
+    "Gateway", "UnknownJudgeError", "SCHEMA_VERSION", "ErrorCode", "JudgeInfo", "JudgeScore",
+    "RewardRequest", "RewardResponse", "SampleInput", "SampleResult", "ScoreError", "TemplateRef",
+    "__version__",
+]

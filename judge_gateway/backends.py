@@ -1,0 +1,202 @@
+"""Backend pool: one served model on one or more vLLM replicas behind the OpenAI API.
+
+One long-lived `AsyncOpenAI` client per replica (created on the event loop that uses it), a
+concurrency limit per replica, least-outstanding-requests balancing, ejection of a replica that
+keeps failing, and tenacity retries for transient faults only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+from openai import AsyncOpenAI
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from .config import BackendConfig
+
+log = logging.getLogger(__name__)
+
+
+class BackendFault(Exception):
+    """A backend call failed; `code` is the score schema's error code."""
+
+    code = "backend_error"
+
+
+class BackendUnavailable(BackendFault):
+    code = "backend_unavailable"
+
+
+class BackendTimeout(BackendFault):
+    code = "timeout"
+
+
+class BackendError(BackendFault):
+    code = "backend_error"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth another try: the replica may answer next time (or another replica will)."""
+    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
+        return True
+    if isinstance(exc, openai.RateLimitError):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500
+    return False
+
+
+def _as_fault(exc: BaseException, replica: str) -> BackendFault:
+    if isinstance(exc, openai.APITimeoutError):
+        return BackendTimeout(f"{replica}: request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return BackendUnavailable(f"{replica}: cannot connect ({exc.__cause__ or exc})")
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.response.text[:500] if exc.response is not None else ""
+        return BackendError(f"{replica}: HTTP {exc.status_code}: {body}")
+    return BackendError(f"{replica}: {type(exc).__name__}: {exc}")
+
+
+@dataclass
+class Replica:
+    base_url: str
+    max_concurrency: int
+    outstanding: int = 0
+    consecutive_failures: int = 0
+    ejected_until: float = 0.0
+    _client: AsyncOpenAI | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _sem: asyncio.Semaphore | None = None
+    served: int = field(default=0)
+
+    def bind(self, cfg: BackendConfig) -> tuple[AsyncOpenAI, asyncio.Semaphore]:
+        """The client and semaphore of the running loop (made once per loop)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
+            limits = httpx.Limits(
+                max_connections=cfg.max_concurrency + 8,
+                max_keepalive_connections=cfg.max_concurrency + 8,
+            )
+            self._client = AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=cfg.api_key(),
+                max_retries=0,  # retries are ours: transient faults only, across replicas
+                timeout=timeout,
+                http_client=httpx.AsyncClient(timeout=timeout, limits=limits),
+            )
+            self._sem = asyncio.Semaphore(cfg.max_concurrency)
+            self._loop = loop
+        assert self._sem is not None
+        return self._client, self._sem
+
+
+class BackendPool:
+    """All replicas of one served model."""
+
+    def __init__(self, name: str, cfg: BackendConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.model = cfg.model
+        self.replicas = [Replica(url, cfg.max_concurrency) for url in cfg.base_urls]
+
+    def _pick(self) -> Replica:
+        now = time.monotonic()
+        healthy = [r for r in self.replicas if r.ejected_until <= now]
+        if not healthy:
+            # Everyone is cooling down: try the one that comes back first rather than fail.
+            return min(self.replicas, key=lambda r: r.ejected_until)
+        least = min(r.outstanding for r in healthy)
+        return random.choice([r for r in healthy if r.outstanding == least])
+
+    def _record(self, replica: Replica, ok: bool) -> None:
+        if ok:
+            replica.consecutive_failures = 0
+            replica.served += 1
+            return
+        replica.consecutive_failures += 1
+        if replica.consecutive_failures >= self.cfg.eject_after_failures:
+            replica.ejected_until = time.monotonic() + self.cfg.eject_cooldown_s
+            log.warning("backend %s: ejecting %s for %.0fs", self.name, replica.base_url, self.cfg.eject_cooldown_s)
+
+    async def _attempt(self, params: dict[str, Any]) -> Any:
+        replica = self._pick()
+        client, sem = replica.bind(self.cfg)
+        replica.outstanding += 1
+        try:
+            async with sem:
+                result = await client.chat.completions.create(model=self.model, **params)
+        except Exception as exc:
+            self._record(replica, ok=not is_transient(exc))
+            raise
+        finally:
+            replica.outstanding -= 1
+        self._record(replica, ok=True)
+        return result
+
+    async def chat(self, **params: Any) -> Any:
+        """A chat completion; raises a BackendFault subclass on failure.
+
+        The caller owns the overall deadline (asyncio.timeout around this call)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(self.cfg.max_retries + 1),
+            wait=wait_random_exponential(multiplier=0.1, max=2.0),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._attempt(params)
+        except BackendFault:
+            raise
+        except (openai.OpenAIError, httpx.HTTPError) as exc:
+            raise _as_fault(exc, f"backend {self.name}") from exc
+        raise BackendError(f"backend {self.name}: no attempt was made")  # pragma: no cover
+
+    async def probe(self, timeout_s: float = 2.0) -> tuple[bool, str | None]:
+        """Ready when at least one replica lists the served model."""
+        reasons = []
+        for replica in self.replicas:
+            client, _ = replica.bind(self.cfg)
+            try:
+                models = await asyncio.wait_for(client.models.list(), timeout_s)
+            except asyncio.TimeoutError:
+                reasons.append(f"{replica.base_url}: no answer within {timeout_s:.0f}s")
+                continue
+            except Exception as exc:  # any failure means "not ready", with the reason
+                reasons.append(f"{replica.base_url}: {_as_fault(exc, 'replica')}")
+                continue
+            ids = [m.id for m in models.data]
+            if self.model in ids:
+                return True, None
+            reasons.append(f"{replica.base_url}: serves {ids}, not {self.model!r}")
+        return False, "; ".join(reasons)
+
+    def stats(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [
+            {
+                "base_url": r.base_url,
+                "outstanding": r.outstanding,
+                "served": r.served,
+                "ejected": r.ejected_until > now,
+            }
+            for r in self.replicas
+        ]
+
+    async def aclose(self) -> None:
+        for replica in self.replicas:
+            if replica._client is not None:
+                try:
+                    await replica._client.close()
+                except RuntimeError:  # its loop is gone; nothing left to close
+                    pass
+                replica._client = None

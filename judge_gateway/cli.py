@@ -1,0 +1,175 @@
+"""The `judge-gateway` command: serve, score, schema, prompts, judges."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, load_config
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .gateway import Gateway
+    from .server import create_app
+
+    cfg = load_config(args.config)
+    if args.host:
+        cfg.server.host = args.host
+    if args.port is not None:
+        cfg.server.port = args.port
+    keys = cfg.server.resolved_api_keys() + list(args.api_key or [])
+    if cfg.server.host not in ("127.0.0.1", "localhost", "::1") and not keys \
+            and not cfg.server.allow_unauthenticated_public:
+        print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
+              "server.api_keys; or set server.allow_unauthenticated_public)", file=sys.stderr)
+        return 2
+    app = create_app(Gateway(cfg), api_keys=keys)
+    uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
+                timeout_keep_alive=30)
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import RewardRequest, RewardResponse
+
+    model = RewardRequest if args.request else RewardResponse
+    print(json.dumps(model.model_json_schema(), indent=2))
+    return 0
+
+
+def _cmd_prompts(args: argparse.Namespace) -> int:
+    from . import prompts
+
+    if args.prompts_cmd == "list":
+        for t in prompts.list_templates():
+            print(f"{t.ref:32s} {t.kind:12s} sha256:{t.sha256[:16]}  {t.description}")
+        return 0
+    if args.prompts_cmd == "show":
+        t = prompts.load_template(args.ref)
+        sys.stdout.write(t.path.read_text(encoding="utf-8"))
+        print(f"\n# {t.ref} sha256:{t.sha256}")
+        return 0
+    if args.prompts_cmd == "render":
+        t = prompts.load_template(args.ref)
+        if args.json:
+            parts = {slot: [{"type": "video_url" if slot == "video" else "image_url",
+                             ("video_url" if slot == "video" else "image_url"): {"url": f"<{slot}>"}}]
+                     * t.media_slots.count(slot) for slot in set(t.media_slots)}
+            print(json.dumps(t.render(args.prompt, parts), indent=2))
+        else:
+            print(t.render_text(args.prompt))
+        return 0
+    if args.prompts_cmd == "lock":
+        added = prompts.lock_new_templates()
+        problems = prompts.verify_lock()
+        for ref in added:
+            print(f"locked {ref}")
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        return 1 if problems else 0
+    if args.prompts_cmd == "verify":
+        problems = prompts.verify_lock()
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        if not problems:
+            print("all released templates match the lock")
+        return 1 if problems else 0
+    raise AssertionError(args.prompts_cmd)
+
+
+def _cmd_judges(args: argparse.Namespace) -> int:
+    from .gateway import Gateway
+
+    async def run() -> list[Any]:
+        gw = Gateway(load_config(args.config))
+        try:
+            return await gw.judge_infos()
+        finally:
+            await gw.aclose()
+
+    for info in asyncio.run(run()):
+        template = f"{info.template.id}@{info.template.version}" if info.template else "-"
+        state = "ready" if info.ready else f"NOT READY ({info.ready_reason})"
+        print(f"{info.name:24s} {info.kind:12s} {template:28s} w={info.weight:<5g} {state}")
+    return 0
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from .scoring import run_score_command
+
+    return run_score_command(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-gateway", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("serve", help="run the HTTP service")
+    s.add_argument("--config", help="TOML config (default: the embedded configs/default.toml)")
+    s.add_argument("--host", help="override server.host")
+    s.add_argument("--port", type=int, help="override server.port")
+    s.add_argument("--api-key", action="append", help="accepted Bearer token (repeatable)")
+    s.add_argument("--log-level", default="info")
+    s.set_defaults(func=_cmd_serve)
+
+    s = sub.add_parser("schema", help="print the score schema (JSON Schema)")
+    s.add_argument("--request", action="store_true", help="print the request schema instead")
+    s.set_defaults(func=_cmd_schema)
+
+    s = sub.add_parser("prompts", help="versioned prompt templates")
+    ps = s.add_subparsers(dest="prompts_cmd", required=True)
+    ps.add_parser("list", help="every released template with its hash")
+    x = ps.add_parser("show", help="the exact template file and its sha256")
+    x.add_argument("ref", help="family@version")
+    x = ps.add_parser("render", help="the messages a judge would send")
+    x.add_argument("ref", help="family@version")
+    x.add_argument("--prompt", default="a photo of a cat", help="the generation prompt")
+    x.add_argument("--json", action="store_true", help="print OpenAI messages as JSON")
+    ps.add_parser("lock", help="add new template versions to the lock file")
+    ps.add_parser("verify", help="check every released template against the lock")
+    s.set_defaults(func=_cmd_prompts)
+
+    s = sub.add_parser("judges", help="configured judges and their readiness")
+    s.add_argument("--config")
+    s.set_defaults(func=_cmd_judges)
+
+    s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into JSONL")
+    s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media")
+    s.add_argument("-o", "--output", required=True, help="JSONL to write, one line per sample")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--config", help="score in-process with this config (default: embedded)")
+    src.add_argument("--server", help="score through a running service at this URL")
+    s.add_argument("--api-key", help="Bearer token for --server")
+    s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")
+    s.add_argument("--batch-size", type=int, default=16, help="samples per request")
+    s.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=_cmd_score)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Python clients in the style of `AsyncOpenAI`: `await client.rewards.create(...)`.
+
+Both work against a server URL or in-process (a Gateway in this process, no HTTP):
+
+    client = AsyncRewardClient("http://127.0.0.1:8080", api_key="...")
+    client = AsyncRewardClient(config="configs/default.toml")        # in-process
+    result = await client.rewards.create(samples=[{"prompt": "a cat", "image": png_bytes}])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from collections.abc import Coroutine, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from .config import GatewayConfig, load_config
+from .gateway import Gateway
+from .schema import JudgeInfo, RewardRequest, RewardResponse, SampleInput
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class RewardAPIError(Exception):
+    """The service refused a request or failed; `status` and `body` say how."""
+
+    def __init__(self, status: int, message: str, body: Any = None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.body = body
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _image_wire(img: Any) -> Any:
+    src = img.source_bytes()
+    if src is not None:
+        return _b64(src)
+    arr = img.to_array()
+    return {"data": _b64(arr.tobytes()), "shape": list(arr.shape), "dtype": "uint8"}
+
+
+def _video_wire(video: Any) -> dict[str, Any]:
+    src = video.source_bytes() if hasattr(video, "source_bytes") else None
+    if src is not None:
+        return {"mp4": _b64(src), "fps": video.fps}
+    arr = video.frames_array()
+    return {"array": {"data": _b64(arr.tobytes()), "shape": list(arr.shape), "dtype": "uint8"},
+            "fps": video.fps}
+
+
+def request_to_json(request: RewardRequest) -> dict[str, Any]:
+    """A validated request as the JSON the native API takes (media as base64)."""
+    samples = []
+    for s in request.samples:
+        item: dict[str, Any] = {"prompt": s.prompt}
+        if s.image is not None:
+            item["image"] = _image_wire(s.image)
+        if s.video is not None:
+            item["video"] = _video_wire(s.video)
+        if s.condition_images:
+            item["condition_images"] = [_image_wire(c) for c in s.condition_images]
+        if s.group_id is not None:
+            item["group_id"] = s.group_id
+        if s.metadata:
+            item["metadata"] = s.metadata
+        samples.append(item)
+    body: dict[str, Any] = {"samples": samples, "group_transform": request.group_transform}
+    if request.judges is not None:
+        body["judges"] = request.judges
+    if request.request_id is not None:
+        body["request_id"] = request.request_id
+    return body
+
+
+def build_request(samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None,
+                  group_transform: str, request_id: str | None) -> RewardRequest:
+    return RewardRequest(
+        samples=[s if isinstance(s, SampleInput) else SampleInput(**s) for s in samples],
+        judges=judges,
+        group_transform=group_transform,  # type: ignore[arg-type]
+        request_id=request_id,
+    )
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+        message = body.get("error", {}).get("message") or resp.text
+    except ValueError:
+        body, message = None, resp.text
+    raise RewardAPIError(resp.status_code, message, body)
+
+
+def _resolve_gateway(gateway: Gateway | None, config: GatewayConfig | str | Path | None) -> Gateway | None:
+    if gateway is not None:
+        return gateway
+    if config is None:
+        return None
+    return Gateway(config if isinstance(config, GatewayConfig) else load_config(config))
+
+
+class _AsyncRewards:
+    def __init__(self, client: "AsyncRewardClient") -> None:
+        self._client = client
+
+    async def create(self, *, samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None = None,
+                     group_transform: str = "none", request_id: str | None = None) -> RewardResponse:
+        """Score samples. Samples are dicts (or SampleInput) with prompt, image, video, ...;
+        media may be bytes, base64, numpy arrays, PIL images (see SampleInput)."""
+        request = build_request(samples, judges, group_transform, request_id)
+        c = self._client
+        if c._gateway is not None:
+            return await c._gateway.score(request)
+        resp = await c._http.post("/v1/rewards", json=request_to_json(request))
+        _raise_for(resp)
+        return RewardResponse.model_validate_json(resp.content)
+
+
+class _AsyncJudges:
+    def __init__(self, client: "AsyncRewardClient") -> None:
+        self._client = client
+
+    async def list(self) -> list[JudgeInfo]:
+        c = self._client
+        if c._gateway is not None:
+            return await c._gateway.judge_infos()
+        resp = await c._http.get("/v1/judges")
+        _raise_for(resp)
+        return [JudgeInfo.model_validate(j) for j in resp.json()["judges"]]
+
+
+class AsyncRewardClient:
+    """Async client. Give a `base_url` for HTTP, or `config`/`gateway` to run in-process."""
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
+                 config: GatewayConfig | str | Path | None = None, gateway: Gateway | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self._gateway = _resolve_gateway(gateway, config)
+        self._owns_gateway = gateway is None and self._gateway is not None
+        if self._gateway is None:
+            base_url = base_url or os.environ.get("JUDGE_GATEWAY_URL")
+            if not base_url:
+                raise ValueError("give base_url (or JUDGE_GATEWAY_URL) for HTTP, or config/gateway for in-process")
+            api_key = api_key or os.environ.get("JUDGE_GATEWAY_API_KEY")
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
+                                           timeout=httpx.Timeout(timeout, connect=10.0))
+        self.rewards = _AsyncRewards(self)
+        self.judges = _AsyncJudges(self)
+
+    async def close(self) -> None:
+        if self._gateway is None:
+            await self._http.aclose()
+        elif self._owns_gateway:
+            await self._gateway.aclose()
+
+    async def __aenter__(self) -> "AsyncRewardClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class _LoopThread:
+    """A private event loop in a daemon thread, so the sync client can drive async code."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="judge-gateway-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+class _SyncRewards:
+    def __init__(self, client: "RewardClient") -> None:
+        self._client = client
+
+    def create(self, *, samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None = None,
+               group_transform: str = "none", request_id: str | None = None) -> RewardResponse:
+        return self._client._runner.run(self._client._async.rewards.create(
+            samples=list(samples), judges=judges, group_transform=group_transform, request_id=request_id))
+
+
+class _SyncJudges:
+    def __init__(self, client: "RewardClient") -> None:
+        self._client = client
+
+    def list(self) -> list[JudgeInfo]:
+        return self._client._runner.run(self._client._async.judges.list())
+
+
+class RewardClient:
+    """Blocking client with the same surface: `client.rewards.create(...)`."""
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
+                 config: GatewayConfig | str | Path | None = None, gateway: Gateway | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self._runner = _LoopThread()
+
+        async def make() -> AsyncRewardClient:
+            return AsyncRewardClient(base_url, api_key=api_key, config=config, gateway=gateway, timeout=timeout)
+
+        try:
+            self._async = self._runner.run(make())
+        except BaseException:
+            self._runner.stop()
+            raise
+        self.rewards = _SyncRewards(self)
+        self.judges = _SyncJudges(self)
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._async.close())
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> "RewardClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,314 @@
+"""Configuration: TOML, validated at load, with errors that name the offending key.
+
+The shape (see README "Configuration reference"):
+
+    [server]    host, port, api_keys / api_keys_env, max_body_bytes, ...
+    [combine]   policy, on_invalid, fill_value
+    [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
+    [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "configs" / "default.toml"
+
+# Judge kinds served by a VLM backend through a prompt template.
+VLM_KINDS = ("yes_no", "rubric", "final_score")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
+    port: int = Field(8080, ge=0, le=65535)
+    api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
+    api_keys_env: str | None = Field(
+        "JUDGE_GATEWAY_API_KEYS",
+        description="Environment variable holding more accepted tokens, comma-separated.",
+    )
+    max_body_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest accepted request body.")
+    max_samples_per_request: int = Field(4096, gt=0)
+    readiness_interval_s: float = Field(
+        5.0, gt=0, description="How long a backend readiness probe result is reused."
+    )
+    allow_unauthenticated_public: bool = Field(
+        False,
+        description="Permit a non-loopback host without API keys (refused by default).",
+    )
+
+    def resolved_api_keys(self) -> list[str]:
+        keys = list(self.api_keys)
+        if self.api_keys_env:
+            extra = os.environ.get(self.api_keys_env, "")
+            keys += [k.strip() for k in extra.split(",") if k.strip()]
+        return keys
+
+
+class CombineConfig(_Strict):
+    policy: Literal["weighted_mean", "sum"] = "weighted_mean"
+    on_invalid: Literal["invalidate", "skip", "fill"] = Field(
+        "invalidate",
+        description=(
+            "invalidate: any invalid judge makes the sample's combined reward null; skip: combine "
+            "the valid judges only (null when none); fill: use fill_value for the invalid judge. "
+            "In every case the sample is flagged valid=false."
+        ),
+    )
+    fill_value: float = 0.0
+
+
+class BackendConfig(_Strict):
+    model: str = Field(description="Served model name sent in each request.")
+    base_urls: list[str] = Field(min_length=1, description="One OpenAI-compatible /v1 URL per replica.")
+    api_key_env: str | None = Field(None, description="Environment variable with the backend's API key.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-attempt HTTP timeout.")
+    connect_timeout_s: float = Field(5.0, gt=0)
+    max_concurrency: int = Field(64, gt=0, description="In-flight requests per replica.")
+    max_retries: int = Field(2, ge=0, description="Retries of transient faults (connect, timeout, 429, 5xx).")
+    eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
+    eject_cooldown_s: float = Field(10.0, ge=0)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return [u.rstrip("/") for u in urls]
+
+    def api_key(self) -> str:
+        # vLLM without --api-key accepts any token; the openai client insists on one.
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or "EMPTY"
+        return "EMPTY"
+
+
+class ImageEncodingConfig(_Strict):
+    max_pixels: int | None = Field(None, gt=0, description="Downscale larger images to this many pixels.")
+    min_pixels: int | None = Field(None, gt=0)
+    format: Literal["png", "jpeg"] = "png"
+    jpeg_quality: int = Field(95, ge=1, le=100)
+
+
+class VideoSamplingConfig(_Strict):
+    num_frames: int | None = Field(None, gt=0, description="Sample this many frames uniformly.")
+    fps: float | None = Field(None, gt=0, description="Sample at this rate (never upsampled).")
+    max_frames: int = Field(160, gt=0, description="Stride down to at most this many frames.")
+    max_pixels: int | None = Field(None, gt=0, description="Pixels per frame.")
+    total_pixels: int | None = Field(None, gt=0, description="Pixels over all frames.")
+    even_frames: bool = True
+
+
+class NormalizeConfig(_Strict):
+    """reward = clip(f(raw)); f is identity, affine (raw*scale+offset) or minmax ((raw-min)/(max-min))."""
+
+    kind: Literal["identity", "affine", "minmax"] = "identity"
+    scale: float = 1.0
+    offset: float = 0.0
+    min: float | None = None
+    max: float | None = None
+    clip: tuple[float, float] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "NormalizeConfig":
+        if self.kind == "minmax":
+            if self.min is None or self.max is None or self.max <= self.min:
+                raise ValueError("minmax needs min < max")
+        if self.clip is not None and self.clip[0] > self.clip[1]:
+            raise ValueError("clip must be [low, high] with low <= high")
+        return self
+
+    def apply(self, raw: float) -> float:
+        if self.kind == "affine":
+            value = raw * self.scale + self.offset
+        elif self.kind == "minmax":
+            assert self.min is not None and self.max is not None
+            value = (raw - self.min) / (self.max - self.min)
+        else:
+            value = raw
+        if self.clip is not None:
+            value = min(max(value, self.clip[0]), self.clip[1])
+        return value
+
+
+class JudgeConfig(_Strict):
+    kind: str = Field(description="yes_no | rubric | final_score")
+    backend: str | None = Field(None, description="Name of a [backends.*] entry (VLM judges).")
+    template: str | None = Field(None, description="Pinned prompt template, `family@version`.")
+    weight: float = Field(1.0, description="Weight in the combined reward.")
+    deadline_s: float | None = Field(None, gt=0, description="Per-sample deadline for this judge.")
+    default: bool = Field(True, description="Scored when a request names no judges.")
+    normalize: NormalizeConfig | None = Field(
+        None, description="How raw becomes reward; each kind has a sensible default."
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="Kind-specific options.")
+    image: ImageEncodingConfig = Field(default_factory=ImageEncodingConfig)
+    video: VideoSamplingConfig = Field(default_factory=VideoSamplingConfig)
+
+
+class YesNoOptions(_Strict):
+    top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
+    min_answer_mass: float = Field(
+        0.5, ge=0.0, le=1.0, description="Below this P(yes)+P(no) the score is answer_missing."
+    )
+
+
+class RubricOptions(_Strict):
+    aspect_weights: dict[str, float] | None = Field(
+        None, description="Aspect name -> weight (default: the template's weights)."
+    )
+    na_policy: Literal["skip", "value"] = Field(
+        "skip", description="skip: leave N/A aspects out of the mean; value: count them as na_value."
+    )
+    na_value: float | None = None
+    missing_policy: Literal["invalid", "skip"] = Field(
+        "invalid", description="An expected aspect absent from the reply makes the score invalid, or is skipped."
+    )
+    scale: tuple[float, float] | None = Field(None, description="Aspect scale (default: the template's).")
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float = Field(0.0, ge=0.0)
+    stop: list[str] | None = None
+    guided_regex: str | None = Field(
+        None, description="Constrain the reply with vLLM structured outputs (a regex)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "RubricOptions":
+        if self.na_policy == "value" and self.na_value is None:
+            raise ValueError("na_policy = 'value' needs na_value")
+        if self.aspect_weights is not None:
+            for name, w in self.aspect_weights.items():
+                if w < 0:
+                    raise ValueError(f"aspect weight {name!r} must be >= 0")
+            if not any(w > 0 for w in self.aspect_weights.values()):
+                raise ValueError("aspect_weights needs at least one positive weight")
+        return self
+
+
+class FinalScoreOptions(_Strict):
+    scale: tuple[float, float] | None = None
+    label: str | None = None
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float = Field(0.0, ge=0.0)
+    stop: list[str] | None = None
+    guided_regex: str | None = None
+
+
+KIND_OPTIONS: dict[str, type[BaseModel]] = {
+    "yes_no": YesNoOptions,
+    "rubric": RubricOptions,
+    "final_score": FinalScoreOptions,
+}
+
+
+class GatewayConfig(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    combine: CombineConfig = Field(default_factory=CombineConfig)
+    backends: dict[str, BackendConfig] = Field(default_factory=dict)
+    judges: dict[str, JudgeConfig] = Field(default_factory=dict)
+
+    def judge_options(self, name: str) -> BaseModel:
+        judge = self.judges[name]
+        return KIND_OPTIONS[judge.kind].model_validate(judge.options)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _format_validation(err: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
+    lines = []
+    for e in err.errors():
+        lines.append(f"{_loc(prefix + tuple(e['loc']))}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def validate_config(data: dict[str, Any], *, source: str = "<config>") -> GatewayConfig:
+    """Validate a parsed TOML document; raise ConfigError naming every offending key."""
+    try:
+        cfg = GatewayConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {_format_validation(err)}") from None
+
+    problems: list[str] = []
+    from .prompts import TemplateError, load_template  # local: prompts import is not free
+
+    for name, judge in cfg.judges.items():
+        key = f"judges.{name}"
+        if judge.kind not in KIND_OPTIONS:
+            problems.append(f"{key}.kind: unknown kind {judge.kind!r} (known: {', '.join(KIND_OPTIONS)})")
+            continue
+        try:
+            KIND_OPTIONS[judge.kind].model_validate(judge.options)
+        except ValidationError as err:
+            problems.append(_format_validation(err, (*key.split("."), "options")))
+        if judge.kind in VLM_KINDS:
+            if not judge.backend:
+                problems.append(f"{key}.backend: required for kind {judge.kind!r}")
+            elif judge.backend not in cfg.backends:
+                known = ", ".join(cfg.backends) or "none configured"
+                problems.append(f"{key}.backend: unknown backend {judge.backend!r} (known: {known})")
+            if not judge.template:
+                problems.append(f"{key}.template: required for kind {judge.kind!r} (pin `family@version`)")
+            else:
+                try:
+                    template = load_template(judge.template)
+                except TemplateError as err:
+                    problems.append(f"{key}.template: {err}")
+                else:
+                    if template.kind != judge.kind:
+                        problems.append(
+                            f"{key}.template: {judge.template} is a {template.kind!r} template, "
+                            f"but the judge's kind is {judge.kind!r}"
+                        )
+                    elif judge.kind == "rubric":
+                        weights = judge.options.get("aspect_weights") or {}
+                        names = {a.name for a in template.aspects}
+                        for aspect in weights:
+                            if aspect not in names:
+                                problems.append(
+                                    f"{key}.options.aspect_weights.{aspect}: not an aspect of "
+                                    f"{judge.template} (aspects: {', '.join(sorted(names))})"
+                                )
+    host = cfg.server.host
+    if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
+        if not cfg.server.allow_unauthenticated_public:
+            problems.append(
+                f"server.host: {host!r} exposes the service beyond loopback without API keys; set "
+                "server.api_keys (or the api_keys_env variable) or allow_unauthenticated_public = true"
+            )
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return cfg
+
+
+def load_config(path: str | Path | None = None) -> GatewayConfig:
+    """Load and validate a TOML config; `None` loads the embedded default."""
+    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    try:
+        raw = p.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read config {p}: {err.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{p}: not valid TOML: {err}") from None
+    return validate_config(data, source=str(p))

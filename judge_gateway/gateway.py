@@ -1,0 +1,150 @@
+"""The Gateway: fan every (sample, judge) pair out concurrently, combine, transform groups."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from .backends import BackendPool
+from .combine import combine_sample, group_transform
+from .config import GatewayConfig, load_config
+from .judges import Judge, ScoreContext, build_judges
+from .media import MediaCache
+from .metrics import Metrics
+from .schema import (
+    CombineInfo,
+    JudgeInfo,
+    JudgeScore,
+    RewardRequest,
+    RewardResponse,
+    SampleResult,
+    Timings,
+)
+
+log = logging.getLogger(__name__)
+
+
+class UnknownJudgeError(ValueError):
+    """A request named a judge that is not configured."""
+
+
+class Gateway:
+    """Scores reward requests with the configured judges. Safe to share across requests."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.pools = {name: BackendPool(name, b) for name, b in config.backends.items()}
+        self.judges: dict[str, Judge] = build_judges(config, self.pools)
+        self.metrics = Metrics()
+        self._readiness: dict[str, tuple[bool, str | None]] = {}
+        self._readiness_at = 0.0
+        self._readiness_lock: asyncio.Lock | None = None
+
+    @classmethod
+    def from_config_file(cls, path: str | Path | None = None) -> "Gateway":
+        return cls(load_config(path))
+
+    def default_judges(self) -> list[str]:
+        return [name for name, j in self.config.judges.items() if j.default]
+
+    def resolve_judges(self, names: Sequence[str] | None) -> list[str]:
+        if names is None:
+            return self.default_judges()
+        unknown = [n for n in names if n not in self.judges]
+        if unknown:
+            raise UnknownJudgeError(
+                f"unknown judge(s) {', '.join(map(repr, unknown))}; configured: {', '.join(self.judges)}"
+            )
+        if len(set(names)) != len(names):
+            raise UnknownJudgeError("a judge is named twice in `judges`")
+        return list(names)
+
+    async def score(self, request: RewardRequest) -> RewardResponse:
+        """Score every sample with every requested judge; failures stay in their cell."""
+        started = time.perf_counter()
+        names = self.resolve_judges(request.judges)
+        if not names:
+            raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
+        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex)
+
+        async def cell(sample_index: int, name: str) -> JudgeScore:
+            score = await self.judges[name].score(request.samples[sample_index], ctx)
+            self._observe(score)
+            return score
+
+        tasks = [
+            [asyncio.ensure_future(cell(i, name)) for name in names]
+            for i in range(len(request.samples))
+        ]
+        try:
+            await asyncio.gather(*(t for row in tasks for t in row))
+        except BaseException:
+            for row in tasks:
+                for t in row:
+                    t.cancel()
+            raise
+
+        weights = {name: self.judges[name].weight for name in names}
+        results: list[SampleResult] = []
+        for i, (sample, row) in enumerate(zip(request.samples, tasks)):
+            scores = {name: t.result() for name, t in zip(names, row)}
+            reward, valid, invalid = combine_sample(scores, weights, self.config.combine)
+            results.append(SampleResult(index=i, group_id=sample.group_id, scores=scores,
+                                        reward=reward, valid=valid, invalid_judges=invalid))
+        transformed = group_transform([r.reward for r in results], [r.group_id for r in results],
+                                      request.group_transform)
+        for result, value in zip(results, transformed):
+            result.group_reward = value
+        self.metrics.samples.inc(len(results))
+        combine = self.config.combine
+        return RewardResponse(
+            id=ctx.request_id,
+            judges=names,
+            results=results,
+            combine=CombineInfo(
+                policy=combine.policy, on_invalid=combine.on_invalid,
+                fill_value=combine.fill_value if combine.on_invalid == "fill" else None,
+                weights=weights, group_transform=request.group_transform,
+            ),
+            timings=Timings(total_ms=(time.perf_counter() - started) * 1000.0),
+        )
+
+    def _observe(self, score: JudgeScore) -> None:
+        m = self.metrics
+        m.judge_latency.labels(score.judge).observe(score.latency_ms / 1000.0)
+        m.scores.labels(score.judge, str(score.valid).lower()).inc()
+        if not score.valid and score.error is not None:
+            m.invalid_scores.labels(score.judge, score.error.code.value).inc()
+
+    async def readiness(self, *, fresh: bool = False) -> dict[str, tuple[bool, str | None]]:
+        """Judge name -> (ready, reason). Probes are cached for server.readiness_interval_s."""
+        if self._readiness_lock is None:
+            self._readiness_lock = asyncio.Lock()
+        async with self._readiness_lock:
+            age = time.monotonic() - self._readiness_at
+            if fresh or not self._readiness or age > self.config.server.readiness_interval_s:
+                # One probe per backend, shared by its judges.
+                pools = list(self.pools.values())
+                results = await asyncio.gather(*(p.probe() for p in pools))
+                by_pool = {p.name: r for p, r in zip(pools, results)}
+                ready: dict[str, tuple[bool, str | None]] = {}
+                for name, judge in self.judges.items():
+                    backend = judge.backend_name
+                    ready[name] = by_pool[backend] if backend in by_pool else await judge.probe()
+                self._readiness = ready
+                self._readiness_at = time.monotonic()
+            return dict(self._readiness)
+
+    async def judge_infos(self) -> list[JudgeInfo]:
+        ready = await self.readiness()
+        return [j.info(*ready.get(name, (None, None))) for name, j in self.judges.items()]
+
+    async def aclose(self) -> None:
+        for judge in self.judges.values():
+            await judge.aclose()
+        for pool in self.pools.values():
+            await pool.aclose()

@@ -1,0 +1,150 @@
+"""The one interface every judge kind shares, and the bookkeeping around a single score."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..config import JudgeConfig, NormalizeConfig
+from ..schema import ErrorCode, JudgeInfo, JudgeScore, TemplateRef
+
+if TYPE_CHECKING:
+    from ..media import MediaCache
+    from ..schema import SampleInput
+
+log = logging.getLogger(__name__)
+
+
+class JudgeFailure(Exception):
+    """Raised inside a judge to end one (sample, judge) cell with an invalid score."""
+
+    def __init__(self, code: ErrorCode | str, message: str, *, details: dict[str, Any] | None = None,
+                 raw: float | None = None) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+        self.details = details or {}
+        self.raw = raw
+
+
+@dataclass
+class ScoreContext:
+    """What the judges of one request share: the media encoded once, the request id."""
+
+    media: "MediaCache"
+    request_id: str
+
+
+@dataclass
+class Verdict:
+    """What a judge kind computes for one sample before the shared bookkeeping."""
+
+    raw: float
+    details: dict[str, Any] = field(default_factory=dict)
+    # Kinds with a native scale map raw onto [0, 1] themselves unless config says otherwise.
+    default_normalize: NormalizeConfig | None = None
+
+
+class Judge(ABC):
+    """A configured judge: scores one sample at a time and never raises."""
+
+    kind: str = ""
+
+    def __init__(self, name: str, cfg: JudgeConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.weight = cfg.weight
+        self.deadline_s = cfg.deadline_s
+
+    # Facts for the score and for GET /v1/judges.
+    @property
+    def model(self) -> str | None:
+        return None
+
+    @property
+    def template_ref(self) -> TemplateRef | None:
+        return None
+
+    @property
+    def media(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def backend_name(self) -> str | None:
+        return None
+
+    @abstractmethod
+    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+        """Compute the raw number; raise JudgeFailure (or a known fault) for an invalid cell."""
+
+    async def probe(self) -> tuple[bool, str | None]:
+        return True, None
+
+    async def aclose(self) -> None:
+        return None
+
+    def info(self, ready: bool | None = None, reason: str | None = None) -> JudgeInfo:
+        return JudgeInfo(
+            name=self.name,
+            kind=self.kind,
+            weight=self.weight,
+            backend=self.backend_name,
+            model=self.model,
+            template=self.template_ref,
+            media=list(self.media),
+            ready=ready,
+            ready_reason=reason,
+        )
+
+    def _failure(self, code: ErrorCode | str, message: str, started: float, *,
+                 details: dict[str, Any] | None = None, raw: float | None = None) -> JudgeScore:
+        return JudgeScore.failure(
+            self.name, ErrorCode(code), message, details=details, template=self.template_ref,
+            model=self.model, latency_ms=(time.perf_counter() - started) * 1000.0, raw=raw,
+        )
+
+    async def score(self, sample: "SampleInput", ctx: ScoreContext) -> JudgeScore:
+        """Score one sample; every failure becomes an invalid JudgeScore with its code."""
+        from ..backends import BackendFault
+        from ..media import MediaError
+        from ..parsers import ParseError
+
+        started = time.perf_counter()
+        try:
+            if self.deadline_s is not None:
+                async with asyncio.timeout(self.deadline_s):
+                    verdict = await self.evaluate(sample, ctx)
+            else:
+                verdict = await self.evaluate(sample, ctx)
+        except JudgeFailure as exc:
+            return self._failure(exc.code, exc.message, started, details=exc.details, raw=exc.raw)
+        except ParseError as exc:
+            return self._failure(exc.code, str(exc), started, details=getattr(exc, "details", None))
+        except BackendFault as exc:
+            return self._failure(exc.code, str(exc), started)
+        except MediaError as exc:
+            return self._failure(ErrorCode.bad_input, str(exc), started)
+        except TimeoutError:
+            return self._failure(
+                ErrorCode.timeout, f"no verdict within the judge's deadline of {self.deadline_s}s", started
+            )
+        except Exception as exc:  # a bug or an unforeseen fault stays inside this cell
+            log.exception("judge %s failed on a sample", self.name)
+            return self._failure(ErrorCode.backend_error, f"{type(exc).__name__}: {exc}", started)
+
+        normalize = self.cfg.normalize or verdict.default_normalize
+        reward = normalize.apply(verdict.raw) if normalize is not None else verdict.raw
+        return JudgeScore(
+            judge=self.name,
+            reward=reward,
+            raw=verdict.raw,
+            valid=True,
+            details=verdict.details,
+            template=self.template_ref,
+            model=self.model,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+        )

@@ -1,0 +1,151 @@
+"""Generative VLM judges: the model writes a critique, a parser reads the numbers out of it.
+
+- rubric: per-aspect scores (RationalRewards-style), aggregated with weights, an N/A policy and
+  a scale map that come from config, never from code.
+- final_score: one number on a declared scale (UnifiedReward-style `Final Score: x`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..config import FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
+from ..parsers import ParseError, parse_final_score, parse_rubric
+from ..schema import ErrorCode
+from .base import JudgeFailure, ScoreContext, Verdict
+from .vlm import VLMJudge
+
+if TYPE_CHECKING:
+    from ..backends import BackendPool
+    from ..schema import SampleInput
+
+DEFAULT_MAX_TOKENS = 2048
+# The reply goes into details so a researcher can see why a number came out; cap its size.
+MAX_REPLY_CHARS = 8000
+
+
+class _GenerativeJudge(VLMJudge):
+    options: RubricOptions | FinalScoreOptions
+
+    def _request_params(self) -> dict[str, Any]:
+        opts = self.options
+        params: dict[str, Any] = {
+            "max_tokens": opts.max_tokens or self.template.max_tokens or DEFAULT_MAX_TOKENS,
+            "temperature": opts.temperature,
+        }
+        stop = opts.stop if opts.stop is not None else list(self.template.stop)
+        if stop:
+            params["stop"] = stop
+        if opts.guided_regex:
+            params["extra_body"] = {"structured_outputs": {"regex": opts.guided_regex}}
+        return params
+
+    async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
+        messages, media_facts = await self.build_messages(sample, ctx)
+        completion = await self.pool.chat(messages=messages, **self._request_params())
+        if not completion.choices or completion.choices[0].message.content is None:
+            raise JudgeFailure(ErrorCode.parse_error, "the backend returned an empty reply", details=media_facts)
+        choice = completion.choices[0]
+        text = choice.message.content
+        facts = {
+            **media_facts,
+            "finish_reason": choice.finish_reason,
+            "reply": text[:MAX_REPLY_CHARS],
+            "reply_truncated_in_details": len(text) > MAX_REPLY_CHARS,
+        }
+        usage = getattr(completion, "usage", None)
+        if usage is not None:
+            facts["completion_tokens"] = usage.completion_tokens
+        return text, facts
+
+
+class RubricJudge(_GenerativeJudge):
+    kind = "rubric"
+
+    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+        super().__init__(name, cfg, pool)
+        self.options = RubricOptions.model_validate(cfg.options)
+        t = self.template
+        self.aspects = [a.name for a in t.aspects]
+        template_weights = {a.name: a.weight for a in t.aspects}
+        self.weights = {**template_weights, **(self.options.aspect_weights or {})}
+        scale = self.options.scale or t.scale
+        assert scale is not None
+        self.scale = (float(scale[0]), float(scale[1]))
+
+    def aggregate(self, scores: dict[str, float | None], missing: list[str]) -> tuple[float, dict[str, Any]]:
+        """Weighted mean of the aspect scores on the native scale, per the configured policies."""
+        opts = self.options
+        relevant_missing = [m for m in missing if self.weights.get(m, 0.0) > 0]
+        if relevant_missing and opts.missing_policy == "invalid":
+            raise JudgeFailure(
+                ErrorCode.parse_error,
+                f"no score for aspect(s) {', '.join(relevant_missing)} in the reply",
+                details={"aspects": scores, "missing": missing},
+            )
+        total = weight_sum = 0.0
+        used: dict[str, float] = {}
+        for aspect in self.aspects:
+            weight = self.weights.get(aspect, 0.0)
+            if weight <= 0 or aspect not in scores:
+                continue
+            value = scores[aspect]
+            if value is None:  # N/A
+                if opts.na_policy == "skip":
+                    continue
+                assert opts.na_value is not None
+                value = opts.na_value
+            total += weight * value
+            weight_sum += weight
+            used[aspect] = weight
+        if weight_sum <= 0:
+            raise JudgeFailure(
+                ErrorCode.parse_error,
+                "no weighted aspect has a score (all N/A or missing)",
+                details={"aspects": scores, "missing": missing},
+            )
+        return total / weight_sum, used
+
+    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+        text, facts = await self._generate(sample, ctx)
+        try:
+            parsed = parse_rubric(text, self.aspects, scale=self.scale)
+        except ParseError as exc:
+            hint = " (the reply was cut by max_tokens)" if facts.get("finish_reason") == "length" else ""
+            raise JudgeFailure(exc.code, f"{exc}{hint}", details={**exc.details, **facts}) from None
+        try:
+            raw, used = self.aggregate(parsed.scores, parsed.missing)
+        except JudgeFailure as exc:
+            exc.details.update(facts)
+            raise
+        details = {
+            **facts,
+            **parsed.details(),
+            "weights": used,
+            "na_policy": self.options.na_policy,
+            "scale": list(self.scale),
+        }
+        return Verdict(raw=raw, details=details,
+                       default_normalize=NormalizeConfig(kind="minmax", min=self.scale[0], max=self.scale[1]))
+
+
+class FinalScoreJudge(_GenerativeJudge):
+    kind = "final_score"
+
+    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+        super().__init__(name, cfg, pool)
+        self.options = FinalScoreOptions.model_validate(cfg.options)
+        scale = self.options.scale or self.template.scale
+        assert scale is not None
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.label = self.options.label or self.template.label or "Final Score"
+
+    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+        text, facts = await self._generate(sample, ctx)
+        try:
+            parsed = parse_final_score(text, scale=self.scale, label=self.label)
+        except ParseError as exc:
+            raise JudgeFailure(exc.code, str(exc), details={**exc.details, **facts}) from None
+        details = {**facts, **parsed.details()}
+        return Verdict(raw=parsed.score, details=details,
+                       default_normalize=NormalizeConfig(kind="minmax", min=self.scale[0], max=self.scale[1]))

@@ -1,0 +1,79 @@
+"""What every VLM judge shares: a pinned template, a backend pool, media encoded once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..backends import BackendPool
+from ..config import JudgeConfig
+from ..media import ImageEncoding, VideoSampling
+from ..prompts import Template, load_template
+from ..schema import ErrorCode, TemplateRef
+from .base import Judge, JudgeFailure, ScoreContext
+
+if TYPE_CHECKING:
+    from ..schema import SampleInput
+
+
+class VLMJudge(Judge):
+    """A judge that asks a served VLM through a versioned prompt template."""
+
+    def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
+        super().__init__(name, cfg)
+        assert cfg.template is not None
+        self.template: Template = load_template(cfg.template)
+        self.pool = pool
+        self._template_ref = TemplateRef(
+            id=self.template.id, version=self.template.version, sha256=self.template.sha256
+        )
+        self.image_encoding = ImageEncoding(**cfg.image.model_dump())
+        self.video_sampling = VideoSampling(**cfg.video.model_dump())
+
+    @property
+    def model(self) -> str:
+        return self.pool.model
+
+    @property
+    def template_ref(self) -> TemplateRef:
+        return self._template_ref
+
+    @property
+    def media(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.template.media_slots))
+
+    @property
+    def backend_name(self) -> str:
+        return self.pool.name
+
+    async def probe(self) -> tuple[bool, str | None]:
+        return await self.pool.probe()
+
+    async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
+        """The chat messages for one sample, and the media facts for `details`."""
+        parts: dict[str, list[dict]] = {}
+        facts: dict[str, Any] = {}
+        slots = self.template.media_slots
+        if "image" in slots:
+            if sample.image is None:
+                raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs an image for each sample")
+            enc = await ctx.media.image(sample.image, self.image_encoding)
+            parts["image"] = [{"type": "image_url", "image_url": {"url": enc.data_url}}]
+            facts["image"] = enc.details()
+        if "condition_image" in slots:
+            needed = slots.count("condition_image")
+            if len(sample.condition_images) < needed:
+                raise JudgeFailure(
+                    ErrorCode.bad_input,
+                    f"judge {self.name!r} needs {needed} condition image(s) (the source image of an "
+                    f"edit); the sample has {len(sample.condition_images)}",
+                )
+            encoded = [await ctx.media.image(img, self.image_encoding) for img in sample.condition_images[:needed]]
+            parts["condition_image"] = [{"type": "image_url", "image_url": {"url": e.data_url}} for e in encoded]
+            facts["condition_images"] = [e.details() for e in encoded]
+        if "video" in slots:
+            if sample.video is None:
+                raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs a video for each sample")
+            enc_v = await ctx.media.video(sample.video, self.video_sampling)
+            parts["video"] = [{"type": "video_url", "video_url": {"url": enc_v.data_url}}]
+            facts["video"] = enc_v.details()
+        return self.template.render(sample.prompt, parts), facts

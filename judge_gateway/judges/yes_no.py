@@ -1,0 +1,58 @@
+"""Yes/no judges: the reward is read from the first answer token's top logprobs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..config import JudgeConfig, YesNoOptions
+from ..parsers import ParseError, parse_yes_no
+from ..schema import ErrorCode
+from .base import JudgeFailure, ScoreContext, Verdict
+from .vlm import VLMJudge
+
+if TYPE_CHECKING:
+    from ..backends import BackendPool
+    from ..schema import SampleInput
+
+
+class YesNoJudge(VLMJudge):
+    kind = "yes_no"
+
+    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+        super().__init__(name, cfg, pool)
+        self.options = YesNoOptions.model_validate(cfg.options)
+        t = self.template
+        assert t.positive in ("yes", "no")
+        self.positive = t.positive
+        self.yes_words = t.yes_words or ("yes",)
+        self.no_words = t.no_words or ("no",)
+
+    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+        messages, media_facts = await self.build_messages(sample, ctx)
+        completion = await self.pool.chat(
+            messages=messages,
+            max_tokens=1,
+            temperature=0.0,
+            logprobs=True,
+            top_logprobs=self.options.top_logprobs,
+        )
+        choice = completion.choices[0] if completion.choices else None
+        content = getattr(getattr(choice, "logprobs", None), "content", None)
+        if not content:
+            raise JudgeFailure(ErrorCode.parse_error, "the backend returned no logprobs for the answer token",
+                               details=media_facts)
+        first = content[0]
+        try:
+            result = parse_yes_no(
+                first.top_logprobs,
+                positive=self.positive,
+                yes_words=self.yes_words,
+                no_words=self.no_words,
+                min_answer_mass=self.options.min_answer_mass,
+            )
+        except ParseError as exc:
+            details = {**exc.details, **media_facts, "answer_token": first.token}
+            raise JudgeFailure(exc.code, str(exc), details=details) from None
+        details = {**result.details(), **media_facts, "answer_token": first.token,
+                   "top_logprobs": self.options.top_logprobs}
+        return Verdict(raw=result.p_positive, details=details)

@@ -1,0 +1,38 @@
+"""Prometheus metrics of one gateway (its own registry, so several can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "judge_gateway_requests_total", "Reward requests by API and outcome.",
+            ["api", "status"], registry=self.registry,
+        )
+        self.request_latency = Histogram(
+            "judge_gateway_request_latency_seconds", "Wall time of a whole reward request.",
+            ["api"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.samples = Counter(
+            "judge_gateway_samples_total", "Samples scored.", registry=self.registry,
+        )
+        self.judge_latency = Histogram(
+            "judge_gateway_judge_latency_seconds", "Time one judge spent on one sample.",
+            ["judge"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.scores = Counter(
+            "judge_gateway_scores_total", "Judge scores by validity.",
+            ["judge", "valid"], registry=self.registry,
+        )
+        self.invalid_scores = Counter(
+            "judge_gateway_invalid_scores_total", "Invalid judge scores by error code.",
+            ["judge", "code"], registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

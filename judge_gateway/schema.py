@@ -1,0 +1,237 @@
+"""Score schema v1: the one set of models every API, adapter and client shares.
+
+A failure is never a score: every `JudgeScore` says whether it is `valid`, and an invalid one
+carries an `error` with a code instead of a number.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class ErrorCode(str, Enum):
+    """Why a judge gave no trustworthy number for a sample."""
+
+    bad_input = "bad_input"
+    timeout = "timeout"
+    backend_unavailable = "backend_unavailable"
+    backend_error = "backend_error"
+    parse_error = "parse_error"
+    answer_missing = "answer_missing"
+    head_error = "head_error"
+    not_applicable = "not_applicable"
+
+
+class ScoreError(BaseModel):
+    """The reason a score is invalid."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: ErrorCode = Field(description="Machine-readable error class.")
+    message: str = Field(description="Human-readable reason, with the detail needed to act on it.")
+
+
+class TemplateRef(BaseModel):
+    """Which prompt template produced a VLM judge's score, down to its bytes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Template family, e.g. `cosmos_reason1`.")
+    version: str = Field(description="Released version within the family, e.g. `1`.")
+    sha256: str = Field(description="SHA-256 of the template file's bytes.")
+
+
+class JudgeScore(BaseModel):
+    """One judge's verdict on one sample."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    judge: str = Field(description="Configured judge name, e.g. `cosmos_reason1`.")
+    reward: float | None = Field(
+        default=None,
+        description="The judge's normalised reward; null when the score is invalid.",
+    )
+    raw: float | None = Field(
+        default=None,
+        description=(
+            "The judge's native number before normalisation (P(positive answer), weighted mean "
+            "aspect score, final score, head logit ...); null when none was produced."
+        ),
+    )
+    valid: bool = Field(description="False when no trustworthy number exists for this sample.")
+    error: ScoreError | None = Field(default=None, description="Set exactly when `valid` is false.")
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Judge-specific facts: p_yes, p_no, answer_mass, per-aspect scores, media sampling "
+            "(frames, fps, pixels), the reply text of generative judges ..."
+        ),
+    )
+    template: TemplateRef | None = Field(
+        default=None, description="The prompt template of a VLM judge; null for local heads."
+    )
+    model: str | None = Field(default=None, description="The model that produced the score.")
+    latency_ms: float = Field(default=0.0, description="Wall time spent on this judge for this sample.")
+
+    @classmethod
+    def failure(
+        cls,
+        judge: str,
+        code: ErrorCode,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        template: TemplateRef | None = None,
+        model: str | None = None,
+        latency_ms: float = 0.0,
+        raw: float | None = None,
+    ) -> "JudgeScore":
+        return cls(
+            judge=judge,
+            reward=None,
+            raw=raw,
+            valid=False,
+            error=ScoreError(code=code, message=message),
+            details=details or {},
+            template=template,
+            model=model,
+            latency_ms=latency_ms,
+        )
+
+
+class SampleResult(BaseModel):
+    """All judges' scores for one sample, and their combination."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(description="Position of the sample in the request.")
+    group_id: str | None = Field(default=None, description="The sample's group id, echoed.")
+    scores: dict[str, JudgeScore] = Field(description="Judge name -> that judge's score.")
+    reward: float | None = Field(
+        default=None,
+        description=(
+            "Combined reward of the judges (weighted per the combine policy); null when the "
+            "policy makes the sample invalid."
+        ),
+    )
+    valid: bool = Field(
+        description=(
+            "False when any judge's score was invalid (even if the policy still produced a "
+            "number, e.g. with `on_invalid = \"fill\"`)."
+        )
+    )
+    invalid_judges: list[str] = Field(
+        default_factory=list, description="Names of the judges whose score is invalid."
+    )
+    group_reward: float | None = Field(
+        default=None,
+        description=(
+            "The combined reward after the request's group transform (rank or z-score within "
+            "the sample's group); null without a transform or for an invalid sample."
+        ),
+    )
+
+
+class Timings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    total_ms: float = Field(description="Wall time of the whole request inside the gateway.")
+    decode_ms: float = Field(default=0.0, description="Time spent validating and decoding media.")
+
+
+class CombineInfo(BaseModel):
+    """How the per-judge rewards became one number, echoed for reproducibility."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = Field(description="`weighted_mean` or `sum`.")
+    on_invalid: str = Field(description="`invalidate`, `skip` or `fill`.")
+    fill_value: float | None = Field(default=None, description="Used with `on_invalid = \"fill\"`.")
+    weights: dict[str, float] = Field(description="Judge name -> weight used.")
+    group_transform: str = Field(description="`none`, `rank` or `zscore`.")
+
+
+class RewardResponse(BaseModel):
+    """The reply of `POST /v1/rewards`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Version of this schema.")
+    id: str = Field(description="Request id (the caller's, or a generated one).")
+    judges: list[str] = Field(description="The judges that scored this request, in order.")
+    results: list[SampleResult] = Field(description="One entry per sample, in request order.")
+    combine: CombineInfo
+    timings: Timings
+
+
+class JudgeInfo(BaseModel):
+    """One configured judge, as `GET /v1/judges` lists it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str = Field(description="`yes_no`, `rubric`, `final_score`, or a head kind.")
+    weight: float
+    backend: str | None = None
+    model: str | None = None
+    template: TemplateRef | None = None
+    media: list[str] = Field(default_factory=list, description="Media the judge needs per sample.")
+    ready: bool | None = Field(
+        default=None, description="Whether its backend answered the last readiness probe."
+    )
+    ready_reason: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Body of every 4xx/5xx reply of the native API."""
+
+    error: dict[str, Any] = Field(
+        description="`{type, message, [field]}`: what was wrong, and where."
+    )
+
+
+# --- Requests -------------------------------------------------------------------------------
+# Media types validate cheaply (magic bytes and headers); pixels are decoded once, on demand.
+from .media import ImageMedia, VideoMedia  # noqa: E402  (after the score models on purpose)
+
+
+class SampleInput(BaseModel):
+    """One generated sample to score."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    prompt: str = Field("", description="The generation prompt (or edit instruction).", max_length=100_000)
+    image: ImageMedia | None = Field(None, description="The generated image.")
+    video: VideoMedia | None = Field(None, description="The generated video.")
+    condition_images: list[ImageMedia] = Field(
+        default_factory=list,
+        description="Condition images, e.g. the source image of an edit (first).",
+        max_length=16,
+    )
+    group_id: str | None = Field(None, description="GRPO group id for group transforms.", max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Judge-specific per-sample inputs.")
+
+
+class RewardRequest(BaseModel):
+    """The body of `POST /v1/rewards`."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    samples: list[SampleInput] = Field(min_length=1, description="The samples to score.")
+    judges: list[str] | None = Field(
+        None,
+        description="Judge names to run; omitted: every judge configured with default = true.",
+    )
+    group_transform: Literal["none", "rank", "zscore"] = Field(
+        "none",
+        description=(
+            "Transform of the combined reward within each group of samples sharing a group_id: "
+            "rank (mean rank scaled to [0, 1]) or zscore ((x - mean) / std). Written to group_reward."
+        ),
+    )
+    request_id: str | None = Field(None, description="Your id for this request, echoed.", max_length=256)

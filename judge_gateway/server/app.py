@@ -1,0 +1,128 @@
+"""The FastAPI application: auth, body limits, error bodies; routes live in their own modules."""
+
+from __future__ import annotations
+
+import hmac
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..gateway import Gateway
+from . import native
+
+# Paths that answer without a key: liveness must work for orchestrators.
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message, **extra}}
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over the limit with 413, whether or not Content-Length is sent."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes:
+                    await self._reject(send)
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge()
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        response = JSONResponse(
+            error_body("body_too_large", f"request body exceeds server.max_body_bytes = {self.max_bytes}"),
+            status_code=413,
+        )
+        await response({"type": "http"}, _empty_receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _empty_receive() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def _bearer_token(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def create_app(gateway: Gateway, *, api_keys: list[str] | None = None) -> FastAPI:
+    """The service for one gateway. API keys default to the config's server section."""
+    cfg = gateway.config.server
+    keys = [k.encode() for k in (api_keys if api_keys is not None else cfg.resolved_api_keys())]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await gateway.aclose()
+
+    app = FastAPI(
+        title="judge-gateway",
+        version="0.1.0",
+        description=(
+            "Rewards for RL of image and video generators: VLM judges over vLLM and local scorer "
+            "heads, one score schema. Invalid scores are explicit (`valid=false` with an error "
+            "code), never a silent number."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+
+    if keys:
+        @app.middleware("http")
+        async def require_api_key(request: Request, call_next):
+            if request.url.path not in OPEN_PATHS:
+                token = (_bearer_token(request) or "").encode()
+                if not any(hmac.compare_digest(token, k) for k in keys):
+                    return JSONResponse(
+                        error_body("unauthorized", "missing or wrong API key (send Authorization: Bearer <key>)"),
+                        status_code=401,
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
+            return await call_next(request)
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
+    native.install(app, gateway)
+    return app

@@ -1,0 +1,146 @@
+"""A hand-written OpenAI-compatible server for fault injection only.
+
+The behaviour is chosen by the requested model name, so one server can play several broken
+backends at once. Real scoring is tested against the real vLLM (tests/integration).
+
+- `fake-yes` / `fake-no`: a one-token answer whose top logprobs favour Yes / No.
+- `fake-no-answer`: top logprobs that hold neither Yes nor No.
+- `fake-no-logprobs`: an answer without logprobs.
+- `fake-rubric-garbage`: a reply with no rubric in it.
+- `fake-rubric-ok`: a well-formed RationalRewards-style reply (3 aspects).
+- `fake-final-4`: a reply ending in `Final Score: 4`.
+- `fake-stall`: answers only after `stall_s` seconds.
+- `fake-flaky`: fails with 503 the first `flaky_failures` times per process, then answers like fake-yes.
+- `fake-400`: a 400 error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+RUBRIC_OK = """# User Request Analysis
+The user wants a red bicycle leaning on a wall.
+# Detailed Judgement
+1. Text Faithfulness:
+## Justification: The bicycle is red and leans on a brick wall; a 2 out of 4 would be too harsh.
+## Score: 3.5
+2. Physical and Visual Quality:
+## Justification: Clean shading, one spoke slightly bent.
+## Score: 3.0
+3. Text Rendering:
+## Justification: No text was requested.
+## Score: N/A
+"""
+
+
+def _logprob_content(pairs: list[tuple[str, float]]) -> dict[str, Any]:
+    top = [{"token": t, "logprob": math.log(p), "bytes": list(t.encode())} for t, p in pairs]
+    return {"content": [{"token": pairs[0][0], "logprob": math.log(pairs[0][1]),
+                         "bytes": list(pairs[0][0].encode()), "top_logprobs": top}]}
+
+
+def _completion(model: str, text: str, logprobs: dict[str, Any] | None = None,
+                finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "logprobs": logprobs, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+MODELS = ["fake-yes", "fake-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
+          "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-400"]
+
+
+def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
+    app = FastAPI()
+    state = {"flaky": 0, "requests": 0}
+    app.state.counters = state
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fake"} for m in MODELS]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        body = await request.json()
+        state["requests"] += 1
+        model = body.get("model", "")
+        if model == "fake-stall":
+            await asyncio.sleep(stall_s)
+            return _completion(model, "Yes", _logprob_content([("Yes", 0.9), ("No", 0.1)]))
+        if model == "fake-flaky":
+            if state["flaky"] < flaky_failures:
+                state["flaky"] += 1
+                return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+            return _completion(model, "Yes", _logprob_content([("Yes", 0.7), ("No", 0.2)]))
+        if model == "fake-400":
+            return JSONResponse({"error": {"message": "bad request from fake"}}, status_code=400)
+        if model == "fake-yes":
+            return _completion(model, "Yes", _logprob_content([("Yes", 0.7), (" yes", 0.1), ("No", 0.15)]))
+        if model == "fake-no":
+            return _completion(model, "No", _logprob_content([("No", 0.8), ("Yes", 0.15)]))
+        if model == "fake-no-answer":
+            return _completion(model, "The", _logprob_content([("The", 0.6), ("Maybe", 0.3), ("Yesterday", 0.05)]))
+        if model == "fake-no-logprobs":
+            return _completion(model, "Yes", None)
+        if model == "fake-rubric-garbage":
+            return _completion(model, "I'm sorry, I cannot evaluate this image.")
+        if model == "fake-rubric-ok":
+            return _completion(model, RUBRIC_OK)
+        if model == "fake-final-4":
+            return _completion(model, "The image matches the caption well.\nFinal Score: 4")
+        return JSONResponse({"error": {"message": f"model {model!r} not found"}}, status_code=404)
+
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeOpenAIServer:
+    """Runs the fake app with uvicorn in a thread; `base_url` ends in /v1."""
+
+    def __init__(self, stall_s: float = 30.0, flaky_failures: int = 1) -> None:
+        self.port = free_port()
+        self.app = make_app(stall_s=stall_s, flaky_failures=flaky_failures)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.app.state.counters
+
+    def start(self) -> "FakeOpenAIServer":
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake OpenAI server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,150 @@
+"""Failures stay inside their (sample, judge) cell, with the right error code."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway, UnknownJudgeError
+from judge_gateway.schema import RewardRequest
+from tests.conftest import png_bytes
+from tests.support.fake_openai import free_port
+
+
+def fault_config(base_url: str, **combine) -> dict:
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+
+    def backend(model: str, url: str = base_url, **kw) -> dict:
+        return {"model": model, "base_urls": [url], "timeout_s": 10, "max_retries": 1, **kw}
+
+    return {
+        "combine": combine or {"policy": "weighted_mean", "on_invalid": "skip"},
+        "backends": {
+            "yes": backend("fake-yes"),
+            "noanswer": backend("fake-no-answer"),
+            "nologprobs": backend("fake-no-logprobs"),
+            "garbage": backend("fake-rubric-garbage"),
+            "rubric": backend("fake-rubric-ok"),
+            "final": backend("fake-final-4"),
+            "stall": backend("fake-stall"),
+            "down": backend("fake-yes", url=dead, connect_timeout_s=1),
+            "flaky": backend("fake-flaky"),
+            "bad": backend("fake-400"),
+        },
+        "judges": {
+            "quality": {"kind": "yes_no", "backend": "yes", "template": "image_quality@1", "weight": 2.0},
+            "no_answer": {"kind": "yes_no", "backend": "noanswer", "template": "image_quality@1"},
+            "no_logprobs": {"kind": "yes_no", "backend": "nologprobs", "template": "image_quality@1"},
+            "rubric_bad": {"kind": "rubric", "backend": "garbage", "template": "rational_rewards_t2i@1"},
+            "rubric_ok": {"kind": "rubric", "backend": "rubric", "template": "rational_rewards_t2i@1"},
+            "final": {"kind": "final_score", "backend": "final", "template": "unified_reward@1"},
+            "stalled": {"kind": "yes_no", "backend": "stall", "template": "image_quality@1", "deadline_s": 0.5},
+            "down": {"kind": "yes_no", "backend": "down", "template": "image_quality@1"},
+            "flaky": {"kind": "yes_no", "backend": "flaky", "template": "image_quality@1"},
+            "refused": {"kind": "yes_no", "backend": "bad", "template": "image_quality@1"},
+        },
+    }
+
+
+
+
+async def test_each_failure_stays_in_its_cell(fake_backend):
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    try:
+        request = RewardRequest(samples=[{"prompt": "a red bicycle", "image": png_bytes(1)},
+                                         {"prompt": "a blue car", "image": png_bytes(2)}],
+                                judges=list(gw.judges))
+        response = await gw.score(request)
+    finally:
+        await gw.aclose()
+    assert len(response.results) == 2
+    for result in response.results:
+        s = result.scores
+        assert s["quality"].valid and s["quality"].reward == pytest.approx(0.8 / 0.95)
+        assert s["quality"].details["answer_mass"] == pytest.approx(0.95)
+        assert s["quality"].template.id == "image_quality"
+        assert s["rubric_ok"].valid and s["rubric_ok"].raw == pytest.approx(3.25)
+        assert s["rubric_ok"].reward == pytest.approx((3.25 - 1) / 3)
+        assert s["final"].valid and s["final"].reward == pytest.approx(0.75)
+        assert s["flaky"].valid  # one 503, then retried
+        expected = {
+            "no_answer": "answer_missing",
+            "no_logprobs": "parse_error",
+            "rubric_bad": "parse_error",
+            "stalled": "timeout",
+            "down": "backend_unavailable",
+            "refused": "backend_error",
+        }
+        for judge, code in expected.items():
+            assert not s[judge].valid, judge
+            assert s[judge].reward is None, judge
+            assert s[judge].error.code.value == code, (judge, s[judge].error)
+        assert "answer_mass" in s["no_answer"].details
+        # on_invalid = "skip": the valid judges still combine, the sample is flagged invalid.
+        assert result.valid is False
+        assert set(result.invalid_judges) == set(expected)
+        assert result.reward is not None
+    # The stalled cell did not hold the request hostage.
+    assert response.timings.total_ms < 15_000
+
+
+async def test_invalidate_policy_nulls_the_combined_reward(fake_backend):
+    cfg = fault_config(fake_backend.base_url, policy="weighted_mean", on_invalid="invalidate")
+    gw = Gateway(validate_config(cfg))
+    try:
+        resp = await gw.score(RewardRequest(samples=[{"prompt": "x", "image": png_bytes(3)}],
+                                            judges=["quality", "no_answer"]))
+        ok = await gw.score(RewardRequest(samples=[{"prompt": "x", "image": png_bytes(3)}],
+                                          judges=["quality", "final"]))
+    finally:
+        await gw.aclose()
+    assert resp.results[0].reward is None and resp.results[0].valid is False
+    r = ok.results[0]
+    assert r.valid and r.reward == pytest.approx((2.0 * 0.8 / 0.95 + 1.0 * 0.75) / 3.0)
+
+
+async def test_fill_policy_flags_the_sample(fake_backend):
+    cfg = fault_config(fake_backend.base_url, policy="sum", on_invalid="fill", fill_value=-1.0)
+    gw = Gateway(validate_config(cfg))
+    try:
+        resp = await gw.score(RewardRequest(samples=[{"prompt": "x", "image": png_bytes(3)}],
+                                            judges=["quality", "no_answer"]))
+    finally:
+        await gw.aclose()
+    r = resp.results[0]
+    assert r.valid is False and r.invalid_judges == ["no_answer"]
+    assert r.reward == pytest.approx(2.0 * 0.8 / 0.95 - 1.0)
+    assert resp.combine.fill_value == -1.0
+
+
+async def test_missing_media_is_bad_input_for_that_judge_only(fake_backend):
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    try:
+        resp = await gw.score(RewardRequest(samples=[{"prompt": "x", "image": png_bytes(4)}, {"prompt": "no image"}],
+                                            judges=["quality"]))
+    finally:
+        await gw.aclose()
+    assert resp.results[0].scores["quality"].valid
+    bad = resp.results[1].scores["quality"]
+    assert not bad.valid and bad.error.code.value == "bad_input" and "image" in bad.error.message
+
+
+async def test_unknown_judge_is_refused(fake_backend):
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    try:
+        with pytest.raises(UnknownJudgeError, match="nope"):
+            await gw.score(RewardRequest(samples=[{"prompt": "x", "image": png_bytes(4)}], judges=["nope"]))
+    finally:
+        await gw.aclose()
+
+
+async def test_readiness_reports_down_backends(fake_backend):
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    try:
+        ready = await gw.readiness(fresh=True)
+    finally:
+        await gw.aclose()
+    assert ready["quality"][0] is True
+    assert ready["down"][0] is False and ready["down"][1]
