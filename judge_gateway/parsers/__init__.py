@@ -1,0 +1,16 @@
+"""Parsers that turn a judge's raw reply into numbers, or a `ParseError` saying why not."""
+
+from .errors import ParseError
+from .final_score import FinalScoreResult, parse_final_score
+from .rubric import RubricResult, parse_rubric
+from .yes_no import YesNoResult, parse_yes_no
+
+__all__ = [
+    "ParseError",
+    "YesNoResult",
+    "parse_yes_no",
+    "RubricResult",
+    "parse_rubric",
+    "FinalScoreResult",
+    "parse_final_score",
+]
