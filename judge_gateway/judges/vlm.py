@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..backends import BackendPool
@@ -67,7 +69,9 @@ class VLMJudge(Judge):
                     f"judge {self.name!r} needs {needed} condition image(s) (the source image of an "
                     f"edit); the sample has {len(sample.condition_images)}",
                 )
-            encoded = [await ctx.media.image(img, self.image_encoding) for img in sample.condition_images[:needed]]
+            encoded = await asyncio.gather(
+                *(ctx.media.image(img, self.image_encoding) for img in sample.condition_images[:needed])
+            )
             parts["condition_image"] = [{"type": "image_url", "image_url": {"url": e.data_url}} for e in encoded]
             facts["condition_images"] = [e.details() for e in encoded]
         if "video" in slots:
@@ -75,5 +79,5 @@ class VLMJudge(Judge):
                 raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs a video for each sample")
             enc_v = await ctx.media.video(sample.video, self.video_sampling)
             parts["video"] = [{"type": "video_url", "video_url": {"url": enc_v.data_url}}]
-            facts["video"] = enc_v.details()
+            facts["video"] = {**enc_v.details(), "sampling": asdict(self.video_sampling)}
         return self.template.render(sample.prompt, parts), facts

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: set up what the tests need on a fresh machine, then run unit tests and the
+# integration tests against a real vLLM OpenAI server on the CPU (a tiny Qwen2.5-VL the tests build).
+#
+# Usage: scripts/test.sh [extra pytest args]
+set -euo pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+scripts/bootstrap.sh
+scripts/setup_vllm_cpu.sh
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+echo "== unit tests"
+.venv/bin/python -m pytest tests/unit -q "$@"
+echo "== integration tests (real vLLM on CPU)"
+.venv/bin/python -m pytest tests/integration -q "$@"
