@@ -141,7 +141,6 @@ class Timings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     total_ms: float = Field(description="Wall time of the whole request inside the gateway.")
-    decode_ms: float = Field(default=0.0, description="Time spent validating and decoding media.")
 
 
 class CombineInfo(BaseModel):
