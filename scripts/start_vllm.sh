@@ -227,20 +227,25 @@ log_tail() {
     echo "-----" >&2
 }
 
-# SIGTERM the server's process group (it was started with setsid), SIGKILL after the grace period
+# true while any process of the server's group (setsid: pgid == pid) or the pid itself lives
+group_alive() { kill -0 -- "-$1" 2>/dev/null || kill -0 "$1" 2>/dev/null; }
+
+# SIGTERM the server's process group (it was started with setsid), SIGKILL after the grace
+# period; returns once the server and its children (engine core, ...) are gone
 terminate() {
     local pid="$1" waited=0
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null && [[ $waited -lt $STOP_TIMEOUT ]]; do
+    while group_alive "$pid" && [[ $waited -lt $STOP_TIMEOUT ]]; do
         sleep 1; waited=$((waited + 1))
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if group_alive "$pid"; then
         echo "$PROG: $NAME (pid $pid) still alive after ${STOP_TIMEOUT}s, sending SIGKILL" >&2
         kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-        sleep 1
+        waited=0
+        while group_alive "$pid" && [[ $waited -lt 10 ]]; do
+            sleep 1; waited=$((waited + 1))
+        done
     fi
-    # children left in the group (e.g. engine core processes)
-    kill -KILL -- "-$pid" 2>/dev/null || true
 }
 
 # ------------------------------------------------------------------ actions
@@ -355,8 +360,8 @@ do_stop() {
     fi
     echo "$PROG: stopping $NAME (pid $pid)"
     terminate "$pid"
-    if kill -0 "$pid" 2>/dev/null; then
-        echo "$PROG: could not stop $NAME (pid $pid)" >&2
+    if group_alive "$pid"; then
+        echo "$PROG: could not stop $NAME (pid $pid or a process of its group is still alive)" >&2
         exit 1
     fi
     rm -f "$PID_FILE"
