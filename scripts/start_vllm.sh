@@ -51,6 +51,7 @@ Options:
   --stop-timeout SECONDS         grace period after SIGTERM before SIGKILL (default 30)
                                                                         JG_VLLM_STOP_TIMEOUT
   --extra "ARGS"                 more vLLM arguments (shell-quoted)     JG_VLLM_EXTRA
+  --dry-run                      start: print the environment and command, launch nothing
   -h, --help                     this help
 
 CPU mode environment (set for the server): HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -75,7 +76,7 @@ die() { echo "$PROG: $*" >&2; exit 2; }
 ACTION=""
 OPT_PRESET="" OPT_MODEL="" OPT_NAME="" OPT_HOST="" OPT_PORT="" OPT_MAX_LEN="" OPT_LIMIT_MM=""
 OPT_MAX_LOGPROBS="" OPT_PREFIX="" OPT_GPU_UTIL="" OPT_TP="" OPT_DP="" OPT_CPU="" OPT_PYTHON=""
-OPT_RUN_DIR="" OPT_WAIT="" OPT_STOP_WAIT="" OPT_EXTRA=""
+OPT_RUN_DIR="" OPT_WAIT="" OPT_STOP_WAIT="" OPT_EXTRA="" DRY_RUN=0
 OPT_SERVED=()
 PASSTHROUGH=()
 
@@ -106,6 +107,7 @@ while [[ $# -gt 0 ]]; do
         --wait-timeout) need_value "$@"; OPT_WAIT="$2"; shift 2 ;;
         --stop-timeout) need_value "$@"; OPT_STOP_WAIT="$2"; shift 2 ;;
         --extra) need_value "$@"; OPT_EXTRA="$2"; shift 2 ;;
+        --dry-run) DRY_RUN=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; PASSTHROUGH+=("$@"); break ;;
         *) die "unknown argument: $1 (see --help)" ;;
@@ -306,6 +308,12 @@ do_start() {
         cmd+=("${extra_args[@]}")
     fi
     [[ ${#PASSTHROUGH[@]} -gt 0 ]] && cmd+=("${PASSTHROUGH[@]}")
+
+    if [[ "$DRY_RUN" == 1 ]]; then
+        printf 'env:'; [[ ${#env_args[@]} -gt 0 ]] && printf ' %q' "${env_args[@]}"; echo
+        printf 'cmd:'; printf ' %q' "${cmd[@]}"; echo
+        return 0
+    fi
 
     {
         echo "===== $(date -u '+%Y-%m-%dT%H:%M:%SZ') $PROG start $NAME"
