@@ -67,7 +67,9 @@ def encode_mp4(frames: np.ndarray, fps: int, codec: str) -> bytes:
         stream.height, stream.width = frames.shape[1:3]
         stream.pix_fmt = "yuv420p"
         for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+            for packet in stream.encode(
+                av.VideoFrame.from_ndarray(frame, format="rgb24")
+            ):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
@@ -80,7 +82,7 @@ def encode_mp4_any(frames: np.ndarray, fps: int) -> tuple[bytes, str]:
     for codec in ("libx264", "h264", "mpeg4"):
         try:
             return encode_mp4(frames, fps, codec), codec
-        except Exception as exc:  # codec not built into this FFmpeg
+        except (ValueError, av.FFmpegError) as exc:  # codec not built into this FFmpeg
             errors.append(f"{codec}: {exc}")
     raise RuntimeError("no mp4 encoder available: " + "; ".join(errors))
 
@@ -101,13 +103,23 @@ def smoke_server(tmp_path_factory) -> VllmServer:
     )
     try:
         # the first request pays for lazy initialisation (seconds); keep it out of the tests
-        client = openai.OpenAI(base_url=server.base_url, api_key="EMPTY", timeout=180, max_retries=0)
+        client = openai.OpenAI(
+            base_url=server.base_url, api_key="EMPTY", timeout=180, max_retries=0
+        )
         client.chat.completions.create(
             model=SERVED[0],
-            messages=[{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": png_data_url(solid((9, 9, 9)))}},
-                {"type": "text", "text": "warm up"},
-            ]}],
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": png_data_url(solid((9, 9, 9)))},
+                        },
+                        {"type": "text", "text": "warm up"},
+                    ],
+                }
+            ],
             max_tokens=1,
         )
         yield server
@@ -117,7 +129,9 @@ def smoke_server(tmp_path_factory) -> VllmServer:
 
 @pytest.fixture(scope="module")
 def client(smoke_server):
-    return openai.OpenAI(base_url=smoke_server.base_url, api_key="EMPTY", timeout=120, max_retries=0)
+    return openai.OpenAI(
+        base_url=smoke_server.base_url, api_key="EMPTY", timeout=120, max_retries=0
+    )
 
 
 def ask_yes_no(client, content, model=SERVED[0]):
@@ -162,7 +176,9 @@ def test_image_top_logprobs_hold_yes_no(client):
 
 def test_every_served_alias_answers(client):
     for name in SERVED:
-        p_yes, p_no, _, resp = ask_yes_no(client, image_question(solid((30, 30, 200))), model=name)
+        p_yes, p_no, _, resp = ask_yes_no(
+            client, image_question(solid((30, 30, 200))), model=name
+        )
         # vLLM names the first served name in the reply, whichever alias was asked for
         assert resp.model == SERVED[0]
         assert p_yes + p_no >= 0.5
@@ -179,7 +195,10 @@ def test_split_differs_between_images(client):
 def test_split_differs_between_texts(client):
     img = solid((20, 200, 20))
     splits = []
-    for text in ["Does this image show a cat?", "Are the objects consistent with gravity?"]:
+    for text in [
+        "Does this image show a cat?",
+        "Are the objects consistent with gravity?",
+    ]:
         p_yes, p_no, _, _ = ask_yes_no(client, image_question(img, text))
         splits.append(p_yes / (p_yes + p_no))
     assert abs(splits[0] - splits[1]) > 0.005, splits
@@ -195,14 +214,16 @@ def test_mp4_video_url(client, record_property):
     p_yes, p_no, _, resp = ask_yes_no(client, content)
     assert p_yes + p_no >= 0.5, (codec, p_yes, p_no)
     text_only = ask_yes_no(client, content[1:])[3]
-    assert resp.usage.prompt_tokens > text_only.usage.prompt_tokens + 2  # frames became tokens
+    assert (
+        resp.usage.prompt_tokens > text_only.usage.prompt_tokens + 2
+    )  # frames became tokens
 
 
 @pytest.mark.parametrize("codec", ["libx264", "mpeg4"])
 def test_mp4_codecs_decode(client, codec):
     try:
         data = encode_mp4(video_frames(8, seed=1), fps=4, codec=codec)
-    except Exception as exc:
+    except (ValueError, av.FFmpegError) as exc:
         pytest.skip(f"this PyAV build cannot encode {codec}: {exc}")
     content = [
         {"type": "video_url", "video_url": {"url": mp4_data_url(data)}},
@@ -269,7 +290,12 @@ def test_top_logprobs_above_20_rejected(client):
 def test_structured_outputs_regex(client):
     resp = client.chat.completions.create(
         model=SERVED[0],
-        messages=[{"role": "user", "content": image_question(solid((120, 120, 20)), "Judge the image.")}],
+        messages=[
+            {
+                "role": "user",
+                "content": image_question(solid((120, 120, 20)), "Judge the image."),
+            }
+        ],
         max_tokens=120,
         temperature=0,
         extra_body={"structured_outputs": {"regex": RUBRIC_REGEX}},

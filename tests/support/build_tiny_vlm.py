@@ -105,7 +105,10 @@ CHAT_TEMPLATE = (
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 PATCH, MERGE, TEMPORAL = 14, 2, 2
-MIN_PIXELS, MAX_PIXELS = 3136, 50176  # 56*56 .. 224*224: at most 64 merged tokens per image
+MIN_PIXELS, MAX_PIXELS = (
+    3136,
+    50176,
+)  # 56*56 .. 224*224: at most 64 merged tokens per image
 VIDEO_MAX_PIXELS = 50176
 
 TEXT_HIDDEN, TEXT_LAYERS, TEXT_HEADS, TEXT_KV_HEADS = 128, 2, 4, 2
@@ -138,18 +141,18 @@ def is_up_to_date(out_dir: Path, digest: str) -> bool:
 
 def training_corpus(rng: random.Random) -> list[str]:
     """Generated English-like text covering judge prompts, rubric replies and yes/no answers."""
-    words = (
+    words = (  # noqa: SIM905
         "a an the this that these image images video videos picture frame frames scene photo "
-        "does do is are was were it its there show shows showing contain contains depict "
-        "of in on at to for with and or not by from as be any some all each one two three "
-        "cat dog red blue green yellow black white car tree house person people sky water "
+        "does do is are was were it its there show shows showing contain contains depict of "
+        "in on at to for with and or not by from as be any some all each one two three cat "
+        "dog red blue green yellow black white car tree house person people sky water "
         "physical physics anomaly anomalies plausible implausible realistic motion object "
         "objects gravity collision consistent inconsistent generated prompt caption text "
         "answer question please reply only word judge judgement detailed score scores "
         "justification faithfulness quality aesthetics alignment plausibility overall final "
-        "rating aspect aspects edit edited instruction source target good bad high low "
-        "you are a helpful assistant user system carefully watch look following describe "
-        "reason reasoning think step because however therefore but so if then else"
+        "rating aspect aspects edit edited instruction source target good bad high low you "
+        "are a helpful assistant user system carefully watch look following describe reason "
+        "reasoning think step because however therefore but so if then else"
     ).split()
     answers = ["Yes", "No", "yes", "no", "YES", "NO"]
     rubric_lines = [
@@ -171,12 +174,16 @@ def training_corpus(rng: random.Random) -> list[str]:
         if kind < 0.35:
             lines.append(f"{sent}? {rng.choice(answers)}. {rng.choice(answers)}")
         elif kind < 0.55:
-            lines.append(f"{rng.choice(rubric_lines)} {sent}. {rng.randint(1, 4)}.{rng.randint(0, 9)}")
+            lines.append(
+                f"{rng.choice(rubric_lines)} {sent}. {rng.randint(1, 4)}.{rng.randint(0, 9)}"
+            )
         elif kind < 0.65:
             lines.append(f"{rng.choice(answers)}, {sent.lower()}.")
         else:
             lines.append(sent + rng.choice([".", "!", "?", ",", ":", ";"]))
-    for _ in range(500):  # digits, numbers, punctuation, a little of everything printable
+    for _ in range(
+        500
+    ):  # digits, numbers, punctuation, a little of everything printable
         lines.append(" ".join(str(rng.randint(0, 100)) for _ in range(6)))
         lines.append("".join(chr(rng.randint(33, 126)) for _ in range(12)))
     lines += [" Yes No yes no Yes No"] * 200
@@ -184,14 +191,25 @@ def training_corpus(rng: random.Random) -> list[str]:
 
 
 def build_tokenizer(out_dir: Path, rng: random.Random):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-    from tokenizers import pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(
+                Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False
+            ),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -205,7 +223,9 @@ def build_tokenizer(out_dir: Path, rng: random.Random):
         special_tokens=[],
     )
     tok.train_from_iterator(training_corpus(rng), trainer=trainer)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+    )
 
     for word in REQUIRED_SINGLE + YES_WORDS + NO_WORDS:
         ids = tok.encode(word, add_special_tokens=False).ids
@@ -242,7 +262,9 @@ def build_tokenizer(out_dir: Path, rng: random.Random):
         },
         "chat_template": CHAT_TEMPLATE,
     }
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    (out_dir / "tokenizer_config.json").write_text(
+        json.dumps(tokenizer_config, indent=2)
+    )
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     return tok, special_ids
 
@@ -286,7 +308,9 @@ def write_processor_configs(out_dir: Path) -> None:
         "do_sample_frames": False,
     }
     (out_dir / "preprocessor_config.json").write_text(json.dumps(image_cfg, indent=2))
-    (out_dir / "video_preprocessor_config.json").write_text(json.dumps(video_cfg, indent=2))
+    (out_dir / "video_preprocessor_config.json").write_text(
+        json.dumps(video_cfg, indent=2)
+    )
 
 
 # --------------------------------------------------------------------------- model
@@ -295,7 +319,9 @@ def write_processor_configs(out_dir: Path) -> None:
 def make_config(vocab_size: int, special_ids: dict[str, int]):
     from transformers import Qwen2_5_VLConfig
 
-    head_dim = TEXT_HIDDEN // TEXT_HEADS  # 32: the CPU attention backend needs 32/64/80/...
+    head_dim = (
+        TEXT_HIDDEN // TEXT_HEADS
+    )  # 32: the CPU attention backend needs 32/64/80/...
     text_config = {
         "vocab_size": vocab_size,
         "hidden_size": TEXT_HIDDEN,
@@ -382,9 +408,14 @@ def calibration_inputs(rng: random.Random):
     ]
     samples = []
     for t in texts:  # text only
-        samples.append(([{"role": "user", "content": [{"type": "text", "text": t}]}], None, None))
+        samples.append(
+            ([{"role": "user", "content": [{"type": "text", "text": t}]}], None, None)
+        )
     grid_texts = texts[:5]
-    layout = {"text_only": slice(0, len(texts)), "grid": (len(samples), len(grid_texts), len(images))}
+    layout = {
+        "text_only": slice(0, len(texts)),
+        "grid": (len(samples), len(grid_texts), len(images)),
+    }
     for t in grid_texts:
         for img in images:
             content = [{"type": "image"}, {"type": "text", "text": t}]
@@ -405,7 +436,9 @@ def last_hidden_states(model, processor, samples):
     out = []
     with torch.no_grad():
         for messages, images, videos in samples:
-            text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = processor.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
             kwargs = {"text": [text], "return_tensors": "pt"}
             if images:
                 kwargs["images"] = images
@@ -440,11 +473,15 @@ def shape_answer_head(model, processor, tok, samples, layout, gen):
     with torch.no_grad():
         # each KV head serves num_heads / num_kv_heads query heads (GQA)
         groups = TEXT_HEADS // TEXT_KV_HEADS
-        v_expanded = v_dir.view(TEXT_KV_HEADS, -1).repeat_interleave(groups, dim=0).flatten()
+        v_expanded = (
+            v_dir.view(TEXT_KV_HEADS, -1).repeat_interleave(groups, dim=0).flatten()
+        )
         o_out = last.self_attn.o_proj.weight @ v_expanded
         # pre-norm residual scale: measure it with a hook on the final norm's input
         captured = []
-        handle = text_model.norm.register_forward_hook(lambda m, i, o: captured.append(i[0][0, -1]))
+        handle = text_model.norm.register_forward_hook(
+            lambda m, i, o: captured.append(i[0][0, -1])
+        )
         last_hidden_states(model, processor, samples[:12])
         handle.remove()
         resid_norm = torch.stack(captured).norm(dim=-1).median()
@@ -465,7 +502,9 @@ def shape_answer_head(model, processor, tok, samples, layout, gen):
     start, n_texts, n_images = layout["grid"]
     grid = hidden[start : start + n_texts * n_images].view(n_texts, n_images, -1)
     text_only = hidden[layout["text_only"]]
-    text_effects = torch.cat([grid.mean(1) - grid.mean((0, 1)), text_only - text_only.mean(0)])
+    text_effects = torch.cat(
+        [grid.mean(1) - grid.mean((0, 1)), text_only - text_only.mean(0)]
+    )
     image_effects = grid.mean(0) - grid.mean((0, 1))
     t_dir, t_std = principal(text_effects)
     i_dir, i_std = principal(image_effects)
@@ -478,8 +517,14 @@ def shape_answer_head(model, processor, tok, samples, layout, gen):
     beta = TARGET_SPLIT_LOGIT_STD / (2 * proj_std)
     s = hidden @ m_hat
 
-    yes_ids = [tok.token_to_id(tok.encode(w, add_special_tokens=False).tokens[0]) for w in YES_WORDS]
-    no_ids = [tok.token_to_id(tok.encode(w, add_special_tokens=False).tokens[0]) for w in NO_WORDS]
+    yes_ids = [
+        tok.token_to_id(tok.encode(w, add_special_tokens=False).tokens[0])
+        for w in YES_WORDS
+    ]
+    no_ids = [
+        tok.token_to_id(tok.encode(w, add_special_tokens=False).tokens[0])
+        for w in NO_WORDS
+    ]
     # main answers get the full common logit, variants a bit less (still in the top-20)
     offsets = {0: 0.0, 1: -1.5, 2: -2.0, 3: -3.0, 4: -3.5}
 
@@ -538,7 +583,11 @@ def build(out_dir: Path) -> dict:
     vocab_size = ((tok.get_vocab_size() + 63) // 64) * 64
     write_processor_configs(out_dir)
 
-    from transformers import AutoProcessor, GenerationConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import (
+        AutoProcessor,
+        GenerationConfig,
+        Qwen2_5_VLForConditionalGeneration,
+    )
 
     config = make_config(vocab_size, special_ids)
     torch.manual_seed(SEED)
@@ -572,7 +621,9 @@ def build(out_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild even when up to date"
+    )
     args = parser.parse_args(argv)
 
     out_dir: Path = args.out_dir.resolve()
@@ -587,7 +638,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stats = build(tmp)
         files = sorted(p.name for p in tmp.iterdir() if p.is_file())
-        marker = {"builder_sha256": digest, "files": files, "seed": SEED, "calibration": stats}
+        marker = {
+            "builder_sha256": digest,
+            "files": files,
+            "seed": SEED,
+            "calibration": stats,
+        }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2))
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -595,7 +651,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"built tiny VLM in {out_dir} in {time.monotonic() - t0:.1f} s: {json.dumps(stats)}")
+    print(
+        f"built tiny VLM in {out_dir} in {time.monotonic() - t0:.1f} s: {json.dumps(stats)}"
+    )
     return 0
 
 

@@ -48,6 +48,7 @@ def build_tiny_model(out_dir: str | os.PathLike[str], timeout: float = 300) -> P
     out = Path(out_dir).resolve()
     proc = subprocess.run(
         [str(vllm_python()), str(BUILDER), str(out)],
+        check=False,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -124,15 +125,18 @@ class VllmServer:
                 "--stop-timeout",
                 "20",
             ],
+            check=False,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
         self.stopped = True
         if proc.returncode != 0:
-            raise RuntimeError(f"start_vllm.sh stop failed:\n{proc.stdout}\n{proc.stderr}")
+            raise RuntimeError(
+                f"start_vllm.sh stop failed:\n{proc.stdout}\n{proc.stderr}"
+            )
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc) -> None:
@@ -194,7 +198,12 @@ def start_cpu_vllm(
     started = time.monotonic()
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=wait_timeout + 60, env=env
+            cmd,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=wait_timeout + 60,
+            env=env,
         )
     except subprocess.TimeoutExpired as exc:
         _kill_from_pid_file(pid_path)
@@ -209,7 +218,9 @@ def start_cpu_vllm(
     try:
         pid = int(pid_path.read_text().strip())
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"no PID file at {pid_path} after start:\n{proc.stdout}") from exc
+        raise RuntimeError(
+            f"no PID file at {pid_path} after start:\n{proc.stdout}"
+        ) from exc
     server = VllmServer(
         base_url=f"http://127.0.0.1:{port}/v1",
         port=port,
