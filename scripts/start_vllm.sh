@@ -36,6 +36,10 @@ Options:
   --max-model-len N              context length (default: preset's)     JG_VLLM_MAX_MODEL_LEN
   --limit-mm-per-prompt JSON     e.g. '{"image":2,"video":1}'           JG_VLLM_LIMIT_MM
   --max-logprobs N               max top_logprobs accepted (default 20) JG_VLLM_MAX_LOGPROBS
+  --video-fps N                  rate at which vLLM samples a received video (default 30,
+                                 vLLM's Qwen-VL maximum, so it keeps every frame that
+                                 judge-gateway sampled and recorded; 0 = vLLM's own default
+                                 of 2 fps)                              JG_VLLM_VIDEO_FPS
   --no-prefix-caching            disable prefix caching (on by default) JG_VLLM_PREFIX_CACHING=0
   --gpu-memory-utilization F     GPU memory fraction                    JG_VLLM_GPU_MEM_UTIL
   --tensor-parallel-size N       tensor parallel size                   JG_VLLM_TP
@@ -75,7 +79,7 @@ die() { echo "$PROG: $*" >&2; exit 2; }
 # ------------------------------------------------------------------ arguments
 ACTION=""
 OPT_PRESET="" OPT_MODEL="" OPT_NAME="" OPT_HOST="" OPT_PORT="" OPT_MAX_LEN="" OPT_LIMIT_MM=""
-OPT_MAX_LOGPROBS="" OPT_PREFIX="" OPT_GPU_UTIL="" OPT_TP="" OPT_DP="" OPT_CPU="" OPT_PYTHON=""
+OPT_MAX_LOGPROBS="" OPT_VIDEO_FPS="" OPT_PREFIX="" OPT_GPU_UTIL="" OPT_TP="" OPT_DP="" OPT_CPU="" OPT_PYTHON=""
 OPT_RUN_DIR="" OPT_WAIT="" OPT_STOP_WAIT="" OPT_EXTRA="" DRY_RUN=0
 OPT_SERVED=()
 PASSTHROUGH=()
@@ -96,6 +100,7 @@ while [[ $# -gt 0 ]]; do
         --max-model-len) need_value "$@"; OPT_MAX_LEN="$2"; shift 2 ;;
         --limit-mm-per-prompt) need_value "$@"; OPT_LIMIT_MM="$2"; shift 2 ;;
         --max-logprobs) need_value "$@"; OPT_MAX_LOGPROBS="$2"; shift 2 ;;
+        --video-fps) need_value "$@"; OPT_VIDEO_FPS="$2"; shift 2 ;;
         --no-prefix-caching) OPT_PREFIX=0; shift ;;
         --prefix-caching) OPT_PREFIX=1; shift ;;
         --gpu-memory-utilization) need_value "$@"; OPT_GPU_UTIL="$2"; shift 2 ;;
@@ -155,6 +160,8 @@ PORT="${OPT_PORT:-${JG_VLLM_PORT:-${P_PORT:-8000}}}"
 MAX_LEN="${OPT_MAX_LEN:-${JG_VLLM_MAX_MODEL_LEN:-$P_MAX_LEN}}"
 LIMIT_MM="${OPT_LIMIT_MM:-${JG_VLLM_LIMIT_MM:-$P_LIMIT_MM}}"
 MAX_LOGPROBS="${OPT_MAX_LOGPROBS:-${JG_VLLM_MAX_LOGPROBS:-20}}"
+VIDEO_FPS="${OPT_VIDEO_FPS:-${JG_VLLM_VIDEO_FPS:-30}}"
+[[ "$VIDEO_FPS" =~ ^[0-9]+$ ]] || die "--video-fps must be a whole number, got '$VIDEO_FPS'"
 PREFIX_CACHING="${OPT_PREFIX:-${JG_VLLM_PREFIX_CACHING:-1}}"
 GPU_UTIL="${OPT_GPU_UTIL:-${JG_VLLM_GPU_MEM_UTIL:-}}"
 TP="${OPT_TP:-${JG_VLLM_TP:-}}"
@@ -288,6 +295,9 @@ do_start() {
     [[ ${#SERVED[@]} -gt 0 ]] && cmd+=(--served-model-name "${SERVED[@]}")
     [[ -n "$MAX_LEN" ]] && cmd+=(--max-model-len "$MAX_LEN")
     [[ -n "$LIMIT_MM" ]] && cmd+=(--limit-mm-per-prompt "$LIMIT_MM")
+    # vLLM's Qwen-VL loader resamples every received video at 2 fps by default, which would
+    # silently override the frames judge-gateway chose (and records in each score's details).
+    [[ "$VIDEO_FPS" != 0 ]] && cmd+=(--media-io-kwargs "{\"video\": {\"fps\": $VIDEO_FPS}}")
     if [[ "$PREFIX_CACHING" == 1 ]]; then
         cmd+=(--enable-prefix-caching)
     else
