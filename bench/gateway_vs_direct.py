@@ -73,9 +73,22 @@ async def run_load(n: int, concurrency: int, one) -> tuple[float, list[float]]:
     return time.perf_counter() - start, lat
 
 
-def report(name: str, n: int, wall: float, lat: list[float]) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (Linux /proc), to report the gateway's CPU cost per request."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(name: str, n: int, wall: float, lat: list[float], cpu_s: float | None = None) -> dict[str, float]:
     row = {"rps": n / wall, "p50_ms": pct(lat, 0.5) * 1000, "p99_ms": pct(lat, 0.99) * 1000}
-    print(f"  {name:8s} {row['rps']:8.1f} req/s   p50 {row['p50_ms']:8.1f} ms   p99 {row['p99_ms']:8.1f} ms",
+    extra = ""
+    if cpu_s is not None:
+        row["cpu_ms_per_req"] = cpu_s / n * 1000
+        extra = f"   gateway CPU {row['cpu_ms_per_req']:.2f} ms/request"
+    print(f"  {name:8s} {row['rps']:8.1f} req/s   p50 {row['p50_ms']:8.1f} ms   p99 {row['p99_ms']:8.1f} ms{extra}",
           flush=True)
     return row
 
@@ -166,8 +179,11 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
                     print(f"round {rnd + 1}")
                     wall, lat = await run_load(args.samples, args.concurrency, via_direct)
                     rows["direct"].append(report("direct", args.samples, wall, lat))
+                    cpu0 = cpu_seconds(proc.pid)
                     wall, lat = await run_load(args.samples, args.concurrency, via_gateway)
-                    rows["gateway"].append(report("gateway", args.samples, wall, lat))
+                    cpu1 = cpu_seconds(proc.pid)
+                    cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+                    rows["gateway"].append(report("gateway", args.samples, wall, lat, cpu))
                 await direct.close()
         finally:
             proc.terminate()

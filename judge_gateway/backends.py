@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import openai
 from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -53,7 +52,20 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def _failed_to_connect(exc: BaseException) -> bool:
+    """A failure in the connect phase (refused, unreachable, connect timeout): the backend is
+    not there, whatever the transport calls it (aiohttp's reports a refusal as ConnectTimeout)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionError) or "Connect" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _as_fault(exc: BaseException, replica: str) -> BackendFault:
+    if isinstance(exc, openai.APIConnectionError) and _failed_to_connect(exc):
+        return BackendUnavailable(f"{replica}: cannot connect ({exc.__cause__ or exc})")
     if isinstance(exc, openai.APITimeoutError):
         return BackendTimeout(f"{replica}: request timed out")
     if isinstance(exc, openai.APIConnectionError):
@@ -80,22 +92,30 @@ class Replica:
         """The client and semaphore of the running loop (made once per loop)."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
-            limits = httpx.Limits(
-                max_connections=cfg.max_concurrency + 8,
-                max_keepalive_connections=cfg.max_concurrency + 8,
-            )
+            timeout = openai.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
             self._client = AsyncOpenAI(
                 base_url=self.base_url,
                 api_key=cfg.api_key(),
                 max_retries=0,  # retries are ours: transient faults only, across replicas
                 timeout=timeout,
-                http_client=httpx.AsyncClient(timeout=timeout, limits=limits),
+                http_client=_http_client(timeout),
             )
             self._sem = asyncio.Semaphore(cfg.max_concurrency)
             self._loop = loop
         assert self._sem is not None
         return self._client, self._sem
+
+
+def _http_client(timeout: Any) -> Any:
+    """openai's aiohttp transport when installed: httpx's pool scans every idle connection on
+    each request, which costs more CPU than the rest of a yes/no call at 64+ in flight."""
+    factory = getattr(openai, "DefaultAioHttpClient", None)
+    if factory is None:
+        return None
+    try:
+        return factory(timeout=timeout)
+    except RuntimeError:  # the aiohttp extra is not installed
+        return None
 
 
 class BackendPool:
@@ -126,25 +146,32 @@ class BackendPool:
             replica.ejected_until = time.monotonic() + self.cfg.eject_cooldown_s
             log.warning("backend %s: ejecting %s for %.0fs", self.name, replica.base_url, self.cfg.eject_cooldown_s)
 
-    async def _attempt(self, params: dict[str, Any]) -> Any:
+    async def _attempt(self, body: dict[str, Any]) -> dict[str, Any]:
         replica = self._pick()
         client, sem = replica.bind(self.cfg)
         replica.outstanding += 1
         try:
             async with sem:
-                result = await client.chat.completions.create(model=self.model, **params)
+                # A raw post with `cast_to=object` returns the JSON as is: the SDK's request
+                # transforms and response models cost more CPU than the judge itself.
+                result = await client.post("/chat/completions", cast_to=object, body=body)
         except Exception as exc:
             self._record(replica, ok=not is_transient(exc))
             raise
         finally:
             replica.outstanding -= 1
         self._record(replica, ok=True)
+        if not isinstance(result, dict):
+            raise BackendError(f"{replica.base_url}: expected a JSON object, got {type(result).__name__}")
         return result
 
-    async def chat(self, **params: Any) -> Any:
-        """A chat completion; raises a BackendFault subclass on failure.
+    async def chat(self, **params: Any) -> dict[str, Any]:
+        """A chat completion as the server's JSON; raises a BackendFault subclass on failure.
 
+        `params` are the OpenAI chat parameters; `extra_body` entries are merged into the body.
         The caller owns the overall deadline (asyncio.timeout around this call)."""
+        extra = params.pop("extra_body", None) or {}
+        body = {"model": self.model, **params, **extra}
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(self.cfg.max_retries + 1),
@@ -154,10 +181,10 @@ class BackendPool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(params)
+                    return await self._attempt(body)
         except BackendFault:
             raise
-        except (openai.OpenAIError, httpx.HTTPError) as exc:
+        except openai.OpenAIError as exc:
             raise _as_fault(exc, f"backend {self.name}") from exc
         raise BackendError(f"backend {self.name}: no attempt was made")  # pragma: no cover
 

@@ -43,19 +43,20 @@ class _GenerativeJudge(VLMJudge):
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
         messages, media_facts = await self.build_messages(sample, ctx)
         completion = await self.pool.chat(messages=messages, **self._request_params())
-        if not completion.choices or completion.choices[0].message.content is None:
+        choices = completion.get("choices") or []
+        message = (choices[0].get("message") or {}) if choices else {}
+        text = message.get("content")
+        if not isinstance(text, str) or not text:
             raise JudgeFailure(ErrorCode.parse_error, "the backend returned an empty reply", details=media_facts)
-        choice = completion.choices[0]
-        text = choice.message.content
         facts = {
             **media_facts,
-            "finish_reason": choice.finish_reason,
+            "finish_reason": choices[0].get("finish_reason"),
             "reply": text[:MAX_REPLY_CHARS],
             "reply_truncated_in_details": len(text) > MAX_REPLY_CHARS,
         }
-        usage = getattr(completion, "usage", None)
-        if usage is not None:
-            facts["completion_tokens"] = usage.completion_tokens
+        usage = completion.get("usage") or {}
+        if "completion_tokens" in usage:
+            facts["completion_tokens"] = usage["completion_tokens"]
         return text, facts
 
 

@@ -36,23 +36,32 @@ class YesNoJudge(VLMJudge):
             logprobs=True,
             top_logprobs=self.options.top_logprobs,
         )
-        choice = completion.choices[0] if completion.choices else None
-        content = getattr(getattr(choice, "logprobs", None), "content", None)
+        content = _first_token_logprobs(completion)
         if not content:
             raise JudgeFailure(ErrorCode.parse_error, "the backend returned no logprobs for the answer token",
                                details=media_facts)
         first = content[0]
+        answer = first.get("token")
         try:
             result = parse_yes_no(
-                first.top_logprobs,
+                first.get("top_logprobs"),
                 positive=self.positive,
                 yes_words=self.yes_words,
                 no_words=self.no_words,
                 min_answer_mass=self.options.min_answer_mass,
             )
         except ParseError as exc:
-            details = {**exc.details, **media_facts, "answer_token": first.token}
+            details = {**exc.details, **media_facts, "answer_token": answer}
             raise JudgeFailure(exc.code, str(exc), details=details) from None
-        details = {**result.details(), **media_facts, "answer_token": first.token,
+        details = {**result.details(), **media_facts, "answer_token": answer,
                    "top_logprobs": self.options.top_logprobs}
         return Verdict(raw=result.p_positive, details=details)
+
+
+def _first_token_logprobs(completion: dict) -> list[dict] | None:
+    """`choices[0].logprobs.content` of a chat completion, or None when absent."""
+    choices = completion.get("choices") or []
+    if not choices:
+        return None
+    logprobs = choices[0].get("logprobs") or {}
+    return logprobs.get("content") or None
