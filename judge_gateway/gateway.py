@@ -32,6 +32,10 @@ class UnknownJudgeError(ValueError):
     """A request named a judge that is not configured."""
 
 
+class RequestTooLargeError(ValueError):
+    """A request holds more samples than server.max_samples_per_request."""
+
+
 class Gateway:
     """Scores reward requests with the configured judges. Safe to share across requests."""
 
@@ -66,6 +70,11 @@ class Gateway:
     async def score(self, request: RewardRequest) -> RewardResponse:
         """Score every sample with every requested judge; failures stay in their cell."""
         started = time.perf_counter()
+        limit = self.config.server.max_samples_per_request
+        if len(request.samples) > limit:
+            raise RequestTooLargeError(
+                f"{len(request.samples)} samples exceed server.max_samples_per_request = {limit}; split the request"
+            )
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..gateway import Gateway, UnknownJudgeError
+from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
 
 
@@ -86,6 +86,9 @@ def install(app: FastAPI, gateway: Gateway) -> None:
             except UnknownJudgeError as err:
                 status = "invalid"
                 return _error("unknown_judge", str(err), 400, field="judges")
+            except RequestTooLargeError as err:
+                status = "invalid"
+                return _error("too_many_samples", str(err), 413, field="samples")
             status = "ok"
             # Serialised here so the response model is not validated twice.
             return Response(response.model_dump_json(), media_type="application/json")

@@ -22,10 +22,13 @@ def b64png(seed: int) -> str:
 async def make_client(fake_backend):
     made = []
 
-    async def make(api_keys=None, max_body_bytes=None, **combine):
+    async def make(api_keys=None, max_body_bytes=None, max_samples=None, **combine):
         data = fault_config(fake_backend.base_url, **combine)
+        data["server"] = {}
         if max_body_bytes:
-            data["server"] = {"max_body_bytes": max_body_bytes}
+            data["server"]["max_body_bytes"] = max_body_bytes
+        if max_samples:
+            data["server"]["max_samples_per_request"] = max_samples
         gw = Gateway(validate_config(data))
         app = create_app(gw, api_keys=api_keys)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
@@ -91,6 +94,13 @@ async def test_body_limit_is_413(make_client):
     r = await client.post("/v1/rewards", json={"samples": [{"image": b64png(1)}]})
     assert r.status_code == 413
     assert "max_body_bytes" in r.json()["error"]["message"]
+
+
+async def test_too_many_samples_is_413(make_client):
+    client = await make_client(max_samples=2)
+    r = await client.post("/v1/rewards", json={"samples": [{"image": b64png(i)} for i in range(3)]})
+    assert r.status_code == 413
+    assert "max_samples_per_request" in r.json()["error"]["message"]
 
 
 async def test_api_keys(make_client):
