@@ -67,7 +67,7 @@ MODELS = ["fake-yes", "fake-no", "fake-no-answer", "fake-no-logprobs", "fake-rub
 
 def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
     app = FastAPI()
-    state = {"flaky": 0, "requests": 0}
+    state = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0}
     app.state.counters = state
 
     @app.get("/v1/models")
@@ -80,7 +80,12 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
         state["requests"] += 1
         model = body.get("model", "")
         if model == "fake-stall":
-            await asyncio.sleep(stall_s)
+            state["inflight"] += 1
+            state["max_inflight"] = max(state["max_inflight"], state["inflight"])
+            try:
+                await asyncio.sleep(stall_s)
+            finally:
+                state["inflight"] -= 1
             return _completion(model, "Yes", _logprob_content([("Yes", 0.9), ("No", 0.1)]))
         if model == "fake-flaky":
             if state["flaky"] < flaky_failures:

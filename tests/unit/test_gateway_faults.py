@@ -148,3 +148,29 @@ async def test_readiness_reports_down_backends(fake_backend):
         await gw.aclose()
     assert ready["quality"][0] is True
     assert ready["down"][0] is False and ready["down"][1]
+
+
+async def test_each_medium_is_encoded_once_per_request(fake_backend, monkeypatch):
+    import judge_gateway.gateway as gateway_module
+    from judge_gateway.media import MediaCache
+
+    caches: list[MediaCache] = []
+
+    class Recording(MediaCache):
+        def __init__(self) -> None:
+            super().__init__()
+            caches.append(self)
+
+    monkeypatch.setattr(gateway_module, "MediaCache", Recording)
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    try:
+        # three judges with the same image encoding over 4 samples, one image shared by two samples
+        imgs = [png_bytes(10), png_bytes(11), png_bytes(12), png_bytes(10)]
+        resp = await gw.score(RewardRequest(samples=[{"prompt": "x", "image": i} for i in imgs],
+                                            judges=["quality", "flaky", "final"]))
+    finally:
+        await gw.aclose()
+    assert all(r.scores["quality"].valid for r in resp.results)
+    assert len(caches) == 1
+    assert caches[0].encodes == 3  # three distinct images, each encoded once
+    assert caches[0].hits == 12 - 3

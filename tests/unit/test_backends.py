@@ -1,0 +1,86 @@
+"""Backend pool: least-outstanding balancing, retries across replicas, ejection, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from judge_gateway.backends import BackendError, BackendPool, BackendUnavailable
+from judge_gateway.config import BackendConfig
+from tests.support.fake_openai import FakeOpenAIServer, free_port
+
+YES_NO = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 1, "logprobs": True, "top_logprobs": 5}
+
+
+@pytest.fixture(scope="module")
+def two_backends():
+    a = FakeOpenAIServer().start()
+    b = FakeOpenAIServer().start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+async def test_load_spreads_over_replicas(two_backends):
+    a, b = two_backends
+    before = (a.counters["requests"], b.counters["requests"])
+    pool = BackendPool("p", BackendConfig(model="fake-yes", base_urls=[a.base_url, b.base_url]))
+    try:
+        await asyncio.gather(*(pool.chat(**YES_NO) for _ in range(40)))
+    finally:
+        await pool.aclose()
+    served = (a.counters["requests"] - before[0], b.counters["requests"] - before[1])
+    assert sum(served) == 40
+    assert min(served) >= 10, served  # least-outstanding keeps both busy
+
+
+async def test_dead_replica_is_retried_elsewhere_then_ejected(two_backends):
+    a, _ = two_backends
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    cfg = BackendConfig(model="fake-yes", base_urls=[dead, a.base_url], max_retries=2,
+                        eject_after_failures=2, eject_cooldown_s=60, connect_timeout_s=1)
+    pool = BackendPool("p", cfg)
+    try:
+        results = [await pool.chat(**YES_NO) for _ in range(10)]
+        stats = {s["base_url"]: s for s in pool.stats()}
+    finally:
+        await pool.aclose()
+    assert all(r["choices"][0]["logprobs"]["content"] for r in results)  # every call answered
+    assert stats[dead]["ejected"] is True and stats[dead]["served"] == 0
+    assert stats[a.base_url]["served"] == 10
+
+
+async def test_all_replicas_down_is_backend_unavailable():
+    cfg = BackendConfig(model="m", base_urls=[f"http://127.0.0.1:{free_port()}/v1"], max_retries=1,
+                        connect_timeout_s=1)
+    pool = BackendPool("p", cfg)
+    try:
+        with pytest.raises(BackendUnavailable):
+            await pool.chat(**YES_NO)
+    finally:
+        await pool.aclose()
+
+
+async def test_client_errors_are_not_retried(two_backends):
+    a, _ = two_backends
+    before = a.counters["requests"]
+    pool = BackendPool("p", BackendConfig(model="fake-400", base_urls=[a.base_url], max_retries=3))
+    try:
+        with pytest.raises(BackendError, match="HTTP 400"):
+            await pool.chat(**YES_NO)
+    finally:
+        await pool.aclose()
+    assert a.counters["requests"] - before == 1
+
+
+async def test_concurrency_limit_per_replica():
+    slow = FakeOpenAIServer(stall_s=0.2).start()
+    pool = BackendPool("p", BackendConfig(model="fake-stall", base_urls=[slow.base_url], max_concurrency=3))
+    try:
+        await asyncio.gather(*(pool.chat(**YES_NO) for _ in range(12)))
+    finally:
+        await pool.aclose()
+        slow.stop()
+    assert slow.counters["requests"] == 12
+    assert slow.counters["max_inflight"] == 3  # never more than the limit, and the limit is used
