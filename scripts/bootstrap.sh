@@ -2,7 +2,7 @@
 # Create (idempotently) the project venv .venv with judge-gateway installed editable, plus dev
 # tools. Re-runs are fast: nothing happens while pyproject.toml is unchanged and the venv imports.
 #
-# Usage: scripts/bootstrap.sh [--extras dev,heads,...]
+# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune)
 #   JG_VENV    venv path (default: <repo>/.venv)
 #   JG_PYTHON  interpreter used to create it (default: python3, must be >= 3.11)
 set -euo pipefail
@@ -10,7 +10,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${JG_VENV:-$REPO_ROOT/.venv}"
 BASE_PYTHON="${JG_PYTHON:-python3}"
-EXTRAS="dev"
+EXTRAS="dev,tune"
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
