@@ -31,6 +31,7 @@ SHIPPED = [
     "rational_rewards_t2i@1",
     "unified_reward@1",
     "vqa_alignment@1",
+    "vqa_alignment@2",
 ]
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
