@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .protocol_config import CosmosRLConfig, FlowFactoryConfig, StoreConfig, check_protocols
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -224,6 +226,10 @@ class GatewayConfig(_Strict):
     combine: CombineConfig = Field(default_factory=CombineConfig)
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     judges: dict[str, JudgeConfig] = Field(default_factory=dict)
+    # Drop-in protocol adapters and their result store (see protocol_config.py).
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    cosmos_rl: CosmosRLConfig = Field(default_factory=CosmosRLConfig)
+    flow_factory: FlowFactoryConfig = Field(default_factory=FlowFactoryConfig)
 
     def judge_options(self, name: str) -> BaseModel:
         judge = self.judges[name]
@@ -288,6 +294,7 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                                     f"{key}.options.aspect_weights.{aspect}: not an aspect of "
                                     f"{judge.template} (aspects: {', '.join(sorted(names))})"
                                 )
+    problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
     host = cfg.server.host
     if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
         if not cfg.server.allow_unauthenticated_public:

@@ -1,0 +1,191 @@
+"""Config sections of the drop-in protocol adapters and the result store.
+
+    [store]                          memory (default) or redis; TTL and size bound
+    [cosmos_rl]                      queue bound, fill values, request timeout
+    [cosmos_rl.rewards.NAME]         cosmos-rl reward name -> judge + legacy score keys
+    [cosmos_rl.latents]              Wan VAE latent decoder worker (interpreter, checkpoint)
+    [flow_factory.profiles.NAME]     a weighted set of judges served at {path_prefix}/NAME
+
+The reward-name mapping is data: a name whose judge is not configured is refused at enqueue
+("reward X is not configured on this gateway"), so defaults can name judges that a given
+deployment does not run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StoreConfig(_Strict):
+    kind: Literal["memory", "redis"] = Field("memory", description="memory: this process only; redis: shared, survives restarts.")
+    url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
+    url_env: str | None = Field("JUDGE_GATEWAY_REDIS_URL", description="Environment variable that overrides `url`.")
+    key_prefix: str = Field("judge-gateway:", description="Prefix of every key the gateway writes.")
+    ttl_s: float = Field(3600.0, gt=0, description="How long a result (or failure) can be pulled.")
+    max_entries: int = Field(10000, gt=0, description="Oldest entries are evicted beyond this many.")
+
+    def resolved_url(self) -> str | None:
+        import os
+
+        if self.url_env and os.environ.get(self.url_env):
+            return os.environ[self.url_env]
+        return self.url
+
+
+_SOURCE_RE = re.compile(r"^(reward|raw|details\.[A-Za-z0-9_.-]+)$")
+
+
+class LegacyKey(_Strict):
+    """Where one legacy score key's value comes from in a JudgeScore."""
+
+    source: str = Field(description="`reward`, `raw` or `details.<key>`.")
+    labels: tuple[str, str] | None = Field(
+        None, description="Emit a label instead of the number: [below threshold, at or above]."
+    )
+    threshold: float = 0.5
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if not _SOURCE_RE.match(v):
+            raise ValueError(f"{v!r} is not `reward`, `raw` or `details.<key>`")
+        return v
+
+
+class CosmosReward(_Strict):
+    judge: str = Field(description="The configured judge that scores this cosmos-rl reward.")
+    keys: dict[str, LegacyKey] = Field(min_length=1, description="Legacy score key -> its source.")
+    media: Literal["image", "video"] | None = Field(
+        None, description="Medium the reward needs; default: the judge's own (a video judge needs video)."
+    )
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _short_form(cls, v: Any) -> Any:
+        # `keys = {hpsv2 = "raw"}` is short for `{hpsv2 = {source = "raw"}}`.
+        if isinstance(v, dict):
+            return {k: ({"source": s} if isinstance(s, str) else s) for k, s in v.items()}
+        return v
+
+
+def _r(judge: str, media: str | None = None, **keys: Any) -> dict[str, Any]:
+    return {"judge": judge, "keys": keys, **({"media": media} if media else {})}
+
+
+# The original service's reward names and score keys. Heads report their native number as `raw`
+# (the original's lists held native numbers; trainers clip and weight them on their side).
+DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
+    # Our yes/no judges read logprobs, not logits: yes_logit/no_logit carry log P(yes) and
+    # log P(no) (each summed over the word's case/space variants); their difference is the
+    # original's logit difference, so a softmax over the pair gives the same no_score.
+    "cosmos_reason1": _r("cosmos_reason1", "video",
+                         prediction={"source": "reward", "labels": ["Bad", "Good"], "threshold": 0.5},
+                         no_score="reward", yes_logit="details.logprob_yes", no_logit="details.logprob_no"),
+    "dance_grpo": _r("videoalign", "video", vq_reward="details.vq", mq_reward="details.mq",
+                     ta_reward="details.ta", overall_reward="raw"),
+    "hpsv2": _r("hpsv2", hpsv2="raw"),
+    "hpsv3": _r("hpsv3", hpsv3="raw"),
+    "pickscore": _r("pickscore", pickscore="raw"),
+    "image_reward": _r("image_reward", image_reward="raw"),
+    "ocr": _r("ocr", ocr_reward="reward"),
+    "gen_eval": _r("gen_eval", gen_eval_score="raw", gen_eval_reward="reward",
+                   gen_eval_strict="details.strict", gen_eval_group="details.group"),
+    "unified_reward": _r("unified_reward", unified_reward="raw"),
+}
+
+
+class LatentDecoderConfig(_Strict):
+    python: str | None = Field(
+        None, description="Interpreter with torch (+ diffusers to decode), e.g. .venv-latents/bin/python. "
+        "Also loads torch-saved tensors (weights_only=True). Unset: latent and torch payloads get 400."
+    )
+    checkpoint: str | None = Field(None, description="AutoencoderKLWan checkpoint dir (diffusers format).")
+    subfolder: str | None = Field(None, description="e.g. `vae` inside a full Wan pipeline checkpoint.")
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    batch_size: int = Field(1, gt=0, description="Samples decoded per VAE call.")
+    denormalize: bool = Field(
+        True, description="Apply the VAE's latents_mean/latents_std before decoding, as Wan pipelines do."
+    )
+    start_timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(900.0, gt=0, description="Per decode call.")
+
+
+class CosmosRLConfig(_Strict):
+    enabled: bool = True
+    max_pending: int = Field(64, gt=0, description="Accepted-but-unfinished requests; beyond: 503.")
+    request_timeout_s: float = Field(
+        1800.0, gt=0,
+        description="An accepted request ends by then; a pending entry older than this (its gateway died) reads as failed.",
+    )
+    fill_value: float = Field(0.0, description="Legacy list value of an invalid sample (flagged in `valid`).")
+    fill_label: str = Field("Invalid", description="Legacy label value (e.g. `prediction`) of an invalid sample.")
+    max_batch: int = Field(1024, gt=0)
+    rewards: dict[str, CosmosReward] = Field(default_factory=dict)
+    latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "CosmosRLConfig":
+        merged = {k: CosmosReward.model_validate(v) for k, v in DEFAULT_COSMOS_REWARDS.items()}
+        merged.update(self.rewards)
+        self.rewards = merged
+        return self
+
+
+class FlowFactoryProfile(_Strict):
+    judges: dict[str, float] = Field(min_length=1, description="Judge name -> weight.")
+    mode: Literal["pointwise", "groupwise"] = "pointwise"
+    combine: Literal["weighted_mean", "sum"] = "weighted_mean"
+    group_transform: Literal["rank", "zscore"] = Field("zscore", description="groupwise: the request is one group.")
+    on_invalid: Literal["fill", "mean", "error"] = Field(
+        "mean",
+        description="A sample with an invalid judge score: fill (fill_value), mean (the mean of the "
+        "request's valid rewards: neutral in a group), error (the request fails with {error}).",
+    )
+    fill_value: float = 0.0
+    video_fps: float = Field(16.0, gt=0, description="Frame rate of frame-list videos (the protocol sends none).")
+
+    @field_validator("judges")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        if any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values()):
+            raise ValueError("weights must be >= 0 with at least one > 0")
+        return v
+
+
+class FlowFactoryConfig(_Strict):
+    enabled: bool = True
+    path_prefix: str = Field("/flow-factory", description="Profiles are served at {path_prefix}/{name}.")
+    profiles: dict[str, FlowFactoryProfile] = Field(default_factory=dict)
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("must start with '/'")
+        return v.rstrip("/")
+
+
+def check_protocols(judges: set[str], cosmos: CosmosRLConfig, flow: FlowFactoryConfig,
+                    store: StoreConfig) -> list[str]:
+    """Cross-section problems, each naming its key."""
+    problems = []
+    for name, profile in flow.profiles.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            problems.append(f"flow_factory.profiles.{name}: profile names are path segments ([A-Za-z0-9_.-])")
+        for judge in profile.judges:
+            if judge not in judges:
+                problems.append(f"flow_factory.profiles.{name}.judges.{judge}: unknown judge "
+                                f"(configured: {', '.join(sorted(judges)) or 'none'})")
+    if store.kind == "redis" and not store.resolved_url():
+        problems.append("store.url: required for kind = 'redis' (or set the url_env variable)")
+    if cosmos.latents.checkpoint and not cosmos.latents.python:
+        problems.append("cosmos_rl.latents.python: required with a checkpoint (an interpreter with torch + diffusers)")
+    return problems
