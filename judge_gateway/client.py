@@ -10,7 +10,6 @@ Both work against a server URL or in-process (a Gateway in this process, no HTTP
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
@@ -38,49 +37,9 @@ class RewardAPIError(Exception):
         self.body = body
 
 
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _image_wire(img: Any) -> Any:
-    src = img.source_bytes()
-    if src is not None:
-        return _b64(src)
-    arr = img.to_array()
-    return {"data": _b64(arr.tobytes()), "shape": list(arr.shape), "dtype": "uint8"}
-
-
-def _video_wire(video: Any) -> dict[str, Any]:
-    src = video.source_bytes() if hasattr(video, "source_bytes") else None
-    if src is not None:
-        return {"mp4": _b64(src), "fps": video.fps}
-    arr = video.frames_array()
-    return {"array": {"data": _b64(arr.tobytes()), "shape": list(arr.shape), "dtype": "uint8"},
-            "fps": video.fps}
-
-
 def request_to_json(request: RewardRequest) -> dict[str, Any]:
-    """A validated request as the JSON the native API takes (media as base64)."""
-    samples = []
-    for s in request.samples:
-        item: dict[str, Any] = {"prompt": s.prompt}
-        if s.image is not None:
-            item["image"] = _image_wire(s.image)
-        if s.video is not None:
-            item["video"] = _video_wire(s.video)
-        if s.condition_images:
-            item["condition_images"] = [_image_wire(c) for c in s.condition_images]
-        if s.group_id is not None:
-            item["group_id"] = s.group_id
-        if s.metadata:
-            item["metadata"] = s.metadata
-        samples.append(item)
-    body: dict[str, Any] = {"samples": samples, "group_transform": request.group_transform}
-    if request.judges is not None:
-        body["judges"] = request.judges
-    if request.request_id is not None:
-        body["request_id"] = request.request_id
-    return body
+    """A validated request as the JSON the native API takes (media serialise themselves)."""
+    return request.model_dump(mode="json", exclude_unset=True)
 
 
 def build_request(samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None,

@@ -379,6 +379,18 @@ def _image_json_schema() -> dict[str, Any]:
     }
 
 
+def _media_core_schema(cls: Any) -> core_schema.CoreSchema:
+    """Validate with `cls.validate` (cheap sniffing), serialise to JSON with `to_json`."""
+    return core_schema.no_info_before_validator_function(
+        cls.validate,
+        core_schema.is_instance_schema(cls),
+        serialization=core_schema.plain_serializer_function_ser_schema(
+            lambda v: v.to_json(), when_used="json"
+        ),
+        ref=f"{cls.__module__}.{cls.__qualname__}",  # one $defs entry in JSON Schema
+    )
+
+
 class ImageMedia:
     """One validated image. Build with `ImageMedia.validate(x)` or a pydantic field.
 
@@ -459,14 +471,7 @@ class ImageMedia:
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(
-            cls.validate,
-            core_schema.is_instance_schema(cls),
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda v: v.to_json(), when_used="json"
-            ),
-            ref=f"{cls.__module__}.{cls.__qualname__}",  # one $defs entry in JSON Schema
-        )
+        return _media_core_schema(cls)
 
     @classmethod
     def __get_pydantic_json_schema__(
@@ -882,14 +887,7 @@ class VideoMedia:
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(
-            cls.validate,
-            core_schema.is_instance_schema(cls),
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda v: v.to_json(), when_used="json"
-            ),
-            ref=f"{cls.__module__}.{cls.__qualname__}",  # one $defs entry in JSON Schema
-        )
+        return _media_core_schema(cls)
 
     @classmethod
     def __get_pydantic_json_schema__(
