@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..gateway import Gateway
-from . import native
+from ..store import ResultStore, make_store
+from . import cosmos_rl, flow_factory, native
 
 # Paths that answer without a key: liveness must work for orchestrators.
 OPEN_PATHS = frozenset({"/healthz"})
@@ -88,14 +89,20 @@ def _bearer_token(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
-def create_app(gateway: Gateway, *, api_keys: list[str] | None = None) -> FastAPI:
-    """The service for one gateway. API keys default to the config's server section."""
+def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
+               store: ResultStore | None = None) -> FastAPI:
+    """The service for one gateway. API keys default to the config's server section; the result
+    store of the async protocols to the config's [store] section."""
     cfg = gateway.config.server
     keys = [k.encode() for k in (api_keys if api_keys is not None else cfg.resolved_api_keys())]
+    result_store = store if store is not None else make_store(gateway.config.store)
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        await cosmos.aclose()
+        await result_store.aclose()
         await gateway.aclose()
 
     app = FastAPI(
@@ -114,10 +121,16 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None) -> FastAP
         @app.middleware("http")
         async def require_api_key(request: Request, call_next):
             if request.url.path not in OPEN_PATHS:
-                token = (_bearer_token(request) or "").encode()
+                raw_token = _bearer_token(request) or ""
+                token = raw_token.encode()
                 if not any(hmac.compare_digest(token, k) for k in keys):
+                    message = "missing or wrong API key (send Authorization: Bearer <key>)"
+                    if raw_token == "None":  # old cosmos-rl clients send the literal `Bearer None`
+                        message = ("the client sent `Authorization: Bearer None` (no token configured in the "
+                                   "trainer); this gateway requires an API key: set the reward service token")
                     return JSONResponse(
-                        error_body("unauthorized", "missing or wrong API key (send Authorization: Bearer <key>)"),
+                        # `message` too: cosmos-rl clients read it
+                        {**error_body("unauthorized", message), "message": message, "status": "unauthorized"},
                         status_code=401,
                         headers={"WWW-Authenticate": "Bearer"},
                     )
@@ -125,4 +138,9 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None) -> FastAP
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     native.install(app, gateway)
+    app.state.cosmos_rl = cosmos
+    if gateway.config.cosmos_rl.enabled:
+        cosmos_rl.install(app, cosmos)
+    if gateway.config.flow_factory.enabled:
+        flow_factory.install(app, flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory))
     return app

@@ -1,0 +1,472 @@
+"""cosmos-rl reward service protocol: POST /api/reward/{ping,enqueue,pull} over Gateway.score.
+
+Better than the original in every failure case: an enqueue body is validated before a uuid is
+given (400 with the reason otherwise); a full queue answers 503 instead of dropping; every
+accepted request ends in a result or an explicit failure; invalid samples carry the configured
+fill value in the legacy lists *and* valid=false next to them.
+
+Pending entries live in the store too. Each gateway process writes a heartbeat; a pending entry
+whose owner's heartbeat is gone (the process died or restarted) reads as failed at once, and
+any pending entry past cosmos_rl.request_timeout_s reads as failed: the client re-enqueues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from ..gateway import Gateway
+from ..latents import TorchWorker, TorchWorkerError
+from ..media import ImageMedia, MediaError, VideoMedia
+from ..protocol_config import CosmosReward, CosmosRLConfig, LegacyKey
+from ..schema import JudgeScore, RewardRequest, SampleInput
+from ..store import ResultStore, StoreError
+from ..tensors import (
+    EnqueueMeta,
+    PayloadError,
+    check_image,
+    check_latent,
+    check_video,
+    input_info,
+    load_npy,
+    parse_meta,
+    sniff,
+    split_body,
+)
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 5.0
+HEARTBEAT_TTL_S = 20.0
+
+
+@dataclass
+class Prepared:
+    """A validated enqueue: everything the background task needs."""
+
+    meta: EnqueueMeta
+    rewards: dict[str, CosmosReward]
+    skipped: list[str]
+    medium: str  # "image" | "video"
+    pixels: np.ndarray | None  # [B,H,W,3] images or [B,T,H,W,3] videos
+    latents: np.ndarray | None  # float32 [B,C,T,H,W]
+    fps: list[float] | None
+    info: dict[str, Any]
+    batch: int
+    extra_meta: list[dict[str, Any]] = field(default_factory=list)
+
+
+class CosmosRLService:
+    def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.cfg = cfg
+        self.instance = uuidlib.uuid4().hex
+        self.worker = TorchWorker(cfg.latents) if cfg.latents.python else None
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._heartbeat: asyncio.Task | None = None
+
+    # ---- reward names ----------------------------------------------------------------------
+
+    def resolve(self, name: str) -> CosmosReward:
+        mapping = self.cfg.rewards.get(name)
+        if mapping is None:
+            if name in self.gateway.judges:  # any configured judge by its own name
+                return CosmosReward(judge=name, keys={name: LegacyKey(source="reward")})
+            raise PayloadError(
+                f"unknown reward {name!r}: not a cosmos-rl reward name ({', '.join(sorted(self.cfg.rewards))}) "
+                f"nor a configured judge ({', '.join(self.gateway.judges) or 'none'})"
+            )
+        if mapping.judge not in self.gateway.judges:
+            raise PayloadError(f"reward {name!r} is not configured on this gateway (it needs judge {mapping.judge!r})")
+        return mapping
+
+    def medium_of(self, reward: CosmosReward) -> str:
+        if reward.media:
+            return reward.media
+        return "video" if "video" in self.gateway.judges[reward.judge].media else "image"
+
+    # ---- enqueue ---------------------------------------------------------------------------
+
+    async def prepare(self, body: bytes) -> Prepared:
+        meta_json, data = split_body(body)
+        meta = parse_meta(meta_json)
+        rewards, skipped = {}, []
+        for name, weight in meta.reward_fn.items():
+            if weight <= 0:  # the protocol: weight <= 0 means skip
+                skipped.append(name)
+                continue
+            rewards[name] = self.resolve(name)
+        if not rewards:
+            raise PayloadError("every reward in `reward_fn` has weight <= 0: nothing to score")
+        media = {self.medium_of(r) for r in rewards.values()}
+        if len(media) > 1:
+            raise PayloadError("one request cannot mix image and video rewards: "
+                               + ", ".join(f"{n} ({self.medium_of(r)})" for n, r in rewards.items()))
+        medium = media.pop()
+
+        kind = sniff(data)
+        if kind == "npy":
+            arr = await asyncio.to_thread(load_npy, data)
+            dtype_name = f"torch.{arr.dtype}"
+        else:
+            if self.worker is None:
+                raise PayloadError("torch-saved tensors are loaded by the torch worker (cosmos_rl.latents.python), "
+                                   "which this gateway does not have: send npy")
+            try:
+                arr, dtype_name = await self.worker.load_torch(data)
+            except TorchWorkerError as err:
+                raise PayloadError(f"torch payload refused: {err}") from None
+
+        pixels = latents = None
+        if meta.media_type == "image":
+            pixels = check_image(arr)
+            if medium != "image":
+                raise PayloadError(f"media_type is 'image' but {', '.join(rewards)} score videos")
+        elif meta.media_type == "video":
+            pixels = check_video(arr)
+            if medium != "video":
+                raise PayloadError(f"media_type is 'video' but {', '.join(rewards)} score images")
+        else:
+            if self.worker is None or not self.worker.can_decode:
+                raise PayloadError("latent input (media_type missing or 'latent') needs a latent decoder, and none is "
+                                   "configured on this gateway (cosmos_rl.latents.python + checkpoint); send "
+                                   "media_type 'image' or 'video' with uint8 pixels")
+            latents = check_latent(arr)
+            decoded_medium = "image" if latents.shape[2] == 1 else "video"
+            if decoded_medium != medium:
+                raise PayloadError(f"latents with T={latents.shape[2]} decode to {decoded_medium}s, but "
+                                   f"{', '.join(rewards)} score {medium}s")
+        batch = int(arr.shape[0])
+        if batch < 1:
+            raise PayloadError("the tensor's batch dimension is 0")
+        if batch > self.cfg.max_batch:
+            raise PayloadError(f"batch {batch} exceeds cosmos_rl.max_batch = {self.cfg.max_batch}")
+        if meta.prompts is not None and len(meta.prompts) != batch:
+            raise PayloadError(f"the tensor's batch is {batch} but `prompts` has {len(meta.prompts)} entries")
+        fps = None
+        if medium == "video":
+            infos = meta.video_infos
+            if infos is None:
+                raise PayloadError(f"video rewards ({', '.join(rewards)}) need `video_infos` with `video_fps` per sample")
+            if len(infos) != batch:
+                raise PayloadError(f"the tensor's batch is {batch} but `video_infos` has {len(infos)} entries")
+            fps = []
+            for i, info in enumerate(infos):
+                v = info.get("video_fps")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1000):
+                    raise PayloadError(f"video_infos[{i}].video_fps must be a number in (0, 1000], got {v!r}"
+                                       + (" (the key is `video_fps`, not `fps`)" if "fps" in info else ""))
+                fps.append(float(v))
+        per_sample = []
+        for i in range(batch):
+            md = {}
+            for k, v in meta.extra.items():
+                md[k] = v[i] if isinstance(v, list) and len(v) == batch else v
+            per_sample.append(md)
+        info = input_info(arr, dtype_name)
+        if medium == "video" and meta.video_infos is not None:
+            info["video_infos"] = meta.video_infos
+        return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
+
+    async def enqueue(self, body: bytes) -> str:
+        """Validate, store a pending entry, start scoring in the background; the uuid."""
+        if len(self._tasks) >= self.cfg.max_pending:
+            raise QueueFull(f"{len(self._tasks)} requests are being scored (cosmos_rl.max_pending = "
+                            f"{self.cfg.max_pending}); retry shortly")
+        prepared = await self.prepare(body)
+        if len(self._tasks) >= self.cfg.max_pending:  # re-check: preparing awaited
+            raise QueueFull(f"cosmos_rl.max_pending = {self.cfg.max_pending} requests are being scored; retry shortly")
+        await self._ensure_heartbeat()
+        uid = str(uuidlib.uuid4())
+        now = time.time()
+        await self.store.put(uid, {
+            "status": "pending", "owner": self.instance, "accepted_at": now,
+            "deadline": now + self.cfg.request_timeout_s, "rewards": list(prepared.rewards),
+            "skipped": prepared.skipped,
+        }, ttl_s=self.cfg.request_timeout_s + self._ttl())
+        task = asyncio.create_task(self._run(uid, prepared))
+        self._tasks[uid] = task
+        task.add_done_callback(lambda _t, u=uid: self._tasks.pop(u, None))
+        return uid
+
+    def _ttl(self) -> float:
+        return float(getattr(self.store, "ttl_s", 3600.0))
+
+    async def _run(self, uid: str, p: Prepared) -> None:
+        try:
+            async with asyncio.timeout(self.cfg.request_timeout_s):
+                entry = await self._score(uid, p)
+        except TimeoutError:
+            entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s")
+        except asyncio.CancelledError:
+            raise
+        except TorchWorkerError as err:
+            entry = self._failed(f"latent decoding failed: {err}")
+        except Exception as err:
+            log.exception("cosmos-rl request %s failed", uid)
+            entry = self._failed(f"{type(err).__name__}: {err}")
+        try:
+            await self.store.put(uid, entry)
+        except StoreError:
+            log.exception("cannot store the result of %s", uid)
+
+    def _failed(self, reason: str) -> dict[str, Any]:
+        return {"status": "failed", "reason": reason, "finished_at": time.time()}
+
+    async def _score(self, uid: str, p: Prepared) -> dict[str, Any]:
+        started = time.perf_counter()
+        decoded_s = 0.0
+        pixels = p.pixels
+        if p.latents is not None:
+            assert self.worker is not None
+            t0 = time.perf_counter()
+            video = await self.worker.decode(p.latents)  # [B,3,T,H,W] uint8
+            decoded_s = time.perf_counter() - t0
+            pixels = video[:, :, 0].transpose(0, 2, 3, 1) if p.medium == "image" else video.transpose(0, 2, 3, 4, 1)
+        assert pixels is not None
+        samples = await asyncio.to_thread(self._samples, p, pixels)
+        judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
+        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid))
+        duration = time.perf_counter() - started
+        results = {}
+        for name, reward in p.rewards.items():
+            cells = [r.scores[reward.judge] for r in response.results]
+            results[name] = self.envelope(name, reward, cells, p, duration, decoded_s)
+        return {"status": "done", "results": results, "skipped": p.skipped, "finished_at": time.time()}
+
+    def _samples(self, p: Prepared, pixels: np.ndarray) -> list[SampleInput]:
+        out = []
+        for i in range(p.batch):
+            prompt = p.meta.prompts[i] if p.meta.prompts is not None else ""
+            try:
+                if p.medium == "image":
+                    sample = SampleInput(prompt=prompt, image=ImageMedia.from_array(pixels[i]), metadata=p.extra_meta[i])
+                else:
+                    assert p.fps is not None
+                    sample = SampleInput(prompt=prompt, video=VideoMedia.from_array(pixels[i], p.fps[i]),
+                                         metadata=p.extra_meta[i])
+            except MediaError as err:
+                raise PayloadError(f"sample {i}: {err}") from None
+            out.append(sample)
+        return out
+
+    def envelope(self, name: str, reward: CosmosReward, cells: list[JudgeScore], p: Prepared,
+                 duration: float, decoded_s: float) -> dict[str, Any]:
+        """The original's result envelope, plus per-sample `valid`, `errors` and full JudgeScores."""
+        scores: dict[str, list[Any]] = {k: [] for k in reward.keys}
+        valid, errors = [], []
+        for cell in cells:
+            values, problem = {}, None
+            if not cell.valid:
+                problem = f"{cell.error.code.value}: {cell.error.message}" if cell.error else "invalid"
+            else:
+                for key, spec in reward.keys.items():
+                    value = _source(cell, spec.source)
+                    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
+                        value = None
+                    if value is None:
+                        problem = f"judge {cell.judge!r} gave no {spec.source} for legacy key {key!r}"
+                        break
+                    if spec.labels is not None:
+                        value = spec.labels[1] if float(value) >= spec.threshold else spec.labels[0]
+                    values[key] = value
+            for key, spec in reward.keys.items():
+                if problem is None:
+                    scores[key].append(values[key])
+                else:
+                    scores[key].append(self.cfg.fill_label if spec.labels is not None else self.cfg.fill_value)
+            valid.append(problem is None)
+            errors.append(problem)
+        return {
+            "scores": scores,
+            "input_info": p.info,
+            "duration": f"{duration:.2f}",
+            "decoded_duration": f"{decoded_s:.2f}",
+            "type": name,
+            # Ours, next to the legacy keys: a fill value is never mistaken for a score.
+            "status": "done",
+            "judge": reward.judge,
+            "valid": valid,
+            "errors": errors,
+            "fill_value": self.cfg.fill_value,
+            # via JSON: pydantic writes inf/nan as null, which the store and the reply can carry
+            "judge_scores": [json.loads(c.model_dump_json()) for c in cells],
+        }
+
+    # ---- pull ------------------------------------------------------------------------------
+
+    async def pull(self, uid: str, reward: str) -> tuple[int, dict[str, Any]]:
+        base = {"uuid": uid, "type": reward}
+        entry = await self.store.get(uid)
+        if entry is None:
+            return 404, {**base, "status": "unknown",
+                         "message": f"Not found scores for {uid}: no such request (never accepted, or expired "
+                                    f"after store.ttl_s)"}
+        status = entry.get("status")
+        if status == "pending":
+            reason = await self._stale_reason(entry)
+            if reason is None:
+                if reward not in entry.get("rewards", []):
+                    return self._not_asked(base, entry, reward)
+                return 425, {**base, "status": "pending", "message": f"Not found scores for {uid}: still scoring"}
+            entry = self._failed(reason)
+        if entry.get("status") == "failed":
+            return 500, {**base, "status": "failed", "message": f"request {uid} failed: {entry.get('reason')}",
+                         "reason": entry.get("reason")}
+        results = entry.get("results", {})
+        if reward not in results:
+            return self._not_asked(base, entry, reward)
+        return 200, results[reward]
+
+    def _not_asked(self, base: dict[str, Any], entry: dict[str, Any], reward: str) -> tuple[int, dict[str, Any]]:
+        if reward in entry.get("skipped", []):
+            msg = f"reward {reward!r} had weight <= 0 in this request and was skipped"
+        else:
+            asked = entry.get("rewards") or list(entry.get("results", {}))
+            msg = f"this request did not ask for reward {reward!r} (it asked for {', '.join(asked)})"
+        return 404, {**base, "status": "unknown", "message": msg}
+
+    async def _stale_reason(self, entry: dict[str, Any]) -> str | None:
+        if time.time() > float(entry.get("deadline", 0)):
+            return (f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s "
+                    "(the gateway that accepted it stopped?); enqueue it again")
+        owner = entry.get("owner")
+        if owner == self.instance:
+            return None
+        if await self.store.get(f"instance:{owner}") is None:
+            return "the gateway process that accepted this request is gone (restart or crash); enqueue it again"
+        return None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            await self.store.put(f"instance:{self.instance}", {"alive": True}, ttl_s=HEARTBEAT_TTL_S)
+            self._heartbeat = asyncio.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self.store.put(f"instance:{self.instance}", {"alive": True}, ttl_s=HEARTBEAT_TTL_S)
+            except StoreError:
+                log.warning("heartbeat write failed", exc_info=True)
+
+    async def aclose(self) -> None:
+        """Stop: unfinished requests are stored as failed (never left pending)."""
+        for uid, task in list(self._tasks.items()):
+            task.cancel()
+            try:
+                await self.store.put(uid, self._failed("the gateway shut down before finishing; enqueue it again"))
+            except StoreError:
+                pass
+        if self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self.worker is not None:
+            await self.worker.aclose()
+
+
+class QueueFull(RuntimeError):
+    pass
+
+
+def _source(cell: JudgeScore, source: str) -> Any:
+    if source == "reward":
+        return cell.reward
+    if source == "raw":
+        return cell.raw
+    value: Any = cell.details
+    for part in source.split(".")[1:]:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+async def _fields(request: Request) -> dict[str, str]:
+    """Form-encoded fields (what the clients send), or a JSON object."""
+    body = await request.body()
+    ctype = request.headers.get("content-type", "")
+    if "json" in ctype or body.lstrip()[:1] == b"{":
+        try:
+            data = json.loads(body or b"{}")
+        except json.JSONDecodeError as err:
+            raise PayloadError(f"body is not JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise PayloadError("JSON body must be an object")
+        return {k: str(v) for k, v in data.items()}
+    try:
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+    except UnicodeDecodeError:
+        raise PayloadError("form body is not UTF-8") from None
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def install(app: FastAPI, service: CosmosRLService) -> None:
+    metrics = service.gateway.metrics
+
+    def bad(message: str, status: int = 400) -> JSONResponse:
+        return JSONResponse({"message": message, "error": message, "status": "rejected"}, status_code=status)
+
+    @app.post("/api/reward/ping", summary="cosmos-rl: ping (form field info_data, only logged)")
+    async def ping(request: Request) -> JSONResponse:
+        try:
+            fields = await _fields(request)
+        except PayloadError:
+            fields = {}
+        log.info("cosmos-rl ping: %s", fields.get("info_data", "")[:500])
+        return JSONResponse({"message": "Ping request received", "status": "ok"})
+
+    @app.post("/api/reward/enqueue", summary="cosmos-rl: enqueue `<JSON>\\n<tensor bytes>`; 400 with the reason if invalid")
+    async def enqueue(request: Request) -> JSONResponse:
+        started = time.perf_counter()
+        status = "error"
+        try:
+            body = await request.body()
+            try:
+                uid = await service.enqueue(body)
+            except PayloadError as err:
+                status = "invalid"
+                return bad(str(err))
+            except QueueFull as err:
+                status = "rejected"
+                resp = bad(str(err), 503)
+                resp.headers["Retry-After"] = "1"
+                return resp
+            except StoreError as err:
+                return bad(f"result store unavailable: {err}", 503)
+            status = "ok"
+            return JSONResponse({"uuid": uid})
+        finally:
+            metrics.requests.labels("cosmos_rl", status).inc()
+            metrics.request_latency.labels("cosmos_rl").observe(time.perf_counter() - started)
+
+    @app.post("/api/reward/pull", summary="cosmos-rl: pull (form fields uuid, type); non-200 with `status` while not ready")
+    async def pull(request: Request) -> JSONResponse:
+        try:
+            fields = await _fields(request)
+        except PayloadError as err:
+            return bad(str(err))
+        uid, reward = fields.get("uuid", ""), fields.get("type", "")
+        if not uid or not reward:
+            return bad("pull needs the form fields `uuid` and `type` (the reward name)")
+        try:
+            code, body = await service.pull(uid, reward)
+        except StoreError as err:
+            return JSONResponse({"uuid": uid, "type": reward, "status": "unavailable",
+                                 "message": f"result store unavailable: {err}"}, status_code=503)
+        return JSONResponse(body, status_code=code)

@@ -1,0 +1,184 @@
+"""Flow-Factory remote reward server protocol, one path per reward profile, over Gateway.score.
+
+    GET  {prefix}/{profile}/health     liveness (answers while /compute requests run)
+    POST {prefix}/{profile}/compute    {prompt, image, video, condition_images, condition_videos}
+                                       -> {"rewards": [float, ...]}
+    POST {prefix}/{profile}/load|offload   accepted no-ops (newer clients call them)
+
+Status codes follow the real client (`raise_for_status()`, then a truthy `error` key raises,
+then `rewards`): any 4xx/5xx is retried, a 200 with `{"error": ...}` fails at once. So bad input
+is a 200 with `error` (retrying cannot fix it) and transient faults (every sample invalid because
+backends are down or timing out) are a 503, which the client retries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ..combine import combine_sample, group_transform
+from ..config import CombineConfig
+from ..gateway import Gateway
+from ..media import ImageMedia, MediaError, VideoMedia
+from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
+from ..schema import ErrorCode, RewardRequest, SampleInput
+
+log = logging.getLogger(__name__)
+
+TRANSIENT = {ErrorCode.backend_unavailable, ErrorCode.timeout, ErrorCode.backend_error}
+MEDIA_FIELD = {"image": "image", "video": "video", "condition_image": "condition_images"}
+
+
+class BadInput(ValueError):
+    """The request cannot be scored as sent; the message is the `error` the client raises."""
+
+
+def _list_or_none(data: dict[str, Any], key: str, n: int) -> list[Any] | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != n:
+        got = f"{len(value)} entries" if isinstance(value, list) else type(value).__name__
+        raise BadInput(f"`{key}` must be null or a list with one entry per prompt ({n}), got {got}")
+    return value
+
+
+def parse_compute(body: bytes, profile: FlowFactoryProfile) -> list[SampleInput]:
+    """The five-key JSON body -> samples (run in a worker thread: JSON and PNG headers)."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BadInput(f"body is not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BadInput("body must be a JSON object with prompt, image, video, condition_images, condition_videos")
+    prompts = data.get("prompt")
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise BadInput("`prompt` must be a non-empty list of strings")
+    n = len(prompts)
+    images = _list_or_none(data, "image", n)
+    videos = _list_or_none(data, "video", n)
+    conds = _list_or_none(data, "condition_images", n)
+    _list_or_none(data, "condition_videos", n)  # checked; no judge reads condition videos yet
+    samples = []
+    for i, prompt in enumerate(prompts):
+        where = ""
+        try:
+            where = f"image[{i}]"
+            image = ImageMedia.validate(images[i]) if images is not None and images[i] is not None else None
+            where = f"video[{i}]"
+            video = None
+            if videos is not None and videos[i] is not None:
+                if not isinstance(videos[i], list):
+                    raise MediaError("a video must be a list of base64 PNG frames")
+                video = VideoMedia.from_frames(videos[i], fps=profile.video_fps)
+            where = f"condition_images[{i}]"
+            cond = []
+            if conds is not None and conds[i] is not None:
+                if not isinstance(conds[i], list):
+                    raise MediaError("must be a list of base64 PNG images")
+                cond = [ImageMedia.validate(c) for c in conds[i]]
+        except (MediaError, ValueError) as err:
+            raise BadInput(f"{where}: {err}") from None
+        samples.append(SampleInput(prompt=prompt, image=image, video=video, condition_images=cond,
+                                   group_id="group" if profile.mode == "groupwise" else None))
+    return samples
+
+
+class FlowFactoryService:
+    def __init__(self, gateway: Gateway, cfg: FlowFactoryConfig) -> None:
+        self.gateway = gateway
+        self.cfg = cfg
+
+    def check_media(self, profile_name: str, profile: FlowFactoryProfile, samples: list[SampleInput]) -> None:
+        for judge in profile.judges:
+            for slot in self.gateway.judges[judge].media:
+                field = MEDIA_FIELD.get(slot, slot)
+                for i, s in enumerate(samples):
+                    have = s.image if slot == "image" else s.video if slot == "video" else s.condition_images
+                    if not have:
+                        raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs `{field}`, "
+                                       f"and sample {i} has none")
+
+    async def compute(self, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        profile = self.cfg.profiles[name]
+        try:
+            samples = await run_in_threadpool(parse_compute, body, profile)
+            self.check_media(name, profile, samples)
+        except BadInput as err:
+            return 200, {"error": str(err)}
+        judges = list(profile.judges)
+        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
+        combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
+        rewards: list[float | None] = []
+        problems: list[tuple[int, str, ErrorCode]] = []
+        for r in response.results:
+            value, _, _ = combine_sample(r.scores, profile.judges, combine)
+            rewards.append(value)
+            for judge, s in r.scores.items():
+                if not s.valid and s.error is not None:
+                    problems.append((r.index, f"{judge}: {s.error.code.value}: {s.error.message}", s.error.code))
+        if profile.mode == "groupwise":
+            rewards = group_transform(rewards, ["group"] * len(rewards), profile.group_transform)
+        valid = [v for v in rewards if v is not None]
+        if problems:
+            first = f"sample {problems[0][0]}: {problems[0][1]}"
+            if not valid and any(code in TRANSIENT for _, _, code in problems):
+                # Retrying may help (backends down or slow): the client retries 5xx.
+                return 503, {"detail": f"no sample could be scored ({len(problems)} failed judge scores), "
+                                       f"e.g. {first}"}
+            if profile.on_invalid == "error":
+                return 200, {"error": f"{len(problems)} judge scores invalid; e.g. {first}"}
+            if profile.on_invalid == "fill" or not valid:
+                fill = profile.fill_value
+            else:
+                fill = sum(valid) / len(valid)
+            log.warning("flow-factory %s: %d invalid judge scores, filled with %s; e.g. %s",
+                        name, len(problems), fill, first)
+            rewards = [fill if v is None else v for v in rewards]
+        return 200, {"rewards": rewards}
+
+
+def install(app: FastAPI, service: FlowFactoryService) -> None:
+    prefix = service.cfg.path_prefix
+    metrics = service.gateway.metrics
+
+    def unknown(profile: str) -> JSONResponse:
+        known = ", ".join(f"{prefix}/{p}" for p in service.cfg.profiles) or "none configured"
+        return JSONResponse({"error": f"no Flow-Factory profile {profile!r} (profiles: {known})"}, status_code=404)
+
+    @app.get(prefix + "/{profile}/health", summary="Flow-Factory: health of a reward profile")
+    async def health(profile: str) -> JSONResponse:
+        if profile not in service.cfg.profiles:
+            return unknown(profile)
+        p = service.cfg.profiles[profile]
+        return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
+
+    @app.post(prefix + "/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")
+    async def compute(profile: str, request: Request) -> JSONResponse:
+        if profile not in service.cfg.profiles:
+            return unknown(profile)
+        started = time.perf_counter()
+        status = "error"
+        try:
+            code, body = await service.compute(profile, await request.body())
+            status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
+            return JSONResponse(body, status_code=code)
+        except Exception as err:  # a bug: 500, which the client retries
+            log.exception("flow-factory compute failed")
+            return JSONResponse({"detail": f"{type(err).__name__}: {err}"}, status_code=500)
+        finally:
+            metrics.requests.labels("flow_factory", status).inc()
+            metrics.request_latency.labels("flow_factory").observe(time.perf_counter() - started)
+
+    @app.post(prefix + "/{profile}/load", summary="Flow-Factory: accepted no-op (judges are served elsewhere)")
+    @app.post(prefix + "/{profile}/offload", summary="Flow-Factory: accepted no-op")
+    async def load(profile: str) -> JSONResponse:
+        if profile not in service.cfg.profiles:
+            return unknown(profile)
+        return JSONResponse({"status": "ok"})

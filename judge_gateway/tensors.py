@@ -1,0 +1,158 @@
+"""cosmos-rl enqueue payloads: `<JSON line>\\n<tensor bytes>`, sniffed and validated.
+
+Never unpickles request bytes: npy loads with allow_pickle=False; torch-saved tensors are handed
+(as bytes) to the torch worker, which loads them with weights_only=True.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+NPY_MAGIC = b"\x93NUMPY"
+TORCH_ZIP_MAGIC = b"PK\x03\x04"
+
+MediaType = Literal["image", "video", "latent"]
+
+
+class PayloadError(ValueError):
+    """A malformed enqueue body; the message is the 400's reason."""
+
+
+@dataclass
+class EnqueueMeta:
+    reward_fn: dict[str, float]
+    prompts: list[str] | None
+    media_type: MediaType
+    video_infos: list[dict[str, Any]] | None
+    extra: dict[str, Any]
+
+
+def split_body(body: bytes) -> tuple[dict[str, Any], bytes]:
+    """Split at the first newline; the first line must be a JSON object."""
+    if not body:
+        raise PayloadError("empty body: expected one line of JSON metadata, '\\n', then tensor bytes")
+    head, sep, tensor = body.partition(b"\n")
+    if not sep:
+        raise PayloadError("no '\\n' in the body: expected one line of JSON metadata, '\\n', then tensor bytes")
+    try:
+        meta = json.loads(head.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PayloadError(f"the first line is not UTF-8 JSON: {err}") from None
+    if not isinstance(meta, dict):
+        raise PayloadError(f"the JSON line must be an object, got {type(meta).__name__}")
+    if not tensor:
+        raise PayloadError("no tensor bytes after the JSON line")
+    return meta, tensor
+
+
+def parse_meta(meta: dict[str, Any]) -> EnqueueMeta:
+    rf = meta.get("reward_fn")
+    if rf is None:
+        raise PayloadError("the JSON line has no `reward_fn` (a {reward_name: weight} object)")
+    if not isinstance(rf, dict) or not rf:
+        raise PayloadError("`reward_fn` must be a non-empty {reward_name: weight} object")
+    weights: dict[str, float] = {}
+    for name, w in rf.items():
+        if isinstance(w, bool) or not isinstance(w, (int, float)):
+            raise PayloadError(f"`reward_fn.{name}` must be a number (the weight), got {w!r}")
+        weights[name] = float(w)
+    prompts = meta.get("prompts")
+    if prompts is not None and (not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts)):
+        raise PayloadError("`prompts` must be a list of strings")
+    mt = meta.get("media_type")
+    media_type: MediaType = mt if mt in ("image", "video") else "latent"  # the original's default
+    infos = meta.get("video_infos")
+    if infos is not None and (not isinstance(infos, list) or not all(isinstance(i, dict) for i in infos)):
+        raise PayloadError("`video_infos` must be a list of objects, one per sample")
+    extra = {k: v for k, v in meta.items() if k not in ("reward_fn", "prompts", "media_type", "video_infos")}
+    return EnqueueMeta(weights, prompts, media_type, infos, extra)
+
+
+def sniff(data: bytes) -> Literal["npy", "torch"]:
+    if data.startswith(NPY_MAGIC):
+        return "npy"
+    if data.startswith(TORCH_ZIP_MAGIC):
+        return "torch"
+    raise PayloadError(
+        f"tensor bytes are neither npy (\\x93NUMPY) nor a torch zip (PK\\x03\\x04); they start with {data[:8]!r}"
+    )
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as err:
+        raise PayloadError(f"npy payload refused: {err}") from None
+    except Exception as err:
+        raise PayloadError(f"npy payload unreadable: {type(err).__name__}: {err}") from None
+    if not isinstance(arr, np.ndarray):
+        raise PayloadError("npy payload is not a single array")
+    return arr
+
+
+def bf16_view_to_float32(arr: np.ndarray) -> np.ndarray:
+    """uint8 bytes of a bfloat16 tensor (last dim doubled) -> float32."""
+    if arr.shape[-1] % 2:
+        raise PayloadError(f"uint8 latent view must have an even last dimension (bf16 bytes), got {list(arr.shape)}")
+    u16 = np.ascontiguousarray(arr).view("<u2")
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def _shape(arr: np.ndarray) -> list[int]:
+    return [int(x) for x in arr.shape]
+
+
+def check_image(arr: np.ndarray) -> np.ndarray:
+    """[B,H,W,3] (or [B,3,H,W]) uint8 -> [B,H,W,3]."""
+    if arr.dtype != np.uint8:
+        raise PayloadError(f"image tensor must be uint8 0-255, got {arr.dtype}")
+    if arr.ndim != 4:
+        raise PayloadError(f"image tensor must be [B,H,W,3], got shape {_shape(arr)}")
+    if arr.shape[3] == 3:
+        out = arr
+    elif arr.shape[1] == 3:
+        out = arr.transpose(0, 2, 3, 1)
+    else:
+        raise PayloadError(f"image tensor must be [B,H,W,3] (or [B,3,H,W]), got shape {_shape(arr)}")
+    if min(out.shape[1], out.shape[2]) < 1:
+        raise PayloadError(f"image tensor has an empty side: {_shape(arr)}")
+    return out
+
+
+def check_video(arr: np.ndarray) -> np.ndarray:
+    """[B,3,T,H,W] uint8 -> [B,T,H,W,3]."""
+    if arr.dtype != np.uint8:
+        raise PayloadError(f"video tensor must be uint8 0-255, got {arr.dtype}")
+    if arr.ndim != 5 or arr.shape[1] != 3:
+        raise PayloadError(f"video tensor must be [B,3,T,H,W], got shape {_shape(arr)}")
+    if min(arr.shape[2:]) < 1:
+        raise PayloadError(f"video tensor has an empty dimension: {_shape(arr)}")
+    return arr.transpose(0, 2, 3, 4, 1)
+
+
+def check_latent(arr: np.ndarray, *, channels: tuple[int, ...] = (16,)) -> np.ndarray:
+    """float16/float32 (or a uint8 bf16 view) [B,C,T,H,W] -> float32."""
+    if arr.dtype == np.uint8:
+        arr = bf16_view_to_float32(arr)
+    elif arr.dtype in (np.float16, np.float32):
+        arr = arr.astype(np.float32)
+    else:
+        raise PayloadError(f"latent tensor must be float16/bf16 (or its uint8 byte view), got {arr.dtype}")
+    if arr.ndim != 5 or arr.shape[1] not in channels:
+        raise PayloadError(
+            f"latent tensor must be [B,{'|'.join(map(str, channels))},T,H,W] (Wan VAE latents), got shape {_shape(arr)}"
+        )
+    if not np.isfinite(arr).all():
+        raise PayloadError("latent tensor holds NaN or inf")
+    return arr
+
+
+def input_info(arr: np.ndarray, dtype_name: str) -> dict[str, Any]:
+    """The original's `input_info` (it logs torch dtypes; so do we, for the tensor as received)."""
+    return {"shape": _shape(arr), "dtype": dtype_name,
+            "min": f"{float(arr.min()):.3f}", "max": f"{float(arr.max()):.3f}"}
