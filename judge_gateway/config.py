@@ -152,7 +152,7 @@ class NormalizeConfig(_Strict):
 
 
 class JudgeConfig(_Strict):
-    kind: str = Field(description="yes_no | rubric | final_score")
+    kind: str = Field(description="yes_no | rubric | final_score | clip | pickscore | hpsv2 | ocr")
     backend: str | None = Field(None, description="Name of a [backends.*] entry (VLM judges).")
     template: str | None = Field(None, description="Pinned prompt template, `family@version`.")
     weight: float = Field(1.0, description="Weight in the combined reward.")
@@ -170,6 +170,10 @@ class YesNoOptions(_Strict):
     top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
     min_answer_mass: float = Field(
         0.5, ge=0.0, le=1.0, description="Below this P(yes)+P(no) the score is answer_missing."
+    )
+    shadow_template: str | None = Field(
+        None, description="Also score with this pinned template (`family@version`, same kind); its "
+        "result goes into details['shadow'], never into the reward."
     )
 
 
@@ -191,6 +195,17 @@ class RubricOptions(_Strict):
     guided_regex: str | None = Field(
         None, description="Constrain the reply with vLLM structured outputs (a regex)."
     )
+    aggregation_profile: str | None = Field(
+        None, description="A tuned aggregation profile file `<name>@<version>.json` (`judge-gateway tune "
+        "rubric`): its weights, na_policy and na_value replace aspect_weights/na_policy/na_value."
+    )
+    aggregation_profile_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="Pin the profile file's exact bytes."
+    )
+    shadow_template: str | None = Field(
+        None, description="Also score with this pinned template (`family@version`, same kind); its "
+        "result goes into details['shadow'], never into the reward."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "RubricOptions":
@@ -202,6 +217,10 @@ class RubricOptions(_Strict):
                     raise ValueError(f"aspect weight {name!r} must be >= 0")
             if not any(w > 0 for w in self.aspect_weights.values()):
                 raise ValueError("aspect_weights needs at least one positive weight")
+        if self.aggregation_profile is not None and self.aspect_weights is not None:
+            raise ValueError("set aspect_weights or aggregation_profile, not both")
+        if self.aggregation_profile_sha256 is not None and self.aggregation_profile is None:
+            raise ValueError("aggregation_profile_sha256 pins an aggregation_profile; none is set")
         return self
 
 
@@ -212,6 +231,10 @@ class FinalScoreOptions(_Strict):
     temperature: float = Field(0.0, ge=0.0)
     stop: list[str] | None = None
     guided_regex: str | None = None
+    shadow_template: str | None = Field(
+        None, description="Also score with this pinned template (`family@version`, same kind); its "
+        "result goes into details['shadow'], never into the reward."
+    )
 
 
 KIND_OPTIONS: dict[str, type[BaseModel]] = {
@@ -219,6 +242,10 @@ KIND_OPTIONS: dict[str, type[BaseModel]] = {
     "rubric": RubricOptions,
     "final_score": FinalScoreOptions,
 }
+# Local scorer heads (judge_gateway/heads): options say how their worker process runs.
+from .heads.options import HEAD_KIND_OPTIONS, HEAD_KINDS  # noqa: E402
+
+KIND_OPTIONS.update(HEAD_KIND_OPTIONS)
 
 
 class GatewayConfig(_Strict):
@@ -266,6 +293,10 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
             KIND_OPTIONS[judge.kind].model_validate(judge.options)
         except ValidationError as err:
             problems.append(_format_validation(err, (*key.split("."), "options")))
+        if judge.kind in HEAD_KINDS:
+            for field in ("backend", "template"):
+                if getattr(judge, field) is not None:
+                    problems.append(f"{key}.{field}: not used by head kind {judge.kind!r} (heads run locally)")
         if judge.kind in VLM_KINDS:
             if not judge.backend:
                 problems.append(f"{key}.backend: required for kind {judge.kind!r}")
@@ -294,6 +325,8 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                                     f"{key}.options.aspect_weights.{aspect}: not an aspect of "
                                     f"{judge.template} (aspects: {', '.join(sorted(names))})"
                                 )
+                        problems += _check_profile(key, judge, template, source)
+                    problems += _check_shadow(key, judge, template)
     problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
     host = cfg.server.host
     if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
@@ -305,6 +338,59 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return cfg
+
+
+def _check_shadow(key: str, judge: JudgeConfig, template: Any) -> list[str]:
+    """A shadow template must be pinned, exist, differ from the judge's, and be of its kind."""
+    from .prompts import TemplateError, load_template
+
+    ref = judge.options.get("shadow_template")
+    if not isinstance(ref, str):
+        return []
+    where = f"{key}.options.shadow_template"
+    try:
+        shadow = load_template(ref)
+    except TemplateError as err:
+        return [f"{where}: {err}"]
+    if shadow.kind != template.kind:
+        return [f"{where}: {ref} is a {shadow.kind!r} template, but the judge's kind is {judge.kind!r}"]
+    if shadow.sha256 == template.sha256:
+        return [f"{where}: {ref} is the judge's own template"]
+    if judge.kind == "rubric":
+        names = {a.name for a in shadow.aspects}
+        wanted = set(judge.options.get("aspect_weights") or {})
+        if wanted - names:
+            return [f"{where}: {ref} lacks aspect(s) {', '.join(sorted(wanted - names))} of aspect_weights"]
+    return []
+
+
+def _check_profile(key: str, judge: JudgeConfig, template: Any, source: str) -> list[str]:
+    """Load the rubric judge's aggregation profile (path resolved next to the config file)."""
+    ref = judge.options.get("aggregation_profile")
+    if not isinstance(ref, str):
+        return []
+    from .tuning.profile import ProfileError, load_profile
+
+    where = f"{key}.options.aggregation_profile"
+    path = Path(ref)
+    if not path.is_absolute() and Path(source).is_file():
+        path = Path(source).resolve().parent / path
+    try:
+        profile = load_profile(path, sha256=judge.options.get("aggregation_profile_sha256"))
+    except ProfileError as err:
+        return [f"{where}: {err}"]
+    if profile.kind != "rubric_aspects":
+        return [f"{where}: {profile.ref} is a {profile.kind!r} profile, not rubric aspect weights"]
+    made_for = (profile.created_from.get("template") or {}).get("id")
+    if made_for != template.id:
+        return [f"{where}: {profile.ref} was tuned for template family {made_for!r}, the judge uses {template.id!r}"]
+    names = {a.name for a in template.aspects}
+    unknown = set(profile.weights) - names
+    if unknown:
+        return [f"{where}: {profile.ref} weighs aspect(s) {', '.join(sorted(unknown))} that "
+                f"{judge.template} does not have"]
+    judge.options["aggregation_profile"] = str(path)  # resolved once, here
+    return []
 
 
 def load_config(path: str | Path | None = None) -> GatewayConfig:

@@ -70,34 +70,7 @@ pip_quiet uninstall -q -y torchaudio torchcodec triton
 # so they are skipped when torchvision.extension._has_ops() is false. Idempotent: a guarded
 # line no longer matches the pattern.
 log "patching torchvision/_meta_registrations.py"
-"$VENV/bin/python" - <<'PY'
-import importlib.util
-import pathlib
-import re
-import sys
-
-spec = importlib.util.find_spec("torchvision")  # does not import the package
-if spec is None or not spec.submodule_search_locations:
-    sys.exit("torchvision is not installed in this venv")
-path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "_meta_registrations.py"
-src = path.read_text()
-pattern = re.compile(
-    r'^(?P<indent>[ \t]*)@torch\.library\.register_fake\((?P<arg>"torchvision::[A-Za-z0-9_.]+")\)[ \t]*$',
-    re.MULTILINE,
-)
-guarded = (
-    r"\g<indent>@(torch.library.register_fake(\g<arg>) "
-    r"if torchvision.extension._has_ops() else (lambda fn: fn))  # patched by judge-gateway"
-)
-new, count = pattern.subn(guarded, src)
-if count:
-    path.write_text(new)
-    for pyc in path.parent.joinpath("__pycache__").glob("_meta_registrations.*.pyc"):
-        pyc.unlink()
-    print(f"[setup_vllm_cpu] guarded {count} register_fake registration(s) in {path}")
-else:
-    print(f"[setup_vllm_cpu] {path} already patched (or nothing to patch)")
-PY
+"$VENV/bin/python" "$REPO_ROOT/scripts/patch_torchvision.py" setup_vllm_cpu
 
 if ! check_import; then
     echo "[setup_vllm_cpu] ERROR: 'import vllm, torchvision' still fails in $VENV:" >&2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..backends import BackendPool
 from ..config import GatewayConfig
+from ..heads.options import HEAD_KINDS
 from .base import Judge, JudgeFailure, ScoreContext, Verdict
 from .generative import FinalScoreJudge, RubricJudge
 from .yes_no import YesNoJudge
@@ -19,6 +20,11 @@ def build_judges(cfg: GatewayConfig, pools: dict[str, BackendPool]) -> dict[str,
     """One Judge per configured entry, in config order."""
     judges: dict[str, Judge] = {}
     for name, jcfg in cfg.judges.items():
+        if jcfg.kind in HEAD_KINDS:  # local heads: a supervised worker process each
+            from ..heads.judge import HeadJudge
+
+            judges[name] = HeadJudge(name, jcfg)
+            continue
         kind = VLM_JUDGE_KINDS.get(jcfg.kind)
         if kind is None:  # validate_config rejects unknown kinds first
             raise ValueError(f"judges.{name}.kind: unknown kind {jcfg.kind!r}")

@@ -1,0 +1,104 @@
+"""Cross-request micro-batching inside a head worker.
+
+Jobs (one per request message, each with n frames) arrive on a queue from the reader thread.
+The batcher takes the first job, then keeps collecting until it holds `max_batch_size` items or
+`max_wait_ms` has passed since the first one, runs the model in slices of at most
+`max_batch_size` items, and hands every job its own outputs.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Job:
+    msg_id: int
+    frames: np.ndarray  # uint8 [n, H, W, 3]
+    prompt: str
+
+
+@dataclass
+class Control:
+    """A non-scoring message handled in order with the jobs (e.g. `stats`)."""
+
+    msg_id: int
+    op: str
+
+
+InferFn = Callable[[Sequence[np.ndarray], Sequence[str]], list[dict[str, Any]]]
+
+
+class MicroBatcher:
+    def __init__(self, infer: InferFn, max_batch_size: int, max_wait_ms: float) -> None:
+        self.infer = infer
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.batches = 0
+        self.items = 0
+        self.batch_sizes: dict[int, int] = {}
+
+    def collect(self, q: "queue.Queue[Any]") -> tuple[list[Job], list[Any]]:
+        """Block for one message, then gather jobs until the batch is full or the wait is over.
+        Returns (jobs, other messages that arrived meanwhile, in order after the jobs)."""
+        first = q.get()
+        if not isinstance(first, Job):
+            return [], [first]
+        jobs, others = [first], []
+        items = len(first.frames)
+        deadline = time.monotonic() + self.max_wait_s
+        while items < self.max_batch_size:
+            remaining = deadline - time.monotonic()
+            try:
+                msg = q.get(timeout=remaining) if remaining > 0 else q.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(msg, Job):
+                others.append(msg)  # control / end of stream: run what we have first
+                break
+            jobs.append(msg)
+            items += len(msg.frames)
+        return jobs, others
+
+    def run(self, jobs: list[Job]) -> dict[int, list[dict[str, Any]] | Exception]:
+        """Outputs per job id; a failing batch is retried job by job so one bad input cannot
+        fail its neighbours."""
+        images = [f for job in jobs for f in job.frames]
+        prompts = [job.prompt for job in jobs for _ in range(len(job.frames))]
+        try:
+            outputs = self._infer_sliced(images, prompts)
+        except Exception as exc:
+            if len(jobs) == 1:
+                return {jobs[0].msg_id: exc}
+            result: dict[int, list[dict[str, Any]] | Exception] = {}
+            for job in jobs:
+                result.update(self.run([job]))
+            return result
+        result, start = {}, 0
+        for job in jobs:
+            result[job.msg_id] = outputs[start : start + len(job.frames)]
+            start += len(job.frames)
+        return result
+
+    def _infer_sliced(self, images: list[np.ndarray], prompts: list[str]) -> list[dict[str, Any]]:
+        outputs: list[dict[str, Any]] = []
+        for i in range(0, len(images), self.max_batch_size):
+            chunk = images[i : i + self.max_batch_size]
+            out = self.infer(chunk, prompts[i : i + self.max_batch_size])
+            if len(out) != len(chunk):
+                raise RuntimeError(f"head returned {len(out)} outputs for {len(chunk)} inputs")
+            outputs.extend(out)
+            self.batches += 1
+            self.items += len(chunk)
+            self.batch_sizes[len(chunk)] = self.batch_sizes.get(len(chunk), 0) + 1
+        return outputs
+
+    def stats(self) -> dict[str, Any]:
+        return {"batches": self.batches, "items": self.items,
+                "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}

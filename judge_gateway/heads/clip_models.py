@@ -1,0 +1,232 @@
+"""CLIP-family heads (CLIP score, PickScore, HPSv2) on open_clip or transformers.
+
+All three score an (image, prompt) pair from L2-normalised embeddings:
+- clip:      raw = cosine(image, text)
+- pickscore: raw = exp(logit_scale) x cosine (PickScore_v1, a CLIP-H fine-tune)
+- hpsv2:     raw = cosine(image, text) on open_clip ViT-H-14 with the HPS checkpoint's weights,
+             images padded to a square with black (HPSv2's ResizeMaxSize / cosmos-rl)
+Text embeddings go through a TextEmbeddingCache; everything runs under torch.inference_mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .models import HeadLoadError, HeadModel
+from .text_cache import TextEmbeddingCache
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _features(out: Any) -> torch.Tensor:
+    """transformers < 5 returns a tensor from get_*_features; 5.x an output object whose
+    pooler_output is the projected embedding."""
+    if isinstance(out, torch.Tensor):
+        return out
+    pooled = getattr(out, "pooler_output", None)
+    if isinstance(pooled, torch.Tensor):
+        return pooled
+    raise TypeError(f"unexpected feature output {type(out).__name__}")
+
+
+class ClipFamilyHead(HeadModel):
+    def __init__(self, kind: str, options: dict[str, Any]) -> None:
+        super().__init__(kind, options)
+        self.device = torch.device(options.get("device", "cpu"))
+        self.dtype = DTYPES[options.get("dtype", "fp32")]
+        self.text_cache = TextEmbeddingCache(int(options.get("text_cache_size", 4096)))
+
+    # -- model-specific parts ------------------------------------------------------------------
+    @abstractmethod
+    def _pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _encode_text(self, prompts: list[str]) -> torch.Tensor: ...
+
+    def _scale(self) -> float:
+        return 1.0
+
+    # -- shared scoring ------------------------------------------------------------------------
+    def _text_rows(self, prompts: list[str]) -> list[torch.Tensor]:
+        emb = self._encode_text(prompts).float()
+        emb = emb / emb.norm(dim=-1, keepdim=True)
+        return list(emb)
+
+    def embed_images(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        pixels = self._pixels(images).to(self.device, self.dtype)
+        emb = self._encode_image(pixels).float()
+        return emb / emb.norm(dim=-1, keepdim=True)
+
+    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
+        with torch.inference_mode():
+            text = torch.stack(self.text_cache.get_many(list(prompts), self._text_rows))
+            img = self.embed_images(images)
+            cosine = (img * text).sum(dim=-1)
+            raw = cosine * self._scale()
+        return [{"raw": float(r), "cosine": float(c)} for r, c in zip(raw.tolist(), cosine.tolist())]
+
+    def stats(self) -> dict[str, Any]:
+        return self.text_cache.stats()
+
+    def _finish(self, model: torch.nn.Module) -> torch.nn.Module:
+        model = model.to(self.device, self.dtype).eval()
+        model.requires_grad_(False)
+        return model
+
+
+# ---------------------------------------------------------------------------------------------
+# open_clip (CLIP score via open_clip, HPSv2)
+# ---------------------------------------------------------------------------------------------
+
+
+def _register_model_config(path: str | None) -> None:
+    if path:
+        import open_clip
+
+        p = Path(path)
+        if not p.is_file():
+            raise HeadLoadError(f"model_config_file {path!r} does not exist")
+        open_clip.add_model_config(p)  # registered under the file's stem
+
+
+def _to_pil(images: Sequence[np.ndarray]) -> list[Image.Image]:
+    return [Image.fromarray(np.ascontiguousarray(im)) for im in images]
+
+
+class OpenClipHead(ClipFamilyHead):
+    def load(self) -> dict[str, Any]:
+        import open_clip
+
+        o = self.options
+        _register_model_config(o.get("model_config_file"))
+        arch = o["model"]
+        pretrained = o.get("pretrained") if self.kind == "clip" else None
+        try:
+            model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
+        except Exception as exc:
+            raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
+        facts: dict[str, Any] = {"model": arch, "pretrained": pretrained, "library": "open_clip"}
+        if self.kind == "hpsv2":
+            checkpoint = o["checkpoint"]
+            model.load_state_dict(_hps_state_dict(checkpoint))
+            facts["checkpoint"] = checkpoint
+            # HPSv2's own eval transform: longest side to the input size, pad to square with black.
+            cfg = model.visual.preprocess_cfg if hasattr(model.visual, "preprocess_cfg") else {}
+            preprocess = open_clip.image_transform(
+                model.visual.image_size, is_train=False, mean=cfg.get("mean"), std=cfg.get("std"),
+                resize_mode="longest", fill_color=0,
+            )
+            facts["preprocess"] = "resize_longest+pad_square_black"
+        else:
+            facts["preprocess"] = "resize_shortest+center_crop"
+        self.model = self._finish(model)
+        self.preprocess = preprocess
+        self.tokenizer = open_clip.get_tokenizer(arch)
+        return facts
+
+    def _pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        return torch.stack([self.preprocess(im) for im in _to_pil(images)])
+
+    def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_image(pixels)
+
+    def _encode_text(self, prompts: list[str]) -> torch.Tensor:
+        return self.model.encode_text(self.tokenizer(prompts).to(self.device))
+
+
+def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
+    """The HPS checkpoint's state dict: a local .pt/.pth ({"state_dict": ...} or plain) or
+    safetensors file, or `repo_id/filename` on the Hugging Face hub."""
+    path = Path(checkpoint)
+    if not path.is_file():
+        parts = checkpoint.split("/")
+        if len(parts) < 3:
+            raise HeadLoadError(f"checkpoint {checkpoint!r} is neither a file nor `repo_id/filename`")
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = Path(hf_hub_download("/".join(parts[:2]), "/".join(parts[2:])))
+        except Exception as exc:
+            raise HeadLoadError(f"cannot fetch HPS checkpoint {checkpoint!r}: {exc}") from exc
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise HeadLoadError(f"{path} holds no state dict")
+    # Checkpoints saved from DistributedDataParallel prefix every key with "module.".
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers (CLIP score via CLIPModel, PickScore)
+# ---------------------------------------------------------------------------------------------
+
+
+class HFClipHead(ClipFamilyHead):
+    def load(self) -> dict[str, Any]:
+        from transformers import AutoProcessor, CLIPModel
+
+        o = self.options
+        model_id = o["model"]
+        processor_id = o.get("processor") or model_id
+        try:
+            model = CLIPModel.from_pretrained(model_id)
+            self.processor = AutoProcessor.from_pretrained(processor_id)
+        except Exception as exc:
+            raise HeadLoadError(
+                f"transformers could not load CLIPModel {model_id!r} / processor {processor_id!r}: {exc}"
+            ) from exc
+        self.model = self._finish(model)
+        self.max_length = int(getattr(model.config.text_config, "max_position_embeddings", 77))
+        self._logit_scale = float(self.model.logit_scale.float().exp()) if self.kind == "pickscore" else 1.0
+        facts = {"model": model_id, "processor": processor_id, "library": "transformers",
+                 "preprocess": "processor (resize_shortest+center_crop)"}
+        if self.kind == "pickscore":
+            facts["logit_scale_exp"] = self._logit_scale
+        return facts
+
+    def _scale(self) -> float:
+        return self._logit_scale
+
+    def _pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+        return self.processor(images=_to_pil(images), return_tensors="pt")["pixel_values"]
+
+    def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+        return _features(self.model.get_image_features(pixel_values=pixels))
+
+    def _encode_text(self, prompts: list[str]) -> torch.Tensor:
+        tok = self.processor(text=prompts, padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt")
+        return _features(self.model.get_text_features(
+            input_ids=tok["input_ids"].to(self.device), attention_mask=tok["attention_mask"].to(self.device)))
+
+
+def build_clip_family(kind: str, options: dict[str, Any]) -> ClipFamilyHead:
+    threads = options.get("threads")
+    if threads:
+        torch.set_num_threads(int(threads))
+    if kind == "pickscore":
+        return HFClipHead(kind, options)
+    if kind == "hpsv2":
+        return OpenClipHead(kind, options)
+    if options.get("library", "transformers") == "open_clip":
+        return OpenClipHead(kind, options)
+    return HFClipHead(kind, options)

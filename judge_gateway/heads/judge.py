@@ -1,0 +1,111 @@
+"""Head judges: the Judge kind that scores a sample with a local head worker.
+
+Images are scored as one frame; videos as frames sampled by `video.num_frames` / `video.fps`
+(and `video.max_frames`), whose per-frame scores are pooled by `options.pooling`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config import JudgeConfig, NormalizeConfig
+from ..media import VideoSampling, sample_frame_indices
+from ..schema import ErrorCode
+from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
+from .ocr_text import extract_target_text, ocr_reward
+from .options import HEAD_KIND_OPTIONS, HeadOptions
+from .pooling import pool_scores
+from .supervisor import HeadError, HeadWorker
+
+if TYPE_CHECKING:
+    from ..schema import SampleInput
+
+_PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
+
+
+class HeadJudge(Judge):
+    def __init__(self, name: str, cfg: JudgeConfig) -> None:
+        super().__init__(name, cfg)
+        self.kind = cfg.kind
+        self.options: HeadOptions = HEAD_KIND_OPTIONS[cfg.kind].model_validate(cfg.options)
+        self.worker = HeadWorker(name, cfg.kind, self.options)
+        v = cfg.video
+        # Heads score frames independently: no even-frame rule (that is Qwen-VL's temporal patch).
+        self.sampling = VideoSampling(num_frames=v.num_frames, fps=v.fps, max_frames=v.max_frames,
+                                      even_frames=False)
+
+    @property
+    def model(self) -> str | None:
+        return self.worker.info.get("model") or getattr(self.options, "model", None) or self.kind
+
+    @property
+    def media(self) -> tuple[str, ...]:
+        return ("image", "video")
+
+    async def probe(self) -> tuple[bool, str | None]:
+        try:
+            self.worker.ensure_started()
+        except HeadError as exc:
+            return False, str(exc)
+        return self.worker.readiness()
+
+    async def aclose(self) -> None:
+        await self.worker.aclose()
+
+    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+        target = None
+        if self.kind == "ocr":
+            target = extract_target_text(sample.prompt)
+            if target is None:
+                raise JudgeFailure(ErrorCode.not_applicable,
+                                   "the prompt has no quoted target text for the OCR reward")
+        elif not sample.prompt.strip():
+            raise JudgeFailure(ErrorCode.bad_input, f"{self.kind} needs the sample's prompt")
+        frames, facts = await asyncio.to_thread(self._frames, sample)
+        try:
+            outputs = await self.worker.infer(frames, sample.prompt)
+        except HeadError as exc:
+            raise JudgeFailure(ErrorCode.head_error, str(exc), details=facts) from None
+        if self.kind == "ocr":
+            assert target is not None
+            per_frame = [ocr_reward(target, out.get("lines", [])) for out in outputs]
+            values = [r for r, _ in per_frame]
+            details = {**facts, **per_frame[0][1]} if len(per_frame) == 1 else {
+                **facts, "target": target, "recognized": [d["recognized"] for _, d in per_frame]}
+        else:
+            values = [float(out["raw"]) for out in outputs]
+            details = dict(facts)
+        if len(values) > 1:
+            details |= {"frame_scores": values, "pooling": self.options.pooling}
+            if self.options.pooling == "topk_mean":
+                details["top_k"] = self.options.top_k
+        try:
+            raw = pool_scores(values, self.options.pooling, self.options.top_k)
+        except ValueError as exc:
+            raise JudgeFailure(ErrorCode.head_error, f"head {self.name!r}: {exc}", details=details) from None
+        details |= self._model_facts()
+        return Verdict(raw=raw, details=details, default_normalize=self._default_normalize())
+
+    def _default_normalize(self) -> NormalizeConfig | None:
+        if self.kind == "pickscore" and getattr(self.options, "peer_scale", False):
+            return _PEER_PICKSCORE
+        return None
+
+    def _model_facts(self) -> dict[str, Any]:
+        info = {k: v for k, v in self.worker.info.items() if k not in ("model", "pid")}
+        return {"head": info, "device": self.options.device, "dtype": self.options.dtype}
+
+    def _frames(self, sample: "SampleInput") -> tuple[np.ndarray, dict[str, Any]]:
+        if sample.image is not None:
+            arr = sample.image.to_array()
+            return arr[None], {"media": "image", "width": arr.shape[1], "height": arr.shape[0]}
+        if sample.video is not None:
+            video = sample.video
+            idx, fps = sample_frame_indices(video.num_frames, video.fps, self.sampling)
+            frames = video.frames_array(idx)
+            return frames, {"media": "video", "frames": len(idx), "frame_indices": idx,
+                            "sampled_fps": round(fps, 4), "source_fps": video.fps}
+        raise JudgeFailure(ErrorCode.bad_input, f"{self.kind} needs an image or a video")

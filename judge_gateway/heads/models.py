@@ -1,0 +1,45 @@
+"""Worker-side head models: the interface, and the registry the worker builds from."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+class HeadLoadError(RuntimeError):
+    """The model could not be loaded (bad path, missing dependency, offline hub ...)."""
+
+
+class HeadModel(ABC):
+    """Loads one scorer model and scores batches of (RGB uint8 image, prompt) items."""
+
+    def __init__(self, kind: str, options: dict[str, Any]) -> None:
+        self.kind = kind
+        self.options = options
+
+    @abstractmethod
+    def load(self) -> dict[str, Any]:
+        """Load the model; return facts for the score's details (model, preprocessing ...)."""
+
+    @abstractmethod
+    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
+        """One output dict per item. CLIP family: {"raw": float}; OCR: {"lines", "confidences"}."""
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
+    # Imported here: only the worker process loads torch / onnxruntime.
+    if kind in ("clip", "pickscore", "hpsv2"):
+        from .clip_models import build_clip_family
+
+        return build_clip_family(kind, options)
+    if kind == "ocr":
+        from .ocr_model import RapidOcrHead
+
+        return RapidOcrHead(kind, options)
+    raise HeadLoadError(f"unknown head kind {kind!r}")

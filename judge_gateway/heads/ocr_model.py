@@ -1,0 +1,51 @@
+"""OCR head: RapidOCR (PP-OCR det/cls/rec ONNX models shipped in the wheel) on onnxruntime.
+
+Outputs the recognised lines per image; the reward (target text, edit distance) is computed on
+the gateway side (ocr_text.py), which also knows whether a prompt has target text at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .models import HeadLoadError, HeadModel
+
+
+class RapidOcrHead(HeadModel):
+    def load(self) -> dict[str, Any]:
+        try:
+            from rapidocr import RapidOCR
+        except ImportError as exc:
+            raise HeadLoadError(f"rapidocr is not installed in the worker's interpreter: {exc}") from exc
+        o = self.options
+        device = o.get("device", "cpu")
+        params: dict[str, Any] = {
+            "Global.log_level": "warning",
+            "Global.text_score": float(o.get("min_confidence", 0.5)),
+            "Global.use_cls": bool(o.get("use_cls", True)),
+        }
+        if device.startswith("cuda"):
+            params["EngineConfig.onnxruntime.use_cuda"] = True
+            params["EngineConfig.onnxruntime.cuda_ep_cfg.device_id"] = int(device.partition(":")[2] or 0)
+        if o.get("threads"):
+            params["EngineConfig.onnxruntime.intra_op_num_threads"] = int(o["threads"])
+        try:
+            self.engine = RapidOCR(params=params)
+        except Exception as exc:
+            raise HeadLoadError(f"RapidOCR failed to initialise: {exc}") from exc
+        import rapidocr
+
+        return {"model": f"rapidocr {getattr(rapidocr, '__version__', '?')} (PP-OCR)", "library": "rapidocr"}
+
+    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
+        outputs = []
+        for im in images:
+            # RapidOCR reads a 3-channel ndarray as BGR (OpenCV order); ours are RGB.
+            result = self.engine(np.ascontiguousarray(im[..., ::-1]))
+            lines = list(result.txts or ())
+            scores = [float(s) for s in (result.scores or ())]
+            outputs.append({"lines": lines, "confidences": scores})
+        return outputs

@@ -1,0 +1,67 @@
+"""OCR text-rendering reward: the target text of a prompt, and the reference's reward formula.
+
+Reference (Flow-Factory / cosmos-rl OCR reward): target = the text inside the prompt's first pair
+of quotes; recognised = all detected lines concatenated; both lowercased, spaces removed;
+distance 0 when the target is a substring of the recognised text, else the Levenshtein distance
+clipped to the target length; reward = 1 - distance / max(1, len(raw target)).
+The reference only knows double quotes and crashes without them; we accept single and
+typographic quotes, and a prompt without target text is `not_applicable`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# (opening, closing) pairs, tried in this order; the earliest opening quote in the prompt wins.
+_QUOTE_PAIRS = (('"', '"'), ("\u201c", "\u201d"), ("\u201e", "\u201c"), ("\u00ab", "\u00bb"),
+                ("\u2018", "\u2019"), ("'", "'"))
+# An apostrophe inside a word ("don't") does not open a quote.
+_SINGLE_OPEN = re.compile(r"(?<![\w])'")
+
+
+def extract_target_text(prompt: str) -> str | None:
+    """The first quoted span of the prompt (stripped), or None when there is none."""
+    best: tuple[int, str] | None = None
+    for open_q, close_q in _QUOTE_PAIRS:
+        if open_q == "'":
+            m = _SINGLE_OPEN.search(prompt)
+            start = m.start() if m else -1
+        else:
+            start = prompt.find(open_q)
+        if start < 0:
+            continue
+        end = prompt.find(close_q, start + 1)
+        while open_q == "'" and end >= 0 and end + 1 < len(prompt) and prompt[end + 1].isalnum():
+            end = prompt.find(close_q, end + 1)  # skip apostrophes inside the quoted text
+        if end < 0:
+            continue
+        text = prompt[start + 1 : end].strip()
+        if text and (best is None or start < best[0]):
+            best = (start, text)
+    return best[1] if best else None
+
+
+def _normalise(text: str) -> str:
+    return "".join(text.lower().split())
+
+
+def levenshtein(a: str, b: str) -> int:
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def ocr_reward(target: str, recognised_lines: Sequence[str]) -> tuple[float, dict[str, object]]:
+    """(reward in [0, 1], details) for one image."""
+    recognised = "".join(recognised_lines)
+    t, r = _normalise(target), _normalise(recognised)
+    distance = 0 if t in r else min(levenshtein(t, r), len(t))
+    reward = 1.0 - distance / max(1, len(target))
+    return reward, {"target": target, "recognized": recognised, "edit_distance": distance}

@@ -1,0 +1,116 @@
+"""Config options of the local head kinds (`[judges.NAME] kind = "clip" | ... , options = {...}`).
+
+Pydantic only, no torch: the gateway validates these at config load; the worker process gets
+them as JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+HEAD_KINDS = ("clip", "pickscore", "hpsv2", "ocr")
+_DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+class HeadOptions(BaseModel):
+    """What every head shares: where and how its worker runs, and how it batches."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    device: str = Field("cpu", description="`cpu`, `cuda`, `cuda:N` or `mps`.")
+    dtype: Literal["fp32", "fp16", "bf16"] = Field("fp32", description="Model weights and inputs.")
+    python: str | None = Field(
+        None,
+        description=(
+            "Interpreter of the worker process (e.g. `.venv-heads/bin/python`), so a head's "
+            "dependencies can live in their own venv; relative paths are from the working "
+            "directory; default: the gateway's own interpreter."
+        ),
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment of the worker.")
+    threads: int | None = Field(None, ge=1, description="torch / onnxruntime intra-op threads.")
+    max_batch_size: int = Field(32, ge=1, le=4096, description="Items (images or frames) per forward pass.")
+    max_wait_ms: float = Field(
+        5.0, ge=0, le=10_000, description="How long a batch waits for more concurrent items once it has one."
+    )
+    pooling: Literal["mean", "min", "topk_mean"] = Field(
+        "mean", description="How per-frame scores of a video become one score."
+    )
+    top_k: int = Field(3, ge=1, description="Frames averaged by `topk_mean` (the k best).")
+    startup_timeout_s: float = Field(600.0, gt=0, description="Longest wait for the worker to load its model.")
+    restart_backoff_s: float = Field(0.5, ge=0, description="First delay before restarting a crashed worker.")
+    retry_failed_load_s: float = Field(
+        30.0, ge=0, description="After a failed model load, retry at the next request this much later."
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not _DEVICE_RE.match(v):
+            raise ValueError(f"{v!r} is not a device (cpu, cuda, cuda:N, mps)")
+        return v
+
+
+class _ClipFamilyOptions(HeadOptions):
+    text_cache_size: int = Field(4096, ge=0, description="Prompts whose text embedding is kept (LRU).")
+
+
+class ClipOptions(_ClipFamilyOptions):
+    library: Literal["open_clip", "transformers"] = Field(
+        "transformers", description="Loader: transformers `CLIPModel` or open_clip."
+    )
+    model: str = Field(
+        "openai/clip-vit-large-patch14",
+        description="transformers: hub id or local dir; open_clip: architecture name (e.g. `ViT-L-14`).",
+    )
+    pretrained: str | None = Field(
+        None, description="open_clip: pretrained tag (`openai`) or a checkpoint path; unused by transformers."
+    )
+    processor: str | None = Field(None, description="transformers: processor hub id or dir (default: model).")
+    model_config_file: str | None = Field(
+        None, description="open_clip: a JSON model config to register first (a custom architecture)."
+    )
+
+
+class PickScoreOptions(_ClipFamilyOptions):
+    model: str = Field("yuvalkirstain/PickScore_v1", description="Hub id or local dir of the CLIPModel.")
+    processor: str = Field(
+        "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", description="Hub id or local dir of the CLIPProcessor."
+    )
+    peer_scale: bool = Field(
+        True,
+        description=(
+            "reward = raw / 26 as cosmos-rl and Flow-Factory report PickScore (typical 0.75-0.9); "
+            "false: reward = raw (exp(logit_scale) x cosine)."
+        ),
+    )
+
+
+class HPSv2Options(_ClipFamilyOptions):
+    model: str = Field("ViT-H-14", description="open_clip architecture name.")
+    checkpoint: str = Field(
+        "xswu/HPSv2/HPS_v2.1_compressed.pt",
+        description="HPS checkpoint: a local path, or `hub_repo_id/filename` on the Hugging Face hub.",
+    )
+    model_config_file: str | None = Field(
+        None, description="A JSON open_clip model config to register first (a custom architecture)."
+    )
+
+
+class OcrOptions(HeadOptions):
+    max_batch_size: int = Field(8, ge=1, le=4096)
+    min_confidence: float = Field(
+        0.5, ge=0, le=1, description="Drop recognised lines below this score (PP-OCR default 0.5)."
+    )
+    use_cls: bool = Field(True, description="Run PP-OCR's text-direction classifier.")
+
+
+HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
+    "clip": ClipOptions,
+    "pickscore": PickScoreOptions,
+    "hpsv2": HPSv2Options,
+    "ocr": OcrOptions,
+}

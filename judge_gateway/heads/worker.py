@@ -1,0 +1,134 @@
+"""A head worker process: `python -m judge_gateway.heads.worker` (under any interpreter that has
+the head's dependencies and can import judge_gateway).
+
+Protocol (frames from protocol.py) on stdin/stdout:
+  gateway -> worker  {"op": "init", "kind", "name", "options"}   then scoring messages:
+                     {"op": "score", "id", "prompt", "shape", "dtype"} + uint8 frames
+                     {"op": "stats", "id"}
+  worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error"}
+                     {"op": "result", "id", "ok": true, "outputs": [...]}
+                     {"op": "result", "id", "ok": false, "error"}
+                     {"op": "stats", "id", "stats"}
+End of stdin (the gateway closed the pipe or died) ends the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import sys
+import threading
+import traceback
+from typing import Any, BinaryIO
+
+from .batcher import Control, Job, MicroBatcher
+from .models import HeadLoadError, build_head
+from .protocol import ProtocolError, encode_frame, images_from_payload, read_frame
+
+log = logging.getLogger("judge_gateway.heads.worker")
+_EOF = object()
+
+
+class _Writer:
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def send(self, header: dict[str, Any]) -> None:
+        data = encode_frame(header)
+        with self.lock:
+            self.stream.write(data)
+            self.stream.flush()
+
+
+def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
+    """Keep the real stdout for frames only; anything a library prints goes to stderr."""
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    return sys.stdin.buffer, out
+
+
+def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer) -> None:
+    try:
+        while True:
+            frame = read_frame(stream)
+            if frame is None:
+                break
+            header, payload = frame
+            op, msg_id = header.get("op"), header.get("id")
+            if op == "score":
+                try:
+                    frames = images_from_payload(header, payload)
+                    prompt = header.get("prompt", "")
+                    if not isinstance(prompt, str):
+                        raise ProtocolError("prompt must be a string")
+                except ProtocolError as exc:
+                    writer.send({"op": "result", "id": msg_id, "ok": False, "error": str(exc)})
+                    continue
+                q.put(Job(msg_id=msg_id, frames=frames, prompt=prompt))
+            elif op == "stats":
+                q.put(Control(msg_id=msg_id, op="stats"))
+            elif op == "shutdown":
+                break
+            else:
+                writer.send({"op": "result", "id": msg_id, "ok": False, "error": f"unknown op {op!r}"})
+    except ProtocolError as exc:
+        log.error("bad frame from the gateway: %s", exc)
+    finally:
+        q.put(_EOF)
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    writer = _Writer(stdout)
+    init = read_frame(stdin)
+    if init is None:
+        return 0
+    header, _ = init
+    if header.get("op") != "init":
+        writer.send({"op": "fatal", "error": f"expected an init message, got {header.get('op')!r}"})
+        return 2
+    kind, options = header["kind"], header.get("options", {})
+    try:
+        head = build_head(kind, options)
+        info = head.load()
+    except HeadLoadError as exc:
+        writer.send({"op": "fatal", "error": str(exc)})
+        return 3
+    except Exception as exc:  # an unforeseen load fault: say what it was
+        traceback.print_exc()
+        writer.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
+        return 3
+    batcher = MicroBatcher(head.infer, int(options.get("max_batch_size", 32)),
+                           float(options.get("max_wait_ms", 5.0)))
+    writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
+
+    q: queue.Queue[Any] = queue.Queue()
+    threading.Thread(target=_reader, args=(stdin, q, writer), daemon=True, name="head-reader").start()
+    while True:
+        jobs, others = batcher.collect(q)
+        if jobs:
+            for msg_id, out in batcher.run(jobs).items():
+                if isinstance(out, Exception):
+                    log.error("inference failed: %s", "".join(traceback.format_exception(out)))
+                    writer.send({"op": "result", "id": msg_id, "ok": False,
+                                 "error": f"{type(out).__name__}: {out}"})
+                else:
+                    writer.send({"op": "result", "id": msg_id, "ok": True, "outputs": out})
+        for msg in others:
+            if msg is _EOF:
+                return 0
+            if isinstance(msg, Control) and msg.op == "stats":
+                writer.send({"op": "stats", "id": msg.msg_id, "stats": {**batcher.stats(), **head.stats()}})
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("JG_HEAD_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s head-worker %(levelname)s %(message)s", stream=sys.stderr)
+    stdin, stdout = _protocol_streams()
+    return serve(stdin, stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
