@@ -37,6 +37,9 @@ def split_body(body: bytes) -> tuple[dict[str, Any], bytes]:
     if not body:
         raise PayloadError("empty body: expected one line of JSON metadata, '\\n', then tensor bytes")
     head, sep, tensor = body.partition(b"\n")
+    for magic in (NPY_MAGIC, TORCH_ZIP_MAGIC):
+        if magic in head:  # npy headers hold a '\n' of their own: the split landed inside the tensor
+            raise PayloadError("no '\\n' between the JSON line and the tensor bytes (tensor magic found in the first line)")
     if not sep:
         raise PayloadError("no '\\n' in the body: expected one line of JSON metadata, '\\n', then tensor bytes")
     try:

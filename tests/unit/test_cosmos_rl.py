@@ -1,0 +1,346 @@
+"""cosmos-rl reward protocol: requests built as cosmos-rl's clients build them, fault-injection judges.
+
+Real-judge runs are in tests/integration/test_protocols.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from judge_gateway.config import ConfigError, validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.server import create_app
+from judge_gateway.store import MemoryStore
+from judge_gateway.tensors import bf16_view_to_float32
+from tests.unit.test_gateway_faults import fault_config
+
+# ---- the client side, as cosmos-rl's example clients and remote_calculator do it -------------
+
+
+def enqueue_body(meta: dict, arr: np.ndarray) -> bytes:
+    """`<JSON>\\n<npy bytes>`, as the clients send it (application/octet-stream)."""
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return json.dumps(meta).encode("utf-8") + b"\n" + buf.getvalue()
+
+
+def headers(token: str | None = None) -> dict[str, str]:
+    return {"Content-Type": "application/octet-stream", "Authorization": f"Bearer {token}"}
+
+
+async def poll(client: httpx.AsyncClient, uid: str, reward: str, *, token: str | None = None,
+               timeout: float = 60.0, interval: float = 0.05) -> httpx.Response:
+    """Form-encoded pulls until 200, like the clients (which call .json() on every reply)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await client.post("/api/reward/pull", data={"uuid": uid, "type": reward},
+                              headers={"Authorization": f"Bearer {token}"})
+        body = r.json()  # every reply is JSON
+        if r.status_code == 200 or body.get("status") in ("failed", "unknown"):
+            return r
+        assert time.monotonic() < deadline, f"still {body} after {timeout}s"
+        await asyncio.sleep(interval)
+
+
+def image_batch(b: int = 2, size: int = 512) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, size=(b, size, size, 3), dtype=np.uint8)
+
+
+def video_batch(b: int = 2, t: int = 8, size: int = 32) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    return rng.integers(0, 256, size=(b, 3, t, size, size), dtype=np.uint8)
+
+
+def cosmos_config(base_url: str, **cosmos) -> dict:
+    data = fault_config(base_url)
+    judges = data["judges"]
+    # The protocol's reward names, played by fault-injection judges.
+    judges["cosmos_reason1"] = {"kind": "yes_no", "backend": "yes", "template": "cosmos_reason1@1", "default": False}
+    judges["unified_reward"] = {"kind": "final_score", "backend": "final", "template": "unified_reward@1",
+                                "default": False}
+    data["cosmos_rl"] = cosmos
+    return data
+
+
+@pytest.fixture
+async def make_client(fake_backend):
+    made = []
+
+    async def make(api_keys=None, store=None, **cosmos):
+        gw = Gateway(validate_config(cosmos_config(fake_backend.base_url, **cosmos)))
+        app = create_app(gw, api_keys=api_keys, store=store)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        made.append((client, app, gw))
+        return client
+
+    yield make
+    for client, app, gw in made:
+        await client.aclose()
+        await app.state.cosmos_rl.aclose()
+        await gw.aclose()
+
+
+async def test_ping_form_encoded(make_client):
+    client = await make_client()
+    r = await client.post("/api/reward/ping", data={"info_data": json.dumps({"rank": 0})}, headers=headers())
+    assert r.status_code == 200 and r.json()["message"] == "Ping request received"
+
+
+async def test_image_request_like_the_example_client(make_client):
+    client = await make_client()
+    meta = {"reward_fn": {"unified_reward": 1.0, "quality": 0.5, "final": 2.0},
+            "prompts": ["a cat on a mat", "a dog"], "media_type": "image"}
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=headers())
+    assert r.status_code == 200, r.text
+    uid = r.json()["uuid"]
+    for reward, keys in (("unified_reward", ["unified_reward"]), ("quality", ["quality"]), ("final", ["final"])):
+        res = await poll(client, uid, reward)
+        assert res.status_code == 200, res.text
+        body = res.json()
+        assert body["type"] == reward and set(body["scores"]) == set(keys)
+        for key in keys:
+            assert len(body["scores"][key]) == 2 and all(isinstance(v, float) for v in body["scores"][key])
+        assert body["valid"] == [True, True]
+        assert body["input_info"] == {"shape": [2, 512, 512, 3], "dtype": "torch.uint8",
+                                      "min": "0.000", "max": "255.000"}
+        float(body["duration"]), float(body["decoded_duration"])
+        assert len(body["judge_scores"]) == 2 and body["judge_scores"][0]["valid"]
+    # unified_reward's legacy key holds the raw final score (fake: "Final Score: 4")
+    res = (await poll(client, uid, "unified_reward")).json()
+    assert res["scores"]["unified_reward"] == [4.0, 4.0]
+    # a custom judge by its own name: the normalised reward
+    q = (await poll(client, uid, "quality")).json()
+    assert q["scores"]["quality"] == [pytest.approx(s["reward"]) for s in q["judge_scores"]]
+
+
+async def test_video_request_cosmos_reason1_keys(make_client):
+    client = await make_client()
+    meta = {"reward_fn": {"cosmos_reason1": 1.0}, "prompts": ["a ball", "a car"], "media_type": "video",
+            "video_infos": [{"video_fps": 16.0}, {"video_fps": 8}]}
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, video_batch()), headers=headers())
+    assert r.status_code == 200, r.text
+    body = (await poll(client, r.json()["uuid"], "cosmos_reason1")).json()
+    s = body["scores"]
+    assert set(s) == {"prediction", "no_score", "yes_logit", "no_logit"}
+    # fake-yes: "Yes" (anomaly) is likely, so the video is Bad and no_score < 0.5
+    assert s["prediction"] == ["Bad", "Bad"]
+    cell = body["judge_scores"][0]
+    assert s["no_score"][0] == pytest.approx(cell["reward"])
+    assert s["yes_logit"][0] == pytest.approx(cell["details"]["logprob_yes"])
+    assert s["no_logit"][0] == pytest.approx(cell["details"]["logprob_no"])
+    assert body["input_info"]["video_infos"] == meta["video_infos"]
+    assert cell["details"]["video"]["fps"] == pytest.approx(16.0)
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+IMG_META = {"reward_fn": {"quality": 1.0}, "prompts": ["a", "b"], "media_type": "image"}
+
+
+@pytest.mark.parametrize("body, reason", [
+    (np.random.default_rng(3).bytes(4096), "not UTF-8 JSON"),  # holds a newline: its first line is junk
+    (np.random.default_rng(3).bytes(4096).replace(b"\n", b" "), "no '\\n'"),
+    (b"\x00\x01garbage\nmore garbage", "not UTF-8 JSON"),
+    (b'{"prompts": ["a", "b"], "media_type": "image"}' + b"\n" + _npy(image_batch(2, 16)), "no `reward_fn`"),
+    (json.dumps(IMG_META).encode() + _npy(image_batch(2, 16)), "no '\\n'"),
+    (json.dumps({**IMG_META, "reward_fn": {"no_such_reward": 1}}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "unknown reward 'no_such_reward'"),
+    (json.dumps({**IMG_META, "reward_fn": {"hpsv2": 1}}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "reward 'hpsv2' is not configured on this gateway"),
+    (json.dumps({**IMG_META, "prompts": ["a", "b", "c"]}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "batch is 2 but `prompts` has 3"),
+    (json.dumps(IMG_META).encode() + b"\n" + _npy(image_batch(2, 16).astype(np.float32)), "must be uint8"),
+    (json.dumps(IMG_META).encode() + b"\n" + _npy(image_batch(2, 16)[..., 0]), "must be [B,H,W,3]"),
+    (json.dumps(IMG_META).encode() + b"\n" + b"random tensor bytes", "neither npy"),
+    (json.dumps(IMG_META).encode() + b"\n" + _npy(np.array([{"a": 1}, None], dtype=object)), "refused"),
+    (json.dumps(IMG_META).encode() + b"\n" + b"PK\x03\x04torch zip", "torch worker"),
+    (json.dumps({**IMG_META, "media_type": "video", "reward_fn": {"cosmos_reason1": 1}}).encode() + b"\n"
+     + _npy(video_batch()), "need `video_infos`"),
+    (json.dumps({**IMG_META, "media_type": "video", "reward_fn": {"cosmos_reason1": 1},
+                 "video_infos": [{"fps": 16}, {"fps": 16}]}).encode() + b"\n" + _npy(video_batch()), "not `fps`"),
+    (json.dumps({**IMG_META, "reward_fn": {"cosmos_reason1": 1}}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "score videos"),
+    (json.dumps({"reward_fn": {"quality": 1}, "prompts": ["a", "b"]}).encode() + b"\n"
+     + _npy(np.zeros((2, 16, 1, 8, 8), np.float16)), "needs a latent decoder"),
+    (json.dumps({**IMG_META, "reward_fn": {"quality": 0}}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "weight <= 0"),
+    (json.dumps({**IMG_META, "reward_fn": {"quality": "high"}}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "must be a number"),
+])
+async def test_bad_enqueue_is_400_with_reason_and_no_uuid(make_client, body, reason):
+    client = await make_client()
+    r = await client.post("/api/reward/enqueue", content=body, headers=headers())
+    assert r.status_code == 400, r.text
+    data = r.json()
+    assert "uuid" not in data
+    assert reason in data["message"], data
+
+
+async def test_invalid_samples_carry_fill_value_and_are_flagged(make_client):
+    client = await make_client(fill_value=-7.0)
+    meta = {**IMG_META, "reward_fn": {"down": 1.0, "quality": 1.0}}
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers())
+    uid = r.json()["uuid"]
+    body = (await poll(client, uid, "down")).json()
+    assert body["scores"]["down"] == [-7.0, -7.0]
+    assert body["valid"] == [False, False] and body["fill_value"] == -7.0
+    assert all(e.startswith("backend_unavailable") for e in body["errors"])
+    assert body["judge_scores"][0]["error"]["code"] == "backend_unavailable"
+    ok = (await poll(client, uid, "quality")).json()  # the other reward is unaffected
+    assert ok["valid"] == [True, True] and ok["errors"] == [None, None]
+
+
+async def test_label_fill_for_invalid_cosmos_reason1(fake_backend):
+    data = cosmos_config(fake_backend.base_url)
+    data["judges"]["cosmos_reason1"]["backend"] = "down"
+    gw = Gateway(validate_config(data))
+    app = create_app(gw)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        meta = {"reward_fn": {"cosmos_reason1": 1}, "prompts": ["a"], "media_type": "video",
+                "video_infos": [{"video_fps": 8}]}
+        r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, video_batch(1)), headers=headers())
+        body = (await poll(client, r.json()["uuid"], "cosmos_reason1")).json()
+    await app.state.cosmos_rl.aclose()
+    await gw.aclose()
+    assert body["scores"]["prediction"] == ["Invalid"] and body["scores"]["no_score"] == [0.0]
+    assert body["valid"] == [False]
+
+
+async def test_pending_then_done_and_statuses(make_client):
+    client = await make_client()
+    meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}  # answers after its 0.5 s deadline
+    uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                             headers=headers())).json()["uuid"]
+    r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
+    assert r.status_code == 425 and r.json()["status"] == "pending"
+    done = await poll(client, uid, "stalled")
+    assert done.status_code == 200 and done.json()["valid"] == [False, False]
+    r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "quality"})
+    assert r.status_code == 404 and r.json()["status"] == "unknown" and "did not ask" in r.json()["message"]
+    r = await client.post("/api/reward/pull", data={"uuid": "nope", "type": "stalled"})
+    assert r.status_code == 404 and r.json()["status"] == "unknown"
+    r = await client.post("/api/reward/pull", json={"uuid": uid, "type": "stalled"})  # JSON too
+    assert r.status_code == 200
+    r = await client.post("/api/reward/pull", data={"uuid": uid})
+    assert r.status_code == 400 and "type" in r.json()["message"]
+
+
+async def test_skipped_reward_says_so(make_client):
+    client = await make_client()
+    meta = {**IMG_META, "reward_fn": {"quality": 1.0, "final": 0.0}}
+    uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                             headers=headers())).json()["uuid"]
+    assert (await poll(client, uid, "quality")).status_code == 200
+    r = await poll(client, uid, "final")
+    assert r.status_code == 404 and "weight <= 0" in r.json()["message"]
+
+
+async def test_request_timeout_is_an_explicit_failure(fake_backend):
+    meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
+    data = cosmos_config(fake_backend.base_url, request_timeout_s=0.3)
+    data["judges"]["stalled"]["deadline_s"] = 30  # the fake stalls 20 s: the request timeout ends it first
+    gw = Gateway(validate_config(data))
+    app = create_app(gw)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c2:
+        uid = (await c2.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                             headers=headers())).json()["uuid"]
+        r = await poll(c2, uid, "stalled")
+    await app.state.cosmos_rl.aclose()
+    await gw.aclose()
+    assert r.status_code == 500 and r.json()["status"] == "failed"
+    assert "request_timeout_s" in r.json()["message"]
+
+
+async def test_full_queue_is_503_not_a_silent_drop(make_client):
+    client = await make_client(max_pending=1)
+    meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
+    first = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers())
+    assert first.status_code == 200
+    second = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers())
+    assert second.status_code == 503 and "max_pending" in second.json()["message"]
+    assert "uuid" not in second.json() and second.headers["Retry-After"]
+    assert (await poll(client, first.json()["uuid"], "stalled")).status_code == 200
+
+
+async def test_pending_entry_of_a_dead_process_reads_failed(make_client):
+    store = MemoryStore(ttl_s=60, max_entries=100)
+    client = await make_client(store=store)
+    now = time.time()
+    await store.put("orphan", {"status": "pending", "owner": "dead-instance", "accepted_at": now,
+                               "deadline": now + 600, "rewards": ["quality"], "skipped": []})
+    r = await client.post("/api/reward/pull", data={"uuid": "orphan", "type": "quality"})
+    assert r.status_code == 500 and r.json()["status"] == "failed" and "gone" in r.json()["message"]
+    await store.put("old", {"status": "pending", "owner": "x", "accepted_at": now - 10, "deadline": now - 1,
+                            "rewards": ["quality"], "skipped": []})
+    r = await client.post("/api/reward/pull", data={"uuid": "old", "type": "quality"})
+    assert r.status_code == 500 and "request_timeout_s" in r.json()["message"]
+
+
+async def test_bearer_none_refused_with_clear_message_when_keys_configured(make_client):
+    client = await make_client(api_keys=["s3cret"])
+    meta = {**IMG_META}
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers(None))
+    assert r.status_code == 401 and "Bearer None" in r.json()["message"]
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                          headers=headers("s3cret"))
+    assert r.status_code == 200
+    assert (await poll(client, r.json()["uuid"], "quality", token="s3cret")).status_code == 200
+
+
+async def test_shutdown_stores_unfinished_as_failed(fake_backend):
+    store = MemoryStore(ttl_s=60, max_entries=100)
+    data = cosmos_config(fake_backend.base_url)
+    data["judges"]["stalled"]["deadline_s"] = 30
+    gw = Gateway(validate_config(data))
+    app = create_app(gw, store=store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        uid = (await client.post("/api/reward/enqueue", headers=headers(),
+                                 content=enqueue_body({**IMG_META, "reward_fn": {"stalled": 1}},
+                                                      image_batch(2, 16)))).json()["uuid"]
+        await app.state.cosmos_rl.aclose()
+    await gw.aclose()
+    entry = await store.get(uid)
+    assert entry["status"] == "failed" and "shut down" in entry["reason"]
+
+
+# ---- store, tensors, config ------------------------------------------------------------------
+
+
+async def test_memory_store_ttl_and_lru_bound():
+    s = MemoryStore(ttl_s=60, max_entries=2)
+    await s.put("a", {"v": 1})
+    await s.put("b", {"v": 2})
+    assert (await s.get("a")) == {"v": 1}  # a is now most recent
+    await s.put("c", {"v": 3})
+    assert await s.get("b") is None and await s.get("a") and await s.get("c")
+    await s.put("d", {"v": 4}, ttl_s=0.05)
+    await asyncio.sleep(0.1)
+    assert await s.get("d") is None
+
+
+def test_bf16_byte_view_roundtrip():
+    values = np.array([1.0, -2.5, 0.15625, 3.0e4], dtype=np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype(np.uint16)
+    as_u8 = bf16.view(np.uint8).reshape(1, 8)  # the client's uint8 view: last dim doubled
+    assert bf16_view_to_float32(as_u8).reshape(-1).tolist() == [1.0, -2.5, 0.15625, 29952.0]
+
+
+def test_config_names_bad_keys():
+    with pytest.raises(ConfigError, match=r"cosmos_rl\.rewards\.x\.keys\.k\.source"):
+        validate_config({"cosmos_rl": {"rewards": {"x": {"judge": "j", "keys": {"k": "logits"}}}}})
+    with pytest.raises(ConfigError, match=r"store\.url"):
+        validate_config({"store": {"kind": "redis", "url_env": None}})
+    with pytest.raises(ConfigError, match=r"cosmos_rl\.latents\.python"):
+        validate_config({"cosmos_rl": {"latents": {"checkpoint": "/x"}}})
