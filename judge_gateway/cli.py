@@ -1,4 +1,4 @@
-"""The `judge-gateway` command: serve, score, schema, prompts, judges."""
+"""The `judge-gateway` command: serve, score, schema, prompts, judges, tune."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, load_config
+from .tuning.commands import register_compare, register_tune
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -136,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_parser("lock", help="add new template versions to the lock file")
     ps.add_parser("verify", help="check every released template against the lock")
     s.set_defaults(func=_cmd_prompts)
+    register_compare(ps)  # sets its own func
+
+    register_tune(sub)
 
     s = sub.add_parser("judges", help="configured judges and their readiness")
     s.add_argument("--config")

@@ -73,6 +73,18 @@ class RubricJudge(_GenerativeJudge):
         scale = self.options.scale or t.scale
         assert scale is not None
         self.scale = (float(scale[0]), float(scale[1]))
+        self.na_policy: str = self.options.na_policy
+        self.na_value = self.options.na_value
+        self.profile = None
+        if self.options.aggregation_profile:
+            # A tuned profile (validated by the config loader) replaces weights and N/A policy.
+            from ..tuning.profile import load_profile
+
+            self.profile = load_profile(self.options.aggregation_profile,
+                                        sha256=self.options.aggregation_profile_sha256)
+            self.weights = {a: self.profile.weights.get(a, 0.0) for a in self.aspects}
+            self.na_policy = self.profile.na_policy
+            self.na_value = self.profile.na_value
 
     def aggregate(self, scores: dict[str, float | None], missing: list[str]) -> tuple[float, dict[str, Any]]:
         """Weighted mean of the aspect scores on the native scale, per the configured policies."""
@@ -92,10 +104,10 @@ class RubricJudge(_GenerativeJudge):
                 continue
             value = scores[aspect]
             if value is None:  # N/A
-                if opts.na_policy == "skip":
+                if self.na_policy == "skip":
                     continue
-                assert opts.na_value is not None
-                value = opts.na_value
+                assert self.na_value is not None
+                value = self.na_value
             total += weight * value
             weight_sum += weight
             used[aspect] = weight
@@ -123,9 +135,11 @@ class RubricJudge(_GenerativeJudge):
             **facts,
             **parsed.details(),
             "weights": used,
-            "na_policy": self.options.na_policy,
+            "na_policy": self.na_policy,
             "scale": list(self.scale),
         }
+        if self.profile is not None:
+            details["aggregation_profile"] = self.profile.details()
         return Verdict(raw=raw, details=details,
                        default_normalize=NormalizeConfig(kind="minmax", min=self.scale[0], max=self.scale[1]))
 

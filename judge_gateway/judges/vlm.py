@@ -10,8 +10,11 @@ from ..backends import BackendPool
 from ..config import JudgeConfig
 from ..media import ImageEncoding, VideoSampling
 from ..prompts import Template, load_template
-from ..schema import ErrorCode, TemplateRef
+from ..schema import ErrorCode, JudgeScore, TemplateRef
 from .base import Judge, JudgeFailure, ScoreContext
+
+# Media facts and the reply text are the primary's to report; the shadow keeps its numbers.
+_SHADOW_DROP = frozenset({"image", "video", "condition_images", "reply"})
 
 if TYPE_CHECKING:
     from ..schema import SampleInput
@@ -30,6 +33,27 @@ class VLMJudge(Judge):
         )
         self.image_encoding = ImageEncoding(**cfg.image.model_dump())
         self.video_sampling = VideoSampling(**cfg.video.model_dump())
+        # Shadow scoring: the same judge with a candidate template, reported in details only.
+        self.shadow: VLMJudge | None = None
+        shadow_ref = cfg.options.get("shadow_template")
+        if shadow_ref:
+            options = {k: v for k, v in cfg.options.items() if k != "shadow_template"}
+            self.shadow = type(self)(name, cfg.model_copy(update={"template": shadow_ref, "options": options}), pool)
+
+    async def score(self, sample: "SampleInput", ctx: ScoreContext) -> JudgeScore:
+        if self.shadow is None:
+            return await super().score(sample, ctx)
+        primary, shadow = await asyncio.gather(super().score(sample, ctx), self.shadow.score(sample, ctx))
+        primary.details["shadow"] = {
+            "template": shadow.template.model_dump() if shadow.template else None,
+            "reward": shadow.reward,
+            "raw": shadow.raw,
+            "valid": shadow.valid,
+            "error": shadow.error.model_dump(mode="json") if shadow.error else None,
+            "latency_ms": shadow.latency_ms,
+            "details": {k: v for k, v in shadow.details.items() if k not in _SHADOW_DROP},
+        }
+        return primary
 
     @property
     def model(self) -> str:
