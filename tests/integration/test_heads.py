@@ -1,0 +1,244 @@
+"""Local heads end to end: real worker processes under the heads venv, tiny models built with the
+real libraries, the real RapidOCR model. No network (HF_HUB_OFFLINE=1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.media import VideoMedia
+from judge_gateway.schema import RewardRequest, RewardResponse
+from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, load_png, text_image_png
+
+pytestmark = pytest.mark.integration
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def models():
+    return build_tiny_heads("tiny")
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    return json.loads((models / "reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def images(models):
+    return [load_png(p) for p in sorted((models / "images").glob("*.png"), key=lambda p: int(p.stem))]
+
+
+@pytest.fixture(scope="module")
+async def gw(models):
+    judges = head_judges(models, max_wait_ms=50, max_batch_size=64)
+    unbatched = head_judges(models, max_wait_ms=0, max_batch_size=1)
+    judges["clip_unbatched"] = unbatched["clip"]
+    judges["pickscore_unbatched"] = unbatched["pickscore"]
+    judges["ocr"] = {"kind": "ocr", "options": {"python": str(heads_python()), "threads": 2}}
+    judges["clip_video"] = {**judges["clip"], "video": {"num_frames": 4},
+                            "options": {**judges["clip"]["options"], "pooling": "min"}}
+    gateway = Gateway(validate_config({"judges": judges}))
+    gateway.config.server.readiness_interval_s = 0.0
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+def request(prompts_images, judges) -> RewardRequest:
+    return RewardRequest(samples=[{"prompt": p, "image": img} for p, img in prompts_images], judges=judges)
+
+
+async def test_heads_become_ready_and_report_it(gw):
+    await gw.readiness(fresh=True)  # starts every worker
+    deadline = time.monotonic() + 240
+    while True:
+        ready = await gw.readiness(fresh=True)
+        if all(ok for ok, _ in ready.values()) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    assert all(ok for ok, _ in ready.values()), ready
+    infos = {i.name: i for i in await gw.judge_infos()}
+    assert infos["pickscore"].ready and infos["pickscore"].kind == "pickscore"
+
+
+async def test_scores_equal_the_saved_models_reference(gw, reference, images):
+    """Save -> load from path -> the same scores as the in-memory model (the real loading path)."""
+    prompts = reference["prompts"]
+    pairs = [(p, img) for img in images for p in prompts]
+    judges = ["clip", "clip_hf", "pickscore", "hpsv2"]
+    response = await gw.score(request(pairs, judges))
+    scale = reference["logit_scale_exp"]
+    for k, result in enumerate(response.results):
+        i, j = divmod(k, len(prompts))
+        s = result.scores
+        assert all(v.valid for v in s.values()), s
+        assert s["clip"].raw == pytest.approx(reference["clip_open_clip"][i][j], abs=1e-5)
+        assert s["hpsv2"].raw == pytest.approx(reference["hpsv2"][i][j], abs=1e-5)
+        assert s["clip_hf"].raw == pytest.approx(reference["hf_cosine"][i][j], abs=1e-5)
+        assert s["pickscore"].raw == pytest.approx(scale * reference["hf_cosine"][i][j], abs=1e-4)
+        assert s["pickscore"].reward == pytest.approx(s["pickscore"].raw / 26.0)  # the peers' scale
+    assert response.results[0].scores["hpsv2"].details["head"]["preprocess"] == "resize_longest+pad_square_black"
+
+
+async def test_batched_equals_unbatched_and_order_invariant(gw, reference, images):
+    prompts = reference["prompts"]
+    pairs = [(prompts[i % len(prompts)], img) for i, img in enumerate(images)]
+    judges = ["clip", "clip_unbatched", "pickscore", "pickscore_unbatched"]
+    before = await gw.judges["clip"].worker.stats()
+    forward = await gw.score(request(pairs, judges))
+    backward = await gw.score(request(pairs[::-1], judges))
+    after = await gw.judges["clip"].worker.stats()
+    n = len(pairs)
+    for i in range(n):
+        a, b = forward.results[i].scores, backward.results[n - 1 - i].scores
+        for batched, single in (("clip", "clip_unbatched"), ("pickscore", "pickscore_unbatched")):
+            assert a[batched].raw == pytest.approx(a[single].raw, abs=1e-5)
+            assert a[batched].raw == pytest.approx(b[batched].raw, abs=1e-5)
+    # The batched head really batched across the request's concurrent cells.
+    new_batches = after["batches"] - before["batches"]
+    assert after["items"] - before["items"] == 2 * n and new_batches < 2 * n, (before, after)
+    single_stats = await gw.judges["clip_unbatched"].worker.stats()
+    assert set(single_stats["batch_sizes"]) == {"1"}
+
+
+async def test_text_embedding_cache_encodes_a_group_prompt_once(gw, images):
+    worker = gw.judges["hpsv2"].worker
+    prompt = f"a GRPO group prompt {time.time()}"
+    before = await worker.stats()
+    group = [(prompt, images[i % len(images)]) for i in range(8)]
+    r1 = await gw.score(request(group, ["hpsv2"]))
+    mid = await worker.stats()
+    r2 = await gw.score(request(group, ["hpsv2"]))
+    after = await worker.stats()
+    assert all(r.valid for r in r1.results + r2.results)
+    assert mid["text_encoded"] - before["text_encoded"] == 1  # 8 images, one prompt: encoded once
+    assert after["text_encoded"] == mid["text_encoded"]  # the next step hits the cache
+    assert after["text_cache_hits"] - mid["text_cache_hits"] >= 1
+    assert [r.scores["hpsv2"].raw for r in r1.results] == pytest.approx([r.scores["hpsv2"].raw for r in r2.results])
+
+
+async def test_video_frames_are_scored_and_pooled(gw, images):
+    frames = np.stack([np.resize(img, (48, 64, 3)) for img in images[:6]])
+    video = VideoMedia.from_array(frames, fps=6.0)
+    response = await gw.score(RewardRequest(
+        samples=[{"prompt": "a red bicycle", "video": video}], judges=["clip_video"]))
+    s = response.results[0].scores["clip_video"]
+    assert s.valid, s.error
+    assert s.details["frames"] == 4 and s.details["pooling"] == "min"
+    per_frame = await gw.score(request([("a red bicycle", frames[i]) for i in s.details["frame_indices"]], ["clip"]))
+    expected = [r.scores["clip"].raw for r in per_frame.results]
+    assert s.details["frame_scores"] == pytest.approx(expected, abs=1e-5)
+    assert s.raw == pytest.approx(min(expected), abs=1e-5)
+
+
+async def test_ocr_reads_rendered_text_with_the_shipped_model(gw):
+    hello = text_image_png("Hello World")
+    response = await gw.score(RewardRequest(samples=[
+        {"prompt": 'a sign that says "Hello World"', "image": hello},
+        {"prompt": 'a sign that says "Goodbye Moon"', "image": hello},
+        {"prompt": "a sign on a wall", "image": hello},
+        {"prompt": "a sign that says \u201cHello World\u201d", "image": hello},
+    ], judges=["ocr"]))
+    right, wrong, none, typographic = (r.scores["ocr"] for r in response.results)
+    assert right.valid and right.reward >= 0.9, right
+    assert right.details["recognized"].replace(" ", "").lower() == "helloworld"
+    assert wrong.valid and wrong.reward <= 0.5, wrong
+    assert not none.valid and none.error.code.value == "not_applicable" and none.reward is None
+    assert typographic.valid and typographic.reward >= 0.9
+
+
+async def test_killed_worker_fails_in_flight_items_and_comes_back(models, images):
+    judges = head_judges(models, max_wait_ms=3000, max_batch_size=64)  # items wait in the worker
+    gateway = Gateway(validate_config({"judges": {"clip": judges["clip"]}}))
+    worker = gateway.judges["clip"].worker
+    try:
+        await worker.wait_ready()
+        old_pid = worker.pid
+        pairs = [("a red bicycle", img) for img in images]
+        scoring = asyncio.create_task(gateway.score(request(pairs, ["clip"])))
+        await asyncio.sleep(1.0)  # the items are queued in the worker's batcher
+        os.kill(old_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        response = await asyncio.wait_for(scoring, 30)
+        for r in response.results:
+            s = r.scores["clip"]
+            assert not s.valid and s.error.code.value == "head_error" and s.reward is None
+            assert "crashed" in s.error.message
+        while not worker.readiness()[0]:
+            assert time.monotonic() - killed_at < 60, worker.readiness()
+            await asyncio.sleep(0.1)
+        back_after = time.monotonic() - killed_at
+        assert worker.pid != old_pid and worker.restarts == 1
+        assert back_after < 30
+        later = await gateway.score(request(pairs[:2], ["clip"]))
+        assert all(r.scores["clip"].valid for r in later.results)
+    finally:
+        await gateway.aclose()
+    assert worker.pid is None
+
+
+async def test_a_head_that_cannot_load_is_not_ready_with_the_reason(tmp_path, images):
+    missing = tmp_path / "no-such-model"
+    cfg = {"judges": {"pick": {"kind": "pickscore", "options": {
+        "python": str(heads_python()), "model": str(missing), "processor": str(missing)}}}}
+    gateway = Gateway(validate_config(cfg))
+    try:
+        response = await gateway.score(request([("a cat", images[0])], ["pick"]))
+        s = response.results[0].scores["pick"]
+        assert not s.valid and s.error.code.value == "head_error"
+        assert "no-such-model" in s.error.message
+        ready, reason = (await gateway.readiness(fresh=True))["pick"]
+        assert not ready and "failed" in reason and "no-such-model" in reason
+    finally:
+        await gateway.aclose()
+
+
+async def test_bf16_head_scores_close_to_fp32(models, reference, images):
+    judges = head_judges(models, dtype="bf16")
+    gateway = Gateway(validate_config({"judges": {"clip": judges["clip"]}}))
+    try:
+        response = await gateway.score(request([(reference["prompts"][0], images[0])], ["clip"]))
+    finally:
+        await gateway.aclose()
+    s = response.results[0].scores["clip"]
+    assert s.valid and s.details["dtype"] == "bf16"
+    assert s.raw == pytest.approx(reference["clip_open_clip"][0][0], abs=0.05)
+
+
+async def test_heads_and_vlm_judges_in_one_response(models, vllm):
+    """pickscore, hpsv2, clip and ocr next to yes/no VLM judges on the real vLLM: one schema."""
+    judges = head_judges(models)
+    judges = {k: judges[k] for k in ("clip", "pickscore", "hpsv2")}
+    judges["ocr"] = {"kind": "ocr", "options": {"python": str(heads_python())}}
+    backend = {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "base_urls": [vllm.base_url], "timeout_s": 120}
+    judges["image_quality"] = {"kind": "yes_no", "backend": "qwen_vl", "template": "image_quality@1"}
+    judges["alignment"] = {"kind": "yes_no", "backend": "qwen_vl", "template": "vqa_alignment@1"}
+    gateway = Gateway(validate_config({"backends": {"qwen_vl": backend}, "judges": judges,
+                                       "combine": {"on_invalid": "skip"}}))
+    try:
+        response = await gateway.score(RewardRequest(samples=[
+            {"prompt": 'a sign that says "Hello World"', "image": text_image_png("Hello World")},
+            {"prompt": "a red bicycle", "image": text_image_png("bike", (256, 256))},
+        ]))
+    finally:
+        await gateway.aclose()
+    again = RewardResponse.model_validate_json(response.model_dump_json())  # the shared schema
+    assert again.judges == list(judges)
+    first, second = again.results
+    assert all(first.scores[name].valid for name in judges), first.scores
+    assert first.scores["ocr"].reward >= 0.9
+    assert first.scores["image_quality"].template.id == "image_quality"
+    assert second.scores["ocr"].error.code.value == "not_applicable"
+    assert all(second.scores[name].valid for name in judges if name != "ocr")
+    assert first.reward is not None and first.valid

@@ -1,0 +1,61 @@
+"""Test helpers for the local heads: the heads venv, tiny models built there, rendered text."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def heads_python() -> Path:
+    venv = Path(os.environ.get("JG_HEADS_VENV", ROOT / ".venv-heads"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise RuntimeError(f"{python} is missing: run scripts/setup_heads.sh first")
+    return python
+
+
+def build_tiny_heads(size: str = "tiny") -> Path:
+    """Build (once, cached) the tiny CLIP-family models with the real libraries, offline."""
+    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"heads-{size}"
+    if not (out / "reference.json").exists():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "PYTHONPATH": str(ROOT)}
+        subprocess.run([str(heads_python()), "-m", "tests.support.tiny_heads", str(out), "--size", size],
+                       check=True, env=env, cwd=ROOT, timeout=600)
+    return out
+
+
+def head_judges(models: Path, **common) -> dict[str, dict]:
+    """[judges.*] entries for every CLIP-family head on the tiny models."""
+    cfg = str(models / "openclip_cfg" / "jg-tiny-clip.json")
+    base = {"python": str(heads_python()), **common}
+    return {
+        "clip": {"kind": "clip", "options": {**base, "library": "open_clip", "model": "jg-tiny-clip",
+                                             "pretrained": str(models / "openclip.pt"), "model_config_file": cfg}},
+        "clip_hf": {"kind": "clip", "options": {**base, "model": str(models / "hf_clip")}},
+        "pickscore": {"kind": "pickscore", "options": {**base, "model": str(models / "hf_clip"),
+                                                       "processor": str(models / "hf_clip")}},
+        "hpsv2": {"kind": "hpsv2", "options": {**base, "model": "jg-tiny-clip",
+                                               "checkpoint": str(models / "openclip.pt"), "model_config_file": cfg}},
+    }
+
+
+def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:
+    """Black text on white, the way a text-rendering prompt would ideally come out."""
+    im = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(im)
+    draw.text((40, size[1] // 2 - 30), text, fill="black", font=ImageFont.load_default(size=56))
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def load_png(path: Path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
