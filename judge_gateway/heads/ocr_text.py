@@ -32,8 +32,9 @@ def extract_target_text(prompt: str) -> str | None:
         if start < 0:
             continue
         end = prompt.find(close_q, start + 1)
-        while open_q == "'" and end >= 0 and end + 1 < len(prompt) and prompt[end + 1].isalnum():
-            end = prompt.find(close_q, end + 1)  # skip apostrophes inside the quoted text
+        # An apostrophe inside the quoted text ("Don't") does not close it.
+        while close_q in ("'", "\u2019") and end >= 0 and end + 1 < len(prompt) and prompt[end + 1].isalnum():
+            end = prompt.find(close_q, end + 1)
         if end < 0:
             continue
         text = prompt[start + 1 : end].strip()

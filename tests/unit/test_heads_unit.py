@@ -1,0 +1,187 @@
+"""Head pieces that need no torch: OCR target text and reward, pooling, the framed protocol,
+the micro-batcher, the text-embedding cache, config validation of head judges."""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from judge_gateway.config import ConfigError, validate_config
+from judge_gateway.heads.batcher import Control, Job, MicroBatcher
+from judge_gateway.heads.ocr_text import extract_target_text, levenshtein, ocr_reward
+from judge_gateway.heads.pooling import pool_scores
+from judge_gateway.heads.protocol import (
+    ProtocolError,
+    encode_frame,
+    images_from_payload,
+    images_header,
+    read_frame,
+)
+from judge_gateway.heads.text_cache import TextEmbeddingCache
+
+
+@pytest.mark.parametrize("prompt, target", [
+    ('a sign that says "Hello World"', "Hello World"),
+    ("a sign that says 'Hello World' in red", "Hello World"),
+    ("a neon sign \u201cOpen 24h\u201d at night", "Open 24h"),
+    ("a poster \u2018Don\u2019t Panic\u2019", "Don\u2019t Panic"),
+    ("a mug saying 'don't panic' on a desk", "don't panic"),
+    ('first "A" then "B"', "A"),
+    ("don't stop me now", None),
+    ("a red bicycle", None),
+    ('an empty sign ""', None),
+])
+def test_target_text_from_quotes(prompt, target):
+    assert extract_target_text(prompt) == target
+
+
+def test_ocr_reward_matches_the_reference_formula():
+    assert ocr_reward("Hello World", [])[0] == pytest.approx(1 - 10 / 11)  # the reference's example
+    assert ocr_reward("Hello World", ["hello", "world"])[0] == 1.0  # case and spaces ignored
+    assert ocr_reward("Hello", ["Big Hello World sign"])[0] == 1.0  # substring
+    reward, details = ocr_reward("Hello World", ["Hallo World"])
+    assert reward == pytest.approx(1 - 1 / 11) and details["edit_distance"] == 1
+    assert ocr_reward("ab", ["xyzxyzxyz"])[0] == 0.0  # distance clipped to the target length
+    assert levenshtein("kitten", "sitting") == 3
+
+
+def test_pooling():
+    assert pool_scores([1, 2, 6], "mean") == 3
+    assert pool_scores([1, 2, 6], "min") == 1
+    assert pool_scores([1, 2, 6, 4], "topk_mean", 2) == 5
+    with pytest.raises(ValueError):
+        pool_scores([], "mean")
+    with pytest.raises(ValueError):
+        pool_scores([1.0, float("nan")], "mean")
+
+
+def test_frames_roundtrip_without_pickle():
+    frames = np.arange(2 * 3 * 4 * 3, dtype=np.uint8).reshape(2, 3, 4, 3)
+    data = encode_frame({"op": "score", "id": 7, "prompt": "p", **images_header(frames)}, frames.tobytes())
+    header, payload = read_frame(io.BytesIO(data))
+    assert header["id"] == 7 and header["prompt"] == "p"
+    assert np.array_equal(images_from_payload(header, payload), frames)
+    assert read_frame(io.BytesIO(b"")) is None
+
+
+def test_malformed_frames_are_refused():
+    with pytest.raises(ProtocolError):
+        read_frame(io.BytesIO(encode_frame({"op": "x"})[:-2]))  # cut inside the frame
+    with pytest.raises(ProtocolError):
+        images_from_payload({"shape": [1, 2, 2, 3], "dtype": "uint8"}, b"\0" * 5)  # size mismatch
+    with pytest.raises(ProtocolError):
+        images_from_payload({"shape": [1, 2, 2, 3], "dtype": "float32"}, b"\0" * 12)
+    with pytest.raises(ValueError):
+        images_header(np.zeros((2, 2, 3), dtype=np.uint8))
+
+
+def _job(i: int, n: int = 1) -> Job:
+    return Job(msg_id=i, frames=np.full((n, 2, 2, 3), i, dtype=np.uint8), prompt=f"p{i}")
+
+
+def test_batcher_collects_concurrent_jobs_up_to_the_batch_size():
+    calls: list[int] = []
+
+    def infer(images, prompts):
+        calls.append(len(images))
+        return [{"raw": float(im[0, 0, 0]), "prompt": p} for im, p in zip(images, prompts)]
+
+    b = MicroBatcher(infer, max_batch_size=4, max_wait_ms=50)
+    q: queue.Queue = queue.Queue()
+    for i in range(3):
+        q.put(_job(i, n=2))  # 6 items
+    jobs, others = b.collect(q)
+    assert [j.msg_id for j in jobs] == [0, 1] and not others  # stops once 4 items are held
+    out = b.run(jobs)
+    assert calls == [4] and [o["raw"] for o in out[1]] == [1.0, 1.0] and out[1][0]["prompt"] == "p1"
+
+
+def test_batcher_waits_at_most_max_wait_and_keeps_controls_in_order():
+    b = MicroBatcher(lambda ims, ps: [{} for _ in ims], max_batch_size=64, max_wait_ms=30)
+    q: queue.Queue = queue.Queue()
+    q.put(_job(1))
+    t0 = time.monotonic()
+    jobs, _ = b.collect(q)
+    assert len(jobs) == 1 and 0.02 < time.monotonic() - t0 < 1.0
+    q.put(_job(2))
+    q.put(Control(msg_id=3, op="stats"))
+    q.put(_job(4))
+    jobs, others = b.collect(q)
+    assert [j.msg_id for j in jobs] == [2] and others[0].msg_id == 3
+
+
+def test_batcher_isolates_a_bad_job():
+    def infer(images, prompts):
+        if "bad" in prompts:
+            raise ValueError("cannot score this one")
+        return [{"raw": 1.0} for _ in images]
+
+    b = MicroBatcher(infer, max_batch_size=8, max_wait_ms=0)
+    out = b.run([_job(1), Job(msg_id=2, frames=np.zeros((1, 2, 2, 3), np.uint8), prompt="bad"), _job(3)])
+    assert isinstance(out[2], ValueError) and out[1] == [{"raw": 1.0}] and out[3] == [{"raw": 1.0}]
+
+
+def test_text_cache_encodes_each_prompt_once_and_evicts_lru():
+    encoded: list[list[str]] = []
+
+    def encode(prompts):
+        encoded.append(list(prompts))
+        return [f"emb:{p}" for p in prompts]
+
+    cache = TextEmbeddingCache(capacity=2)
+    assert cache.get_many(["a"] * 8, encode) == ["emb:a"] * 8
+    assert cache.get_many(["a", "b"], encode) == ["emb:a", "emb:b"]
+    assert encoded == [["a"], ["b"]] and cache.hits == 1
+    cache.get_many(["c"], encode)  # evicts "a", the least recently used
+    cache.get_many(["a"], encode)
+    assert encoded[-1] == ["a"] and cache.stats()["text_encoded"] == 4
+
+
+def test_head_config_validates_and_names_the_key():
+    ok = validate_config({"judges": {"pick": {"kind": "pickscore", "options": {
+        "device": "cuda:1", "dtype": "bf16", "max_batch_size": 16, "pooling": "topk_mean", "top_k": 2}}}})
+    assert ok.judge_options("pick").device == "cuda:1"
+    cases = [
+        ({"kind": "clip", "options": {"device": "gpu0"}}, "judges.h.options.device"),
+        ({"kind": "clip", "options": {"dtype": "int8"}}, "judges.h.options.dtype"),
+        ({"kind": "hpsv2", "options": {"max_batch_size": 0}}, "judges.h.options.max_batch_size"),
+        ({"kind": "ocr", "options": {"pooling": "max"}}, "judges.h.options.pooling"),
+        ({"kind": "ocr", "options": {"checkpoint": "x"}}, "judges.h.options.checkpoint"),
+        ({"kind": "clip", "backend": "b", "options": {}}, "judges.h.backend"),
+        ({"kind": "clip_score"}, "judges.h.kind"),
+    ]
+    for judge, key in cases:
+        with pytest.raises(ConfigError) as err:
+            validate_config({"judges": {"h": judge}})
+        assert key in str(err.value), (key, str(err.value))
+
+
+async def test_a_missing_interpreter_is_a_head_error_not_a_crash(tmp_path):
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.schema import RewardRequest
+    from tests.conftest import png_bytes
+
+    cfg = {"judges": {"clip": {"kind": "clip", "options": {"python": str(tmp_path / "no-python")}}}}
+    gw = Gateway(validate_config(cfg))
+    try:
+        response = await gw.score(RewardRequest(samples=[{"prompt": "a cat", "image": png_bytes(1)}]))
+        s = response.results[0].scores["clip"]
+        assert not s.valid and s.error.code.value == "head_error" and "no-python" in s.error.message
+        ready, reason = (await gw.readiness(fresh=True))["clip"]
+        assert not ready and "no-python" in reason
+    finally:
+        await gw.aclose()
+
+
+def test_gateway_venv_needs_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, judge_gateway.gateway, judge_gateway.heads.judge; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
