@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set up what the tests need on a fresh machine, then run unit tests and the
-# integration tests against a real vLLM OpenAI server on the CPU (a tiny Qwen2.5-VL the tests build).
+# integration tests against a real vLLM OpenAI server on the CPU (a tiny Qwen2.5-VL the tests build)
+# and the local heads (worker processes under .venv-heads, tiny models the tests build).
 #
 # Usage: scripts/test.sh [extra pytest args]
 set -euo pipefail
@@ -9,6 +10,7 @@ cd "$REPO_ROOT"
 
 scripts/bootstrap.sh --extras dev,redis
 scripts/setup_vllm_cpu.sh
+scripts/setup_heads.sh  # .venv-heads: torch, open_clip, transformers, rapidocr for the head workers
 scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-payload tests
 # The Redis result-store tests start their own redis-server (a missing one is a failure).
 if ! command -v redis-server >/dev/null 2>&1; then
@@ -19,5 +21,5 @@ fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 echo "== unit tests"
 .venv/bin/python -m pytest tests/unit -q "$@"
-echo "== integration tests (real vLLM on CPU)"
+echo "== integration tests (real vLLM on CPU, local heads)"
 .venv/bin/python -m pytest tests/integration -q "$@"
