@@ -54,7 +54,7 @@ def load_torch(payload: bytes) -> tuple[dict[str, Any], bytes]:
 
     obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     if not isinstance(obj, torch.Tensor):
-        raise ValueError(f"torch payload holds a {type(obj).__name__}, not a single tensor")
+        raise TypeError(f"torch payload holds a {type(obj).__name__}, not a single tensor")
     dtype = str(obj.dtype)
     t = obj.detach()
     if t.dtype == torch.bfloat16:
@@ -120,7 +120,7 @@ def main() -> None:
             else:
                 raise ValueError(f"unknown op {op!r}")
             write_frame(stdout, {"ok": True, **reply}, out)
-        except Exception as err:  # one bad request must not end the worker
+        except Exception as err:  # noqa: BLE001 - one bad request must not end the worker
             write_frame(stdout, {"ok": False, "error": f"{type(err).__name__}: {err}"})
 
 

@@ -132,7 +132,7 @@ class CosmosRLConfig(_Strict):
     latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
 
     @model_validator(mode="after")
-    def _defaults(self) -> "CosmosRLConfig":
+    def _defaults(self) -> CosmosRLConfig:
         merged = {k: CosmosReward.model_validate(v) for k, v in DEFAULT_COSMOS_REWARDS.items()}
         merged.update(self.rewards)
         self.rewards = merged

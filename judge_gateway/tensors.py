@@ -91,7 +91,7 @@ def load_npy(data: bytes) -> np.ndarray:
         arr = np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as err:
         raise PayloadError(f"npy payload refused: {err}") from None
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - truncated/corrupt npy raises many kinds; all are bad input
         raise PayloadError(f"npy payload unreadable: {type(err).__name__}: {err}") from None
     if not isinstance(arr, np.ndarray):
         raise PayloadError("npy payload is not a single array")
