@@ -45,7 +45,7 @@ class CachedScore:
     missing: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_score(cls, score: JudgeScore) -> "CachedScore":
+    def from_score(cls, score: JudgeScore) -> CachedScore:
         details = score.details or {}
         aspects = details.get("aspect_scores", details.get("aspects"))
         return cls(

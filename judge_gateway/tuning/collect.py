@@ -93,7 +93,7 @@ async def _score_missing(todo: Mapping[str, list[PrefSample]], client_factory: A
                 request = await asyncio.to_thread(lambda: [s.item.to_sample(None) for s in batch])
                 resp = await client.rewards.create(samples=request, judges=[name])
                 scores = [r.scores[name] for r in resp.results]
-            except Exception as exc:  # the batch's cells become transient failures, never scores
+            except Exception as exc:  # noqa: BLE001  the batch's cells become transient failures, never scores
                 scores = [JudgeScore.failure(name, ErrorCode.backend_error, f"{type(exc).__name__}: {exc}")
                           for _ in batch]
         out.extend(((name, s), sc) for s, sc in zip(batch, scores))

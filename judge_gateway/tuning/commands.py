@@ -30,7 +30,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
                                   "(default with --out-dir: next to the profile)")
 
 
-def _opts(args: argparse.Namespace):  # noqa: ANN202
+def _opts(args: argparse.Namespace):
     from .run import ScoringOptions
 
     if args.batch_size < 1 or args.concurrency < 1:

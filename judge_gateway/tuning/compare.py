@@ -66,10 +66,10 @@ class CompareReport:
     def render(self) -> str:
         a, b = self.refs
         lines = [
-            f"samples: {self.samples}, valid under both: {self.valid_both} "
-            f"(invalid: {a} {self.invalid[a]}, {b} {self.invalid[b]})",
-            f"Spearman rho: {self.spearman:.4f}   Pearson r: {self.pearson:.4f}   "
-            f"mean |reward diff|: {self.mean_abs_diff:.4f}",
+            (f"samples: {self.samples}, valid under both: {self.valid_both} "
+             f"(invalid: {a} {self.invalid[a]}, {b} {self.invalid[b]})"),
+            (f"Spearman rho: {self.spearman:.4f}   Pearson r: {self.pearson:.4f}   "
+             f"mean |reward diff|: {self.mean_abs_diff:.4f}"),
             f"flip rate: {self.flip_rate:.4f} ({self.flips} of {self.pairs_compared} pairs change their preferred sample)",
         ]
         for ref in self.refs:

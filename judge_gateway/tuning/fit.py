@@ -72,7 +72,7 @@ class PairSet:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def subset(self, idx: np.ndarray) -> "PairSet":
+    def subset(self, idx: np.ndarray) -> PairSet:
         return PairSet(self.va[idx], self.vb[idx], [self.labels[i] for i in idx])
 
 
@@ -97,7 +97,7 @@ def pair_accuracy(d: np.ndarray, labels: list[str], tie_threshold: float) -> dic
         acc_nt = math.nan
     pred = np.where(np.abs(d) <= tie_threshold, "tie", np.where(d > 0, "a", "b"))
     acc_t = float((pred == lab).mean()) if len(lab) else math.nan
-    return {"acc_no_ties": acc_nt, "acc_with_ties": acc_t, "pairs": int(len(lab)),
+    return {"acc_no_ties": acc_nt, "acc_with_ties": acc_t, "pairs": len(lab),
             "pairs_no_ties": int(nt.sum()), "excluded": int((~ok).sum())}
 
 

@@ -72,7 +72,7 @@ class PreferenceData:
         return out
 
 
-def _file_digest(path: Path, h: "hashlib._Hash") -> None:
+def _file_digest(path: Path, h: hashlib._Hash) -> None:
     if path.is_dir():
         frames = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         h.update(f"frames:{len(frames)}\0".encode())

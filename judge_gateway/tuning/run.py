@@ -14,7 +14,16 @@ from ..config import GatewayConfig, RubricOptions
 from .cache import ScoreCache, judge_identity
 from .collect import JudgeSpec, ScoreTable, collect_scores
 from .features import Features, judge_features, rubric_features
-from .fit import Aggregation, FitResult, FoldResult, NAPolicy, cross_validate, fit_aggregation, policy_candidates, summarize
+from .fit import (
+    Aggregation,
+    FitResult,
+    FoldResult,
+    NAPolicy,
+    cross_validate,
+    fit_aggregation,
+    policy_candidates,
+    summarize,
+)
 from .prefs import PreferenceData, load_preferences
 from .profile import write_profile
 from .report import cv_table, fold_record, plot_cv, weights_table
@@ -100,7 +109,7 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
           + ", ".join(f"{p} {v:.4f}" for p, v in final.candidates.items()), file=out)
     body = {
         "kind": kind,
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "weights": agg.weight_dict(),
         "na_policy": agg.na_policy,
         "na_value": na_value_native,

@@ -17,7 +17,12 @@ import pytest
 from judge_gateway.cli import main
 from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.tuning.cache import CachedScore, CacheKey, ScoreCache, judge_identity
-from judge_gateway.tuning.fit import Aggregation, PairSet, best_tie_threshold, pair_accuracy
+from judge_gateway.tuning.fit import (
+    Aggregation,
+    PairSet,
+    best_tie_threshold,
+    pair_accuracy,
+)
 from judge_gateway.tuning.prefs import PreferenceDataError, load_preferences
 from judge_gateway.tuning.profile import ProfileError, load_profile
 from tests.conftest import png_bytes
@@ -161,7 +166,7 @@ def test_rubric_judge_uses_profile_and_names_it(rubric_set, fake_backend, tmp_pa
     doc["backends"]["rr"] = {"model": "fake-rubric-ok", "base_urls": [fake_backend.base_url]}
     gw = Gateway(validate_config(doc))
     judge = gw.judges["rr"]
-    raw, used = judge.aggregate({"Text Faithfulness": 4.0, "Physical and Visual Quality": 1.0,
+    raw, _used = judge.aggregate({"Text Faithfulness": 4.0, "Physical and Visual Quality": 1.0,
                                  "Text Rendering": 1.0}, [])
     w = profile.weights
     assert raw == pytest.approx((4 * w["Text Faithfulness"] + w["Physical and Visual Quality"]

@@ -12,8 +12,8 @@ from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.prompts import load_template
 from judge_gateway.schema import RewardRequest
-from judge_gateway.tuning.compare import compare_scores
 from judge_gateway.tuning.cache import CachedScore
+from judge_gateway.tuning.compare import compare_scores
 from judge_gateway.tuning.prefs import load_preferences
 from tests.conftest import png_bytes
 
