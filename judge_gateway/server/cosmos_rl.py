@@ -175,7 +175,7 @@ class CosmosRLService:
             for k, v in meta.extra.items():
                 md[k] = v[i] if isinstance(v, list) and len(v) == batch else v
             per_sample.append(md)
-        info = input_info(arr, dtype_name)
+        info = await asyncio.to_thread(input_info, arr, dtype_name)  # min/max of a video: off the loop
         if medium == "video" and meta.video_infos is not None:
             info["video_infos"] = meta.video_infos
         return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
