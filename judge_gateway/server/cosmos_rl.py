@@ -92,10 +92,11 @@ class CosmosRLService:
             raise PayloadError(f"reward {name!r} is not configured on this gateway (it needs judge {mapping.judge!r})")
         return mapping
 
-    def medium_of(self, reward: CosmosReward) -> str:
+    def media_of(self, reward: CosmosReward) -> set[str]:
+        """The media a reward can score (heads take images or videos; VLM judges what their template has)."""
         if reward.media:
-            return reward.media
-        return "video" if "video" in self.gateway.judges[reward.judge].media else "image"
+            return {reward.media}
+        return {m for m in self.gateway.judges[reward.judge].media if m in ("image", "video")} or {"image"}
 
     # ---- enqueue ---------------------------------------------------------------------------
 
@@ -110,11 +111,11 @@ class CosmosRLService:
             rewards[name] = self.resolve(name)
         if not rewards:
             raise PayloadError("every reward in `reward_fn` has weight <= 0: nothing to score")
-        media = {self.medium_of(r) for r in rewards.values()}
-        if len(media) > 1:
-            raise PayloadError("one request cannot mix image and video rewards: "
-                               + ", ".join(f"{n} ({self.medium_of(r)})" for n, r in rewards.items()))
-        medium = media.pop()
+        def check_medium(medium: str, what: str) -> None:
+            wrong = [n for n, r in rewards.items() if medium not in self.media_of(r)]
+            if wrong:
+                other = "videos" if medium == "image" else "images"
+                raise PayloadError(f"{what} but {', '.join(wrong)} score {other} only")
 
         kind = sniff(data)
         if kind == "npy":
@@ -132,22 +133,20 @@ class CosmosRLService:
         pixels = latents = None
         if meta.media_type == "image":
             pixels = check_image(arr)
-            if medium != "image":
-                raise PayloadError(f"media_type is 'image' but {', '.join(rewards)} score videos")
+            medium = "image"
+            check_medium(medium, "media_type is 'image'")
         elif meta.media_type == "video":
             pixels = check_video(arr)
-            if medium != "video":
-                raise PayloadError(f"media_type is 'video' but {', '.join(rewards)} score images")
+            medium = "video"
+            check_medium(medium, "media_type is 'video'")
         else:
             if self.worker is None or not self.worker.can_decode:
                 raise PayloadError("latent input (media_type missing or 'latent') needs a latent decoder, and none is "
                                    "configured on this gateway (cosmos_rl.latents.python + checkpoint); send "
                                    "media_type 'image' or 'video' with uint8 pixels")
             latents = check_latent(arr)
-            decoded_medium = "image" if latents.shape[2] == 1 else "video"
-            if decoded_medium != medium:
-                raise PayloadError(f"latents with T={latents.shape[2]} decode to {decoded_medium}s, but "
-                                   f"{', '.join(rewards)} score {medium}s")
+            medium = "image" if latents.shape[2] == 1 else "video"
+            check_medium(medium, f"latents with T={latents.shape[2]} decode to {medium}s")
         batch = int(arr.shape[0])
         if batch < 1:
             raise PayloadError("the tensor's batch dimension is 0")

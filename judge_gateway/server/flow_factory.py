@@ -96,13 +96,19 @@ class FlowFactoryService:
         self.cfg = cfg
 
     def check_media(self, profile_name: str, profile: FlowFactoryProfile, samples: list[SampleInput]) -> None:
+        def has(s: SampleInput, slot: str) -> bool:
+            return bool(s.image if slot == "image" else s.video if slot == "video" else s.condition_images)
+
         for judge in profile.judges:
-            for slot in self.gateway.judges[judge].media:
-                field = MEDIA_FIELD.get(slot, slot)
+            slots = self.gateway.judges[judge].media
+            # A judge listing both image and video (a head) takes either; other slots are required.
+            primary = [m for m in slots if m in ("image", "video")]
+            required = [[m] for m in slots if m not in primary] + ([primary] if primary else [])
+            for options in required:
                 for i, s in enumerate(samples):
-                    have = s.image if slot == "image" else s.video if slot == "video" else s.condition_images
-                    if not have:
-                        raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs `{field}`, "
+                    if not any(has(s, m) for m in options):
+                        need = " or ".join(f"`{MEDIA_FIELD.get(m, m)}`" for m in options)
+                        raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
 
     async def compute(self, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
