@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .jsonl import iter_objects
 from .schema import RewardResponse
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp"}
@@ -74,19 +75,7 @@ KNOWN_KEYS = {"id", "prompt", "image", "video", "fps", "condition_images", "grou
 def read_jsonl(path: Path) -> list[InputItem]:
     items = []
     base = path.parent
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: not JSON ({err.msg})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{where}: each line must be a JSON object")
-        unknown = set(obj) - KNOWN_KEYS
-        if unknown:
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(KNOWN_KEYS)}")
+    for _, where, obj in iter_objects(path, ValueError, KNOWN_KEYS):
         if "image" not in obj and "video" not in obj:
             raise ValueError(f"{where}: needs an `image` or a `video` path")
         items.append(InputItem(
@@ -172,7 +161,7 @@ async def score_items(items: list[InputItem], client: Any, *, judges: list[str] 
             try:
                 samples = await asyncio.to_thread(lambda: [it.to_sample(default_fps) for it in batch])
                 resp: RewardResponse = await client.rewards.create(samples=samples, judges=judges)
-            except Exception as exc:  # the batch is reported, never dropped
+            except Exception as exc:  # noqa: BLE001 - the batch is reported, never dropped
                 lines = [{"index": start + i, "source": it.source, "valid": False, "reward": None,
                           "request_error": f"{type(exc).__name__}: {exc}"} for i, it in enumerate(batch)]
             else:
@@ -211,7 +200,7 @@ def run_score_command(args: argparse.Namespace) -> int:
             from .config import load_config
             client = AsyncRewardClient(config=load_config(args.config))
         try:
-            with open(args.output, "w", encoding="utf-8") as out:
+            with open(args.output, "w", encoding="utf-8") as out:  # noqa: ASYNC230 - opened once
                 return await score_items(items, client, judges=judges, batch_size=args.batch_size,
                                          concurrency=args.concurrency, default_fps=args.fps, out=out,
                                          progress=not args.no_progress)

@@ -18,11 +18,11 @@ survives moved files and a changed file is never matched to an old score.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..jsonl import iter_objects
 from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem
 
 LABELS = ("a", "b", "tie")
@@ -148,28 +148,10 @@ def _sample(base: Path, spec: Any, where: str, prompt: str, conditions: list[Pat
 def load_preferences(path: str | Path, *, require_labels: bool = False) -> PreferenceData:
     """Read and validate a preference JSONL; every error names `file:line` and the reason."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PreferenceDataError(f"{path}: no such preference file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise PreferenceDataError(f"{path}: cannot read ({err})") from None
     base = path.parent
     pairs: list[PreferencePair] = []
     seen: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise PreferenceDataError(f"{where}: not JSON ({err.msg} at column {err.colno})") from None
-        if not isinstance(obj, dict):
-            raise PreferenceDataError(f"{where}: each line must be a JSON object")
-        unknown = set(obj) - _PAIR_KEYS
-        if unknown:
-            raise PreferenceDataError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_PAIR_KEYS)}")
+    for n, where, obj in iter_objects(path, PreferenceDataError, _PAIR_KEYS):
         for side in ("a", "b"):
             if side not in obj:
                 raise PreferenceDataError(f"{where}: missing sample `{side}`")
