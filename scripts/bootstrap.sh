@@ -10,7 +10,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${JG_VENV:-$REPO_ROOT/.venv}"
 BASE_PYTHON="${JG_PYTHON:-python3}"
-EXTRAS="dev,tune"
+EXTRAS="dev,tune,redis"
 
 while [[ $# -gt 0 ]]; do
     case "$1" in

@@ -8,7 +8,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
-scripts/bootstrap.sh --extras dev,redis
+scripts/bootstrap.sh     # .venv: the gateway (no torch) with its dev, tune and redis extras
 scripts/setup_vllm_cpu.sh
 scripts/setup_heads.sh  # .venv-heads: torch, open_clip, transformers, rapidocr for the head workers
 scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-payload tests
