@@ -2,7 +2,7 @@
 # Create (idempotently) the project venv .venv with judge-gateway installed editable, plus dev
 # tools. Re-runs are fast: nothing happens while pyproject.toml is unchanged and the venv imports.
 #
-# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune)
+# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune,redis)
 #   JG_VENV    venv path (default: <repo>/.venv)
 #   JG_PYTHON  interpreter used to create it (default: python3, must be >= 3.11)
 set -euo pipefail
