@@ -27,6 +27,13 @@ _PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
 
 
 class HeadJudge(Judge):
+    def __new__(cls, name: str, cfg: JudgeConfig) -> "HeadJudge":
+        if cls is HeadJudge and cfg.kind == "videoalign":  # a whole-video head: its own judge class
+            from .videoalign import VideoAlignJudge
+
+            cls = VideoAlignJudge
+        return super().__new__(cls)
+
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         super().__init__(name, cfg)
         self.kind = cfg.kind

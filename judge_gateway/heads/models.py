@@ -42,4 +42,8 @@ def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
         from .ocr_model import RapidOcrHead
 
         return RapidOcrHead(kind, options)
+    if kind == "videoalign":
+        from .videoalign_model import VideoAlignHead
+
+        return VideoAlignHead(kind, options)
     raise HeadLoadError(f"unknown head kind {kind!r}")

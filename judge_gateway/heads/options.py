@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-HEAD_KINDS = ("clip", "pickscore", "hpsv2", "ocr")
+HEAD_KINDS = ("clip", "pickscore", "hpsv2", "ocr", "videoalign")
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -108,9 +108,26 @@ class OcrOptions(HeadOptions):
     use_cls: bool = Field(True, description="Run PP-OCR's text-direction classifier.")
 
 
+class VideoAlignOptions(HeadOptions):
+    """VideoAlign / VideoReward: frames sampled at the fps and size the checkpoint was trained
+    with (its model_config.json), whatever the trainer's video fps; `video.*` is not used."""
+
+    checkpoint: str = Field(
+        "KwaiVGI/VideoReward",
+        description="Directory (or hub id) with model_config.json and checkpoint-STEP/model.pth.",
+    )
+    checkpoint_step: int | None = Field(None, ge=0, description="Which checkpoint-STEP; default: the highest.")
+    base_model: str | None = Field(
+        None, description="Base Qwen2-VL config + processor (hub id or dir); default: model_config's model_name_or_path."
+    )
+    normalize: bool = Field(True, description="z-normalise VQ/MQ/TA with the checkpoint's inference_config mean/std.")
+    max_batch_size: int = Field(4, ge=1, le=256, description="Videos per forward pass.")
+
+
 HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
     "clip": ClipOptions,
     "pickscore": PickScoreOptions,
     "hpsv2": HPSv2Options,
     "ocr": OcrOptions,
+    "videoalign": VideoAlignOptions,
 }

@@ -100,8 +100,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         traceback.print_exc()
         writer.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
         return 3
-    batcher = MicroBatcher(head.infer, int(options.get("max_batch_size", 32)),
-                           float(options.get("max_wait_ms", 5.0)))
+    make_batcher = getattr(head, "make_batcher", None)  # video-level heads batch whole videos
+    batcher = (make_batcher or (lambda n, w: MicroBatcher(head.infer, n, w)))(
+        int(options.get("max_batch_size", 32)), float(options.get("max_wait_ms", 5.0)))
     writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()

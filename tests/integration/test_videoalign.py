@@ -1,0 +1,96 @@
+"""VideoAlign head end to end: a tiny Qwen2-VL + reward-head checkpoint built offline in the
+released layout, loaded by the real loader in a worker under the heads venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.media import VideoMedia
+from judge_gateway.schema import RewardRequest
+from tests.support.heads_env import ROOT, heads_python
+
+pytestmark = pytest.mark.integration
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("videoalign")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    subprocess.run([str(heads_python()), "-m", "tests.support.tiny_videoalign", str(out)],
+                   check=True, env=env, cwd=ROOT, timeout=600, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+async def gw(tiny):
+    base = {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(tiny / "ckpt"),
+                                              "threads": 2, "max_wait_ms": 200, "max_batch_size": 8}}
+    unbatched = {"kind": "videoalign", "options": {**base["options"], "max_wait_ms": 0, "max_batch_size": 1}}
+    gateway = Gateway(validate_config({"judges": {"videoalign": base, "videoalign_1": unbatched}}))
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+def _videos(tiny):
+    with np.load(tiny / "videos.npz") as z:
+        return [z[f"arr_{i}"] for i in range(len(z.files))]
+
+
+async def test_loaded_checkpoint_scores_equal_in_memory_model_batched_and_not(gw, tiny):
+    ref = json.loads((tiny / "reference.json").read_text())
+    videos = _videos(tiny)
+    # fps = 2: the checkpoint's rate, so every frame of these test clips is kept
+    samples = [{"prompt": p, "video": VideoMedia.from_array(v, fps=2.0)} for v, p in zip(videos, ref["prompts"])]
+    resp = await gw.score(RewardRequest(samples=samples, judges=["videoalign", "videoalign_1"]))
+    for r, want in zip(resp.results, ref["scores"]):
+        batched, single = r.scores["videoalign"], r.scores["videoalign_1"]
+        assert batched.valid and single.valid, (batched, single)
+        for key in ("vq", "mq", "ta"):
+            assert batched.details[key] == pytest.approx(want[key], abs=2e-4)
+            assert batched.details[key] == pytest.approx(single.details[key], abs=2e-4)
+        assert batched.raw == pytest.approx(want["overall"], abs=5e-4)
+        assert batched.raw == pytest.approx(batched.details["vq"] + batched.details["mq"] + batched.details["ta"])
+    stats = await gw.judges["videoalign"].worker.stats()
+    assert max(int(k) for k in stats["batch_sizes"]) > 1, stats  # really batched
+
+
+async def test_sampling_follows_the_checkpoint_fps_not_the_videos(gw, tiny):
+    """Must show: the same 2-second clip at 8, 16 and 24 fps is sampled at the same timestamps,
+    at the checkpoint's 2 fps, and the sampling is recorded."""
+    from tests.support.tiny_videoalign import clip_frames
+
+    samples = [{"prompt": "a red ball rolls to the right", "video": VideoMedia.from_array(clip_frames(f), fps=f)}
+               for f in (8.0, 16.0, 24.0)]
+    resp = await gw.score(RewardRequest(samples=samples, judges=["videoalign"]))
+    recorded = []
+    for r, f in zip(resp.results, (8.0, 16.0, 24.0)):
+        s = r.scores["videoalign"]
+        assert s.valid, s
+        d = s.details
+        recorded.append({k: d[k] for k in ("source_fps", "source_frames", "frames", "frame_indices",
+                                           "frame_times_s", "sampled_fps", "checkpoint_fps")})
+        assert d["source_fps"] == f and d["checkpoint_fps"] == 2.0 and d["sampled_fps"] == 2.0
+        assert d["frame_times_s"] == [0.0, 0.5, 1.0, 1.5] and d["frames"] == 4
+    print("\nvideoalign sampling:", json.dumps(recorded, indent=1))
+    # same content at the same timestamps -> the same scores
+    vals = [r.scores["videoalign"].raw for r in resp.results]
+    assert vals == pytest.approx([vals[0]] * 3, abs=2e-4)
+
+
+async def test_videoalign_needs_a_video(gw):
+    from judge_gateway.media import ImageMedia
+
+    resp = await gw.score(RewardRequest(
+        samples=[{"prompt": "x", "image": ImageMedia.from_array(np.zeros((8, 8, 3), np.uint8))}],
+        judges=["videoalign"]))
+    assert not resp.results[0].scores["videoalign"].valid
