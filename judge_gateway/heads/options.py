@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-HEAD_KINDS = ("clip", "pickscore", "hpsv2", "ocr", "videoalign")
+HEAD_KINDS = ("clip", "pickscore", "hpsv2", "ocr", "gen_eval", "videoalign")
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -108,6 +108,37 @@ class OcrOptions(HeadOptions):
     use_cls: bool = Field(True, description="Run PP-OCR's text-direction classifier.")
 
 
+class GenEvalOptions(HeadOptions):
+    """GenEval (judge_gateway/heads/geneval_rules.py): an mmdet detector + open_clip colour zero-shot."""
+
+    max_batch_size: int = Field(4, ge=1, le=4096)
+    detector_config: str = Field(
+        "mask2former/mask2former_swin-s-p4-w7-224_8xb2-lsj-50e_coco.py",
+        description=(
+            "mmdet config: a file path, or a path inside the configs mmdet's wheel ships "
+            "(default: Mask2Former Swin-S COCO instance segmentation, GenEval's detector)."
+        ),
+    )
+    detector_checkpoint: str = Field(
+        description="The detector's weights (a local .pth, e.g. mmdet's Mask2Former Swin-S COCO checkpoint)."
+    )
+    clip_model: str = Field("ViT-L-14", description="open_clip architecture of the colour classifier.")
+    clip_pretrained: str = Field(
+        description="open_clip pretrained tag (`openai`) or a checkpoint path for `clip_model`."
+    )
+    clip_model_config_file: str | None = Field(
+        None, description="A JSON open_clip model config to register first (a custom architecture)."
+    )
+    reward: Literal["score", "correct", "strict"] = Field(
+        "score",
+        description=(
+            "What raw and reward are: the partial `score` (mean of per-include components), GenEval's "
+            "`correct` (0/1) or `strict` (0/1, exact counts). A sample's `geneval_only_strict: true` "
+            "(cosmos-rl) picks `strict` for that sample."
+        ),
+    )
+
+
 class VideoAlignOptions(HeadOptions):
     """VideoAlign / VideoReward: frames sampled at the fps and size the checkpoint was trained
     with (its model_config.json), whatever the trainer's video fps; `video.*` is not used."""
@@ -130,4 +161,5 @@ HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
     "hpsv2": HPSv2Options,
     "ocr": OcrOptions,
     "videoalign": VideoAlignOptions,
+    "gen_eval": GenEvalOptions,
 }

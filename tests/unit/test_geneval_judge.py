@@ -1,0 +1,152 @@
+"""The `gen_eval` judge kind through the gateway, its detector output injected at the worker
+boundary (a stub in place of the worker process; no detector option exists for that), and its
+config validation and cosmos-rl mapping."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from judge_gateway.config import ConfigError, validate_config
+from judge_gateway.heads.geneval_judge import GenEvalJudge, sample_metadata
+from judge_gateway.judges.base import JudgeFailure
+
+
+OPTIONS = {"detector_checkpoint": "/models/mask2former.pth", "clip_pretrained": "openai"}
+
+
+class StubWorker:
+    """Stands in for HeadWorker: answers each infer with the next canned detections."""
+
+    def __init__(self, detections: dict[str, Any]) -> None:
+        self.detections = detections
+        self.requests: list[dict[str, Any]] = []
+        self.info = {"model": "stub", "pid": 0}
+
+    def ensure_started(self) -> None:
+        pass
+
+    def readiness(self) -> tuple[bool, str | None]:
+        return True, None
+
+    async def infer(self, frames, prompt: str) -> list[dict[str, Any]]:
+        self.requests.append(json.loads(prompt))
+        return [{"detections": self.detections} for _ in range(len(frames))]
+
+    async def aclose(self) -> None:
+        pass
+
+
+def box(cx, cy, s=10):
+    return [cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2]
+
+
+async def score(detections, metadata, options=None, prompt="a photo"):
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.schema import RewardRequest
+    from tests.conftest import png_bytes
+
+    gw = Gateway(validate_config({"judges": {"ge": {"kind": "gen_eval", "options": {**OPTIONS, **(options or {})}}}}))
+    judge = gw.judges["ge"]
+    assert isinstance(judge, GenEvalJudge)
+    stub = StubWorker(detections)
+    judge.worker = stub  # type: ignore[assignment]
+    try:
+        response = await gw.score(RewardRequest(samples=[{"prompt": prompt, "image": png_bytes(1),
+                                                          "metadata": metadata}]))
+        return response.results[0].scores["ge"], stub
+    finally:
+        await gw.aclose()
+
+
+def dogs(n, score_=0.95):
+    return {"dog": {"boxes": [box(20 + 30 * i, 50) for i in range(n)], "scores": [score_] * n}}
+
+
+async def test_counting_through_the_gateway():
+    meta = {"tag": "counting", "include": [{"class": "dog", "count": 2}]}
+    s, stub = await score(dogs(2), meta)
+    assert s.valid and s.raw == 1.0 and s.reward == 1.0
+    assert s.details["correct"] == 1.0 and s.details["strict"] == 1.0 and s.details["score"] == 1.0
+    assert s.details["group"]["counting"] == 1.0 and s.details["group"]["colors"] is None
+    assert s.details["detections"]["dog"]["count"] == 2
+    assert stub.requests == [{"color_classes": [], "threshold": 0.9}]
+
+    s, _ = await score(dogs(3), meta, {"reward": "correct"})
+    assert s.valid and s.raw == 0.0 and s.details["correct"] == 0.0 and s.details["strict"] == 0.0
+    assert s.details["reward_from"] == "correct" and 0 < s.details["score"] < 1
+
+
+async def test_colors_failure_is_named_and_colour_classes_requested():
+    meta = {"tag": "colors", "include": [{"class": "car", "count": 1, "color": "red"}]}
+    det = {"car": {"boxes": [box(50, 50)], "scores": [0.8], "colors": ["blue"]}}
+    s, stub = await score(det, meta, {"reward": "correct"})
+    assert s.valid and s.raw == 0.0 and s.details["correct"] == 0.0
+    check = s.details["checks"][0]
+    assert check["passed"] is False and "include[0] (1 x red car)" in check["reason"]
+    assert s.details["reasons"] == [check["reason"]]
+    assert stub.requests == [{"color_classes": ["car"], "threshold": 0.3}]
+
+
+async def test_cosmos_rl_metadata_names_and_only_strict():
+    meta = {"geneval_tags": "counting", "geneval_includes": [{"class": "dog", "count": 2}],
+            "geneval_only_strict": True}
+    s, _ = await score(dogs(3), meta)  # reward option "score", but only_strict picks strict
+    assert s.valid and s.raw == 0.0 and s.details["reward_from"] == "strict"
+    assert s.details["group"] == {"single_object": None, "two_object": None, "counting": 0.0,
+                                  "colors": None, "position": None, "color_attr": None}
+
+
+@pytest.mark.parametrize("metadata, fragment", [
+    ({}, "needs the sample's metadata"),
+    ({"include": [{"class": "dog"}]}, "no tag"),
+    ({"tag": "counting"}, "no include list"),
+    ({"tag": "painting", "include": [{"class": "dog"}]}, "tag must be one of"),
+    ({"tag": "colors", "include": [{"class": "car", "color": "teal"}]}, "include[0].color"),
+    ({"tag": "counting", "include": "[{"}, "not JSON"),
+    ({"tag": "counting", "include": [{"class": "dog"}], "geneval_only_strict": "yes"}, "geneval_only_strict"),
+])
+async def test_bad_metadata_is_bad_input(metadata, fragment):
+    s, stub = await score(dogs(2), metadata)
+    assert not s.valid and s.error.code.value == "bad_input" and fragment in s.error.message
+    assert stub.requests == []  # refused before the detector
+
+
+async def test_bad_detector_output_is_a_head_error():
+    s, _ = await score({"dog": {"boxes": [box(1, 1)], "scores": []}}, {"tag": "single_object",
+                                                                         "include": [{"class": "dog"}]})
+    assert not s.valid and s.error.code.value == "head_error"
+
+
+def test_metadata_as_json_text_and_single_element_tag_list():
+    meta, strict = sample_metadata({"geneval_tags": ["position"], "geneval_includes": json.dumps(
+        [{"class": "dog", "count": 1}, {"class": "cat", "count": 1, "position": ["left of", 0]}])})
+    assert meta.tag == "position" and meta.includes[1].position == ("left of", 0) and not strict
+    with pytest.raises(JudgeFailure):
+        sample_metadata(None)
+
+
+def test_gen_eval_config_validated_naming_the_key():
+    ok = validate_config({"judges": {"ge": {"kind": "gen_eval", "options": OPTIONS}}})
+    assert ok.judge_options("ge").reward == "score"
+    cases = [
+        ({"clip_pretrained": "openai"}, "judges.h.options.detector_checkpoint"),
+        ({"detector_checkpoint": "x"}, "judges.h.options.clip_pretrained"),
+        ({**OPTIONS, "reward": "mean"}, "judges.h.options.reward"),
+        ({**OPTIONS, "detector": "synthetic"}, "judges.h.options.detector"),
+    ]
+    for options, key in cases:
+        with pytest.raises(ConfigError) as err:
+            validate_config({"judges": {"h": {"kind": "gen_eval", "options": options}}})
+        assert key in str(err.value), (key, str(err.value))
+
+
+def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
+    from judge_gateway import protocol_config
+
+    keys = protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"]["keys"]
+    assert protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"]["judge"] == "gen_eval"
+    assert keys == {"gen_eval_score": "raw", "gen_eval_reward": "reward",
+                   "gen_eval_strict": "details.strict", "gen_eval_group": "details.group"}
