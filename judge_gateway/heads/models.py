@@ -42,6 +42,10 @@ def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
         from .ocr_model import RapidOcrHead
 
         return RapidOcrHead(kind, options)
+    if kind == "gen_eval":
+        from .geneval_model import GenEvalDetectorHead
+
+        return GenEvalDetectorHead(kind, options)
     if kind == "videoalign":
         from .videoalign_model import VideoAlignHead
 
