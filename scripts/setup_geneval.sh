@@ -12,52 +12,16 @@
 #   JG_WHEEL_CACHE   where the built mmcv wheel is kept
 #   --force          run every step even when the venv already imports everything
 set -euo pipefail
-
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TAG=setup_geneval
 VENV="${JG_GENEVAL_VENV:-$REPO_ROOT/.venv-geneval}"
-BASE_PYTHON="${JG_PYTHON:-python3}"
 WHEELS="${JG_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/judge-gateway/wheels}"
 MMCV_VERSION="2.1.0"
-FORCE=0
 IMPORTS="import torch, torchvision, mmcv, mmcv.ops, mmengine, mmdet, mmdet.apis, open_clip, judge_gateway.heads.worker"
-
-for arg in "$@"; do
-    case "$arg" in
-        --force) FORCE=1 ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup_geneval: unknown argument: $arg" >&2; exit 2 ;;
-    esac
-done
-
-log() { echo "[setup_geneval] $*"; }
-
-check_import() {
-    [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "$IMPORTS" >/dev/null 2>&1
-}
-
-pip_quiet() {
-    local status
-    set +e
-    "$VENV/bin/python" -m pip "$@" 2>&1 | grep -v -E "Location .* is ignored|^\s*$"
-    status=${PIPESTATUS[0]}
-    set -e
-    if [[ $status -ne 0 ]]; then
-        echo "[setup_geneval] pip $* failed (exit $status)" >&2
-        return "$status"
-    fi
-}
-
-if [[ $FORCE -eq 0 ]] && check_import; then
-    log "geneval venv ready at $VENV; nothing to do"
-    exit 0
-fi
-
-start=$SECONDS
-if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating venv $VENV with $BASE_PYTHON ($("$BASE_PYTHON" --version 2>&1))"
-    "$BASE_PYTHON" -m venv "$VENV"
-fi
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+HELP_TO=13
+# shellcheck source=scripts/lib/venv.sh
+. "$REPO_ROOT/scripts/lib/venv.sh"
+venv_begin "$@"
 
 # Without these pins open_clip_torch / mmdet (via torchvision) replace the CPU torch with PyPI's
 # CUDA build and ~3 GB of nvidia wheels.
@@ -103,9 +67,4 @@ pip_quiet install -q -c "$constraints" "mmdet>=3.3,<3.4"
 log "installing judge-gateway (editable)"
 pip_quiet install -q -c "$constraints" -e "$REPO_ROOT"
 
-if ! check_import; then
-    echo "[setup_geneval] ERROR: '$IMPORTS' fails in $VENV:" >&2
-    "$VENV/bin/python" -c "$IMPORTS" 2>&1 | tail -20 >&2 || true
-    exit 1
-fi
-log "done in $((SECONDS - start)) s: $("$VENV/bin/python" -c 'import torch, mmcv, mmdet, open_clip; print("torch", torch.__version__, "mmcv", mmcv.__version__, "mmdet", mmdet.__version__, "open_clip", open_clip.__version__)' 2>/dev/null)"
+venv_done "$("$VENV/bin/python" -c 'import torch, mmcv, mmdet, open_clip; print("torch", torch.__version__, "mmcv", mmcv.__version__, "mmdet", mmdet.__version__, "open_clip", open_clip.__version__)' 2>/dev/null)"

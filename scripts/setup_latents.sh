@@ -4,17 +4,17 @@
 # Wan VAE latents for the cosmos-rl adapter. Keeps torch out of the gateway's own venv.
 # diffusers does not need torchvision; an unpinned torch would pull CUDA wheels.
 #
-# Usage: scripts/setup_latents.sh        (JG_LATENTS_VENV overrides the path)
+# Usage: scripts/setup_latents.sh [--force]   (JG_LATENTS_VENV overrides the path)
 # Then:  [cosmos_rl.latents] python = ".venv-latents/bin/python", checkpoint = "<AutoencoderKLWan dir>"
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TAG=setup_latents
 VENV="${JG_LATENTS_VENV:-$REPO_ROOT/.venv-latents}"
-TORCH="torch==2.13.0"
-if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "import torch, diffusers, numpy" >/dev/null 2>&1; then
-    echo "[setup_latents] $VENV is ready"
-    exit 0
-fi
-[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
-PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/python" -m pip install -q "$TORCH" diffusers numpy 2>&1 \
-    | grep -v -E "Location .* is ignored" || true
-"$VENV/bin/python" -c "import torch, diffusers; print('[setup_latents] torch', torch.__version__, 'diffusers', diffusers.__version__)"
+IMPORTS="import torch, diffusers, numpy"
+HELP_TO=8
+# shellcheck source=scripts/lib/venv.sh
+. "$REPO_ROOT/scripts/lib/venv.sh"
+venv_begin "$@"
+log "installing torch==2.13.0 (CPU), diffusers, numpy"
+pip_quiet install -q "torch==2.13.0" diffusers numpy
+venv_done "$("$VENV/bin/python" -c 'import torch, diffusers; print("torch", torch.__version__, "diffusers", diffusers.__version__)' 2>/dev/null)"
