@@ -59,13 +59,14 @@ def _load_video(path: Path, fps: float | None) -> dict[str, Any]:
     return video
 
 
-def _resolve(base: Path, value: Any, where: str) -> Path:
+def resolve_path(base: Path, value: Any, where: str, error: type[Exception] = ValueError) -> Path:
+    """A path from an input line, relative to the file it came from; it must exist."""
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{where}: expected a file path string, got {value!r}")
+        raise error(f"{where}: expected a file path string, got {value!r}")
     p = Path(value)
     p = p if p.is_absolute() else base / p
     if not p.exists():
-        raise ValueError(f"{where}: {p} does not exist")
+        raise error(f"{where}: {p} does not exist")
     return p
 
 
@@ -81,10 +82,10 @@ def read_jsonl(path: Path) -> list[InputItem]:
         items.append(InputItem(
             source=str(obj.get("id", where)),
             prompt=str(obj.get("prompt", "")),
-            image=_resolve(base, obj["image"], f"{where}: image") if "image" in obj else None,
-            video=_resolve(base, obj["video"], f"{where}: video") if "video" in obj else None,
+            image=resolve_path(base, obj["image"], f"{where}: image") if "image" in obj else None,
+            video=resolve_path(base, obj["video"], f"{where}: video") if "video" in obj else None,
             fps=obj.get("fps"),
-            condition_images=[_resolve(base, c, f"{where}: condition_images")
+            condition_images=[resolve_path(base, c, f"{where}: condition_images")
                               for c in obj.get("condition_images", [])],
             group_id=obj.get("group_id"),
             metadata=obj.get("metadata", {}),

@@ -51,7 +51,7 @@ class MicroBatcher:
         if not isinstance(first, Job):
             return [], [first]
         jobs, others = [first], []
-        items = len(first.frames)
+        items = self.job_size(first)
         deadline = time.monotonic() + self.max_wait_s
         while items < self.max_batch_size:
             remaining = deadline - time.monotonic()
@@ -63,8 +63,17 @@ class MicroBatcher:
                 others.append(msg)  # control / end of stream: run what we have first
                 break
             jobs.append(msg)
-            items += len(msg.frames)
+            items += self.job_size(msg)
         return jobs, others
+
+    def job_size(self, job: Job) -> int:
+        """How much of a batch a job takes: one item per frame (images are one frame)."""
+        return len(job.frames)
+
+    def record(self, size: int) -> None:
+        self.batches += 1
+        self.items += size
+        self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
 
     def run(self, jobs: list[Job]) -> dict[int, list[dict[str, Any]] | Exception]:
         """Outputs per job id; a failing batch is retried job by job so one bad input cannot
@@ -94,9 +103,7 @@ class MicroBatcher:
             if len(out) != len(chunk):
                 raise RuntimeError(f"head returned {len(out)} outputs for {len(chunk)} inputs")
             outputs.extend(out)
-            self.batches += 1
-            self.items += len(chunk)
-            self.batch_sizes[len(chunk)] = self.batch_sizes.get(len(chunk), 0) + 1
+            self.record(len(chunk))
         return outputs
 
     def stats(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .batcher import Job
+from .batcher import Job, MicroBatcher
 from .models import HeadLoadError, HeadModel
 from .videoalign_config import (DIMS, VideoAlignConfigError, build_chat_text, find_checkpoint,
                                 load_model_config, normalize, smart_frame_size)
@@ -243,46 +243,20 @@ class VideoAlignHead(HeadModel):
         return {"videos": self.items}
 
 
-class VideoBatcher:
-    """Like MicroBatcher, but an item is a whole job (one video): up to `max_batch_size` videos
-    per forward pass. Each job gets one output per frame it sent (the video's result, repeated),
-    so the gateway's per-frame reply check holds."""
+class VideoBatcher(MicroBatcher):
+    """MicroBatcher where an item is a whole job (one video): up to `max_batch_size` videos per
+    forward pass. Each job gets one output per frame it sent (the video's result, repeated), so
+    the gateway's per-frame reply check holds."""
 
-    def __init__(self, score, max_batch_size: int, max_wait_ms: float) -> None:
-        self.score = score
-        self.max_batch_size = max_batch_size
-        self.max_wait_s = max_wait_ms / 1000.0
-        self.batches = 0
-        self.items = 0
-        self.batch_sizes: dict[int, int] = {}
-
-    def collect(self, q: Any) -> tuple[list[Job], list[Any]]:
-        import queue
-        import time
-
-        first = q.get()
-        if not isinstance(first, Job):
-            return [], [first]
-        jobs, others = [first], []
-        deadline = time.monotonic() + self.max_wait_s
-        while len(jobs) < self.max_batch_size:
-            remaining = deadline - time.monotonic()
-            try:
-                msg = q.get(timeout=remaining) if remaining > 0 else q.get_nowait()
-            except queue.Empty:
-                break
-            if not isinstance(msg, Job):
-                others.append(msg)
-                break
-            jobs.append(msg)
-        return jobs, others
+    def job_size(self, job: Job) -> int:
+        return 1
 
     def run(self, jobs: list[Job]) -> dict[int, list[dict[str, Any]] | Exception]:
         result: dict[int, list[dict[str, Any]] | Exception] = {}
         for i in range(0, len(jobs), self.max_batch_size):
             chunk = jobs[i:i + self.max_batch_size]
             try:
-                outs = self.score([j.frames for j in chunk], [j.prompt for j in chunk])
+                outs = self.infer([j.frames for j in chunk], [j.prompt for j in chunk])
                 if len(outs) != len(chunk):
                     raise RuntimeError(f"head returned {len(outs)} outputs for {len(chunk)} videos")
             except Exception as exc:
@@ -292,16 +266,10 @@ class VideoBatcher:
                     for job in chunk:
                         result.update(self.run([job]))
                 continue
-            self.batches += 1
-            self.items += len(chunk)
-            self.batch_sizes[len(chunk)] = self.batch_sizes.get(len(chunk), 0) + 1
+            self.record(len(chunk))
             for job, out in zip(chunk, outs):
                 result[job.msg_id] = [out] * len(job.frames)
         return result
-
-    def stats(self) -> dict[str, Any]:
-        return {"batches": self.batches, "items": self.items,
-                "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
 
 
 __all__ = ["VideoAlignHead", "VideoBatcher", "merge_peft_state_dict"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonl import iter_objects
-from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem
+from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path
 
 LABELS = ("a", "b", "tie")
 _PAIR_KEYS = {"id", "prompt", "a", "b", "condition_images", "label", "metadata"}
@@ -99,13 +99,7 @@ def sample_key(item: InputItem) -> str:
 
 
 def _path(base: Path, value: Any, where: str) -> Path:
-    if not isinstance(value, str) or not value:
-        raise PreferenceDataError(f"{where}: expected a file path string, got {value!r}")
-    p = Path(value)
-    p = p if p.is_absolute() else base / p
-    if not p.exists():
-        raise PreferenceDataError(f"{where}: {p} does not exist")
-    return p
+    return resolve_path(base, value, where, PreferenceDataError)
 
 
 def _sample(base: Path, spec: Any, where: str, prompt: str, conditions: list[Path], pair_id: str,
