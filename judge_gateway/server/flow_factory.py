@@ -132,6 +132,9 @@ class FlowFactoryService:
         if profile.mode == "groupwise":
             rewards = group_transform(rewards, ["group"] * len(rewards), profile.group_transform)
         valid = [v for v in rewards if v is not None]
+        # Flow-Factory's client reads only `rewards`; the flags beside them keep a filled value
+        # from passing as a score for anyone who looks.
+        flags = [v is not None for v in rewards]
         if problems:
             first = f"sample {problems[0][0]}: {problems[0][1]}"
             if not valid and any(code in TRANSIENT for _, _, code in problems):
@@ -147,7 +150,11 @@ class FlowFactoryService:
             log.warning("flow-factory %s: %d invalid judge scores, filled with %s; e.g. %s",
                         name, len(problems), fill, first)
             rewards = [fill if v is None else v for v in rewards]
-        return 200, {"rewards": rewards}
+            errors: dict[str, list[str]] = {}
+            for index, message, _ in problems:
+                errors.setdefault(str(index), []).append(message)
+            return 200, {"rewards": rewards, "valid": flags, "errors": errors}
+        return 200, {"rewards": rewards, "valid": flags}
 
 
 def install(app: FastAPI, service: FlowFactoryService) -> None:

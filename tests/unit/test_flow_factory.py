@@ -150,6 +150,10 @@ async def test_invalid_sample_policies(client):
     assert await compute(client, "/flow-factory/mixed_fill", payload) == [-3.0, -3.0]
     with pytest.raises(RuntimeError, match="answer_missing"):
         await compute(client, "/flow-factory/mixed_error", payload)
+    # a filled value is never passed off as a score: the flags and reasons travel beside it
+    body = (await client.post("/flow-factory/mixed_fill/compute", json=payload)).json()
+    assert body["valid"] == [False, False]
+    assert "answer_missing" in body["errors"]["0"][0] and "answer_missing" in body["errors"]["1"][0]
 
 
 def test_profile_config_errors_name_the_key():
