@@ -63,6 +63,9 @@ class HeadJudge(Judge):
         await self.worker.aclose()
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+        """Score the image or the sampled frames. A head's output per item is {"raw": float}
+        (OCR: {"lines": ...}), optionally with a "details" dict that goes into the score's details
+        (per frame, as `frame_details`, for a video)."""
         target = None
         if self.kind == "ocr":
             target = extract_target_text(sample.prompt)
@@ -85,6 +88,13 @@ class HeadJudge(Judge):
         else:
             values = [float(out["raw"]) for out in outputs]
             details = dict(facts)
+            # Model-specific facts a head reports per item (e.g. HPSv3's sigma).
+            extra = [out.get("details") for out in outputs]
+            if any(extra):
+                if len(extra) == 1:
+                    details |= extra[0]
+                else:
+                    details["frame_details"] = extra
         if len(values) > 1:
             details |= {"frame_scores": values, "pooling": self.options.pooling}
             if self.options.pooling == "topk_mean":
