@@ -35,8 +35,13 @@ from judge_gateway.schema import RewardRequest  # noqa: E402
 from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, text_image_png  # noqa: E402
 
 
-def judge_config(head: str, models: Path, batch: int, wait_ms: float, threads: int | None) -> dict:
-    common = {"max_batch_size": batch, "max_wait_ms": wait_ms if batch > 1 else 0.0, "threads": threads}
+def judge_config(head: str, models: Path, batch: int, args: argparse.Namespace) -> dict:
+    common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
+              "threads": args.threads, "device": args.device, "dtype": args.dtype}
+    if head != "ocr" and args.preprocess_threads:
+        common["preprocess_threads"] = args.preprocess_threads
+    if args.overlap is not None:
+        common["overlap_preprocessing"] = args.overlap == "on"
     if head == "ocr":
         return {"kind": "ocr", "options": {"python": str(heads_python()), **common}}
     return head_judges(models, **common)[head]
@@ -53,7 +58,7 @@ def make_samples(head: str, n: int, size: int) -> list[dict]:
 
 
 async def measure(head: str, models: Path, batch: int, args: argparse.Namespace) -> dict:
-    cfg = {"judges": {head: judge_config(head, models, batch, args.max_wait_ms, args.threads)}}
+    cfg = {"judges": {head: judge_config(head, models, batch, args)}}
     gw = Gateway(validate_config(cfg))
     worker = gw.judges[head].worker
     n = args.requests if head != "ocr" else min(args.requests, 16)
@@ -76,9 +81,12 @@ async def measure(head: str, models: Path, batch: int, args: argparse.Namespace)
         stats = await worker.stats()
     finally:
         await gw.aclose()
-    mean_batch = stats["items"] / max(1, stats["batches"])
+    items = max(1, stats["items"])
     return {"head": head, "max_batch_size": batch, "requests": n, "images_per_s": statistics.median(rates),
-            "mean_batch": mean_batch}
+            "mean_batch": stats["items"] / max(1, stats["batches"]),
+            # where the worker's time went, over every round (warm-up included)
+            "prepare_ms": 1000 * stats.get("prepare_s", 0.0) / items,
+            "infer_ms": 1000 * stats.get("infer_s", 0.0) / items}
 
 
 async def main() -> int:
@@ -91,20 +99,28 @@ async def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch/onnxruntime threads per worker")
     ap.add_argument("--image-size", type=int, default=512)
     ap.add_argument("--size", choices=["tiny", "base"], default="base", help="CLIP-family model size")
+    ap.add_argument("--device", default="cpu", help="head device: cpu, cuda:0 ...")
+    ap.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    ap.add_argument("--preprocess-threads", type=int, default=None,
+                    help="CLIP-family preprocessing threads per worker (default min(8, CPUs))")
+    ap.add_argument("--overlap", choices=["on", "off"], default=None,
+                    help="preprocess the next batch during the current forward (default: on off-CPU)")
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]
     models = build_tiny_heads(args.size)
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
-          f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}")
-    print(f"{'head':<10} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}")
+          f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
+    print(f"{'head':<10} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
+          f" {'prep ms/img':>11} {'fwd ms/img':>10}")
     for head in heads:
         base = None
         for batch in (batches if head != "ocr" else [b for b in batches if b in (1, 8)] or batches[:1]):
             row = await measure(head, models, batch, args)
             base = base or row["images_per_s"]
             print(f"{head:<10} {batch:>9} {row['requests']:>8} {row['images_per_s']:>9.1f} "
-                  f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x", flush=True)
+                  f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x"
+                  f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f}", flush=True)
     return 0
 
 

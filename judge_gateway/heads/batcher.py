@@ -4,6 +4,11 @@ Jobs (one per request message, each with n frames) arrive on a queue from the re
 The batcher takes the first job, then keeps collecting until it holds `max_batch_size` items or
 `max_wait_ms` has passed since the first one, runs the model in slices of at most
 `max_batch_size` items, and hands every job its own outputs.
+
+Two stages: a head may split its work into `prepare` (CPU preprocessing: decode, resize,
+normalise; thread-safe, touches no model state) and `infer(images, prompts, prepared)` (the
+forward pass). `stage(jobs)` runs the first, `run(jobs, staged)` the second, so the worker can
+prepare batch k+1 on another thread while batch k runs on the device (worker.py).
 """
 
 from __future__ import annotations
@@ -32,17 +37,30 @@ class Control:
     op: str
 
 
-InferFn = Callable[[Sequence[np.ndarray], Sequence[str]], list[dict[str, Any]]]
+InferFn = Callable[..., list[dict[str, Any]]]
+PrepareFn = Callable[[Sequence[np.ndarray], Sequence[str]], Any]
+
+
+@dataclass
+class Staged:
+    """What `stage` prepared for a list of jobs: one entry per slice (or the slice's exception)."""
+
+    slices: list[Any]
 
 
 class MicroBatcher:
-    def __init__(self, infer: InferFn, max_batch_size: int, max_wait_ms: float) -> None:
+    def __init__(self, infer: InferFn, max_batch_size: int, max_wait_ms: float,
+                 prepare: PrepareFn | None = None) -> None:
+        """`infer(images, prompts)`, or `infer(images, prompts, prepared)` when `prepare` is given."""
         self.infer = infer
+        self.prepare = prepare
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
         self.batches = 0
         self.items = 0
         self.batch_sizes: dict[int, int] = {}
+        self.prepare_s = 0.0  # time in `prepare` (preprocessing) and in `infer` (forward passes)
+        self.infer_s = 0.0
 
     def collect(self, q: "queue.Queue[Any]") -> tuple[list[Job], list[Any]]:
         """Block for one message, then gather jobs until the batch is full or the wait is over.
@@ -75,13 +93,37 @@ class MicroBatcher:
         self.items += size
         self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
 
-    def run(self, jobs: list[Job]) -> dict[int, list[dict[str, Any]] | Exception]:
-        """Outputs per job id; a failing batch is retried job by job so one bad input cannot
-        fail its neighbours."""
+    @staticmethod
+    def _flatten(jobs: list[Job]) -> tuple[list[np.ndarray], list[str]]:
         images = [f for job in jobs for f in job.frames]
         prompts = [job.prompt for job in jobs for _ in range(len(job.frames))]
+        return images, prompts
+
+    def stage(self, jobs: list[Job]) -> Staged | None:
+        """Run `prepare` on every slice `run` will infer (None without a `prepare`). A slice whose
+        preparation fails holds its exception: `run` then retries its jobs one by one."""
+        if self.prepare is None or not jobs:
+            return None
+        images, prompts = self._flatten(jobs)
+        slices: list[Any] = []
+        t0 = time.perf_counter()
+        for i in range(0, len(images), self.max_batch_size):
+            try:
+                slices.append(self.prepare(images[i : i + self.max_batch_size],
+                                           prompts[i : i + self.max_batch_size]))
+            except Exception as exc:
+                slices.append(exc)
+        self.prepare_s += time.perf_counter() - t0
+        return Staged(slices)
+
+    def run(self, jobs: list[Job], staged: Staged | None = None) -> dict[int, list[dict[str, Any]] | Exception]:
+        """Outputs per job id; a failing batch is retried job by job so one bad input cannot
+        fail its neighbours. `staged`: what `stage(jobs)` prepared (prepared here if absent)."""
+        images, prompts = self._flatten(jobs)
         try:
-            outputs = self._infer_sliced(images, prompts)
+            if staged is None:
+                staged = self.stage(jobs)
+            outputs = self._infer_sliced(images, prompts, staged)
         except Exception as exc:
             if len(jobs) == 1:
                 return {jobs[0].msg_id: exc}
@@ -95,11 +137,20 @@ class MicroBatcher:
             start += len(job.frames)
         return result
 
-    def _infer_sliced(self, images: list[np.ndarray], prompts: list[str]) -> list[dict[str, Any]]:
+    def _infer_sliced(self, images: list[np.ndarray], prompts: list[str],
+                      staged: Staged | None) -> list[dict[str, Any]]:
         outputs: list[dict[str, Any]] = []
-        for i in range(0, len(images), self.max_batch_size):
+        for n, i in enumerate(range(0, len(images), self.max_batch_size)):
             chunk = images[i : i + self.max_batch_size]
-            out = self.infer(chunk, prompts[i : i + self.max_batch_size])
+            t0 = time.perf_counter()
+            if staged is None:
+                out = self.infer(chunk, prompts[i : i + self.max_batch_size])
+            else:
+                prepared = staged.slices[n]
+                if isinstance(prepared, Exception):
+                    raise prepared
+                out = self.infer(chunk, prompts[i : i + self.max_batch_size], prepared)
+            self.infer_s += time.perf_counter() - t0
             if len(out) != len(chunk):
                 raise RuntimeError(f"head returned {len(out)} outputs for {len(chunk)} inputs")
             outputs.extend(out)
@@ -108,4 +159,5 @@ class MicroBatcher:
 
     def stats(self) -> dict[str, Any]:
         return {"batches": self.batches, "items": self.items,
-                "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
+                "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+                "prepare_s": round(self.prepare_s, 4), "infer_s": round(self.infer_s, 4)}

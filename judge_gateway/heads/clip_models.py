@@ -6,13 +6,17 @@ All three score an (image, prompt) pair from L2-normalised embeddings:
 - hpsv2:     raw = cosine(image, text) on open_clip ViT-H-14 with the HPS checkpoint's weights,
              images padded to a square with black (HPSv2's ResizeMaxSize / cosmos-rl)
 Text embeddings go through a TextEmbeddingCache; everything runs under torch.inference_mode.
+Image preprocessing (`prepare`) runs per image on a thread pool (PIL's resize releases the GIL),
+on the worker's stager thread while the previous batch runs on the device.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from abc import abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +49,13 @@ class ClipFamilyHead(HeadModel):
         self.device = torch.device(options.get("device", "cpu"))
         self.dtype = DTYPES[options.get("dtype", "fp32")]
         self.text_cache = TextEmbeddingCache(int(options.get("text_cache_size", 4096)))
+        threads = options.get("preprocess_threads") or min(8, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(int(threads), thread_name_prefix="preprocess")
 
     # -- model-specific parts ------------------------------------------------------------------
     @abstractmethod
-    def _pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor: ...
+    def _pixel_row(self, image: Image.Image) -> torch.Tensor:
+        """One image's preprocessed [3, H, W] tensor (the reference transform)."""
 
     @abstractmethod
     def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor: ...
@@ -65,15 +72,24 @@ class ClipFamilyHead(HeadModel):
         emb = emb / emb.norm(dim=-1, keepdim=True)
         return list(emb)
 
-    def embed_images(self, images: Sequence[np.ndarray]) -> torch.Tensor:
-        pixels = self._pixels(images).to(self.device, self.dtype)
+    def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> torch.Tensor:
+        """Preprocessed pixels [n, 3, H, W] (fp32, pinned when the model is on CUDA)."""
+        rows = list(self._pool.map(self._pixel_row, _to_pil(images)))
+        pixels = torch.stack(rows)
+        return pixels.pin_memory() if self.device.type == "cuda" else pixels
+
+    def embed_images(self, images: Sequence[np.ndarray], pixels: torch.Tensor | None = None) -> torch.Tensor:
+        if pixels is None:
+            pixels = self.prepare(images)
+        pixels = pixels.to(self.device, self.dtype, non_blocking=True)
         emb = self._encode_image(pixels).float()
         return emb / emb.norm(dim=-1, keepdim=True)
 
-    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
+    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str],
+              prepared: torch.Tensor | None = None) -> list[dict[str, Any]]:
         with torch.inference_mode():
             text = torch.stack(self.text_cache.get_many(list(prompts), self._text_rows))
-            img = self.embed_images(images)
+            img = self.embed_images(images, prepared)
             cosine = (img * text).sum(dim=-1)
             raw = cosine * self._scale()
         return [{"raw": float(r), "cosine": float(c)} for r, c in zip(raw.tolist(), cosine.tolist())]
@@ -137,8 +153,8 @@ class OpenClipHead(ClipFamilyHead):
         self.tokenizer = open_clip.get_tokenizer(arch)
         return facts
 
-    def _pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor:
-        return torch.stack([self.preprocess(im) for im in _to_pil(images)])
+    def _pixel_row(self, image: Image.Image) -> torch.Tensor:
+        return self.preprocess(image)
 
     def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.model.encode_image(pixels)
@@ -206,8 +222,8 @@ class HFClipHead(ClipFamilyHead):
     def _scale(self) -> float:
         return self._logit_scale
 
-    def _pixels(self, images: Sequence[np.ndarray]) -> torch.Tensor:
-        return self.processor(images=_to_pil(images), return_tensors="pt")["pixel_values"]
+    def _pixel_row(self, image: Image.Image) -> torch.Tensor:
+        return self.processor(images=[image], return_tensors="pt")["pixel_values"][0]
 
     def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         return _features(self.model.get_image_features(pixel_values=pixels))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,11 @@ class HeadModel(ABC):
     @abstractmethod
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
         """One output dict per item. CLIP family: {"raw": float}; OCR: {"lines", "confidences"}."""
+
+    # Optional CPU stage: `prepare(images, prompts) -> prepared`, then
+    # `infer(images, prompts, prepared)`. A head that defines it has its preprocessing run on the
+    # worker's stager thread, overlapping the previous batch's forward pass (batcher.py).
+    prepare: Callable[[Sequence[np.ndarray], Sequence[str]], Any] | None = None
 
     def stats(self) -> dict[str, Any]:
         return {}

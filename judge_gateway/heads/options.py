@@ -36,6 +36,14 @@ class HeadOptions(BaseModel):
     max_wait_ms: float = Field(
         5.0, ge=0, le=10_000, description="How long a batch waits for more concurrent items once it has one."
     )
+    overlap_preprocessing: bool | None = Field(
+        None,
+        description=(
+            "Preprocess the next batch on a second thread while the current one runs (heads with a "
+            "CPU stage: the CLIP family). Default: on for cuda/mps, off for cpu, where both stages "
+            "compete for the same cores."
+        ),
+    )
     pooling: Literal["mean", "min", "topk_mean"] = Field(
         "mean", description="How per-frame scores of a video become one score."
     )
@@ -56,6 +64,10 @@ class HeadOptions(BaseModel):
 
 class _ClipFamilyOptions(HeadOptions):
     text_cache_size: int = Field(4096, ge=0, description="Prompts whose text embedding is kept (LRU).")
+    preprocess_threads: int | None = Field(
+        None, ge=1, le=256,
+        description="Threads preprocessing images (resize, crop, normalise) in the worker; default min(8, CPUs).",
+    )
 
 
 class ClipOptions(_ClipFamilyOptions):

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .batcher import Job, MicroBatcher
+from .batcher import Job, MicroBatcher, Staged
 from .models import HeadLoadError, HeadModel
 from .videoalign_config import (DIMS, VideoAlignConfigError, build_chat_text, find_checkpoint,
                                 load_model_config, normalize, smart_frame_size)
@@ -251,7 +251,7 @@ class VideoBatcher(MicroBatcher):
     def job_size(self, job: Job) -> int:
         return 1
 
-    def run(self, jobs: list[Job]) -> dict[int, list[dict[str, Any]] | Exception]:
+    def run(self, jobs: list[Job], staged: Staged | None = None) -> dict[int, list[dict[str, Any]] | Exception]:
         result: dict[int, list[dict[str, Any]] | Exception] = {}
         for i in range(0, len(jobs), self.max_batch_size):
             chunk = jobs[i:i + self.max_batch_size]

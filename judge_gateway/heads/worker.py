@@ -20,14 +20,16 @@ import queue
 import sys
 import threading
 import traceback
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from .batcher import Control, Job, MicroBatcher
+from .batcher import Control, Job, MicroBatcher, Staged
 from .models import HeadLoadError, build_head
 from .protocol import ProtocolError, encode_frame, images_from_payload, read_frame
 
 log = logging.getLogger("judge_gateway.heads.worker")
 _EOF = object()
+_STAGER_DIED = object()
 
 
 class _Writer:
@@ -101,27 +103,82 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         writer.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
         return 3
     make_batcher = getattr(head, "make_batcher", None)  # video-level heads batch whole videos
-    batcher = (make_batcher or (lambda n, w: MicroBatcher(head.infer, n, w)))(
-        int(options.get("max_batch_size", 32)), float(options.get("max_wait_ms", 5.0)))
+    max_batch, max_wait = int(options.get("max_batch_size", 32)), float(options.get("max_wait_ms", 5.0))
+    if make_batcher is not None:
+        batcher = make_batcher(max_batch, max_wait)
+    else:
+        prepare = getattr(head, "prepare", None)
+        batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=prepare)
     writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
     threading.Thread(target=_reader, args=(stdin, q, writer), daemon=True, name="head-reader").start()
+    overlap = options.get("overlap_preprocessing")
+    if overlap is None:
+        overlap = not str(options.get("device", "cpu")).startswith("cpu")
+    if overlap and batcher.prepare is not None:
+        # One batch ahead: the stager thread collects and preprocesses batch k+1 while this
+        # thread runs batch k on the device; maxsize=1 keeps at most one prepared batch waiting.
+        staged_q: queue.Queue[Any] = queue.Queue(maxsize=1)
+        threading.Thread(target=_stager, args=(batcher, q, staged_q), daemon=True, name="head-stager").start()
+        next_item = staged_q.get
+    else:
+        pending: list[Any] = []
+
+        def next_item() -> Any:  # the same stages, in turn on this thread
+            if not pending:
+                jobs, others = batcher.collect(q)
+                if jobs:
+                    pending.append(_Batch(jobs, batcher.stage(jobs)))
+                pending.extend(others)
+            return pending.pop(0)
+
     while True:
-        jobs, others = batcher.collect(q)
-        if jobs:
-            for msg_id, out in batcher.run(jobs).items():
+        item = next_item()
+        if isinstance(item, _Batch):
+            for msg_id, out in batcher.run(item.jobs, item.staged).items():
                 if isinstance(out, Exception):
                     log.error("inference failed: %s", "".join(traceback.format_exception(out)))
                     writer.send({"op": "result", "id": msg_id, "ok": False,
                                  "error": f"{type(out).__name__}: {out}"})
                 else:
                     writer.send({"op": "result", "id": msg_id, "ok": True, "outputs": out})
-        for msg in others:
-            if msg is _EOF:
-                return 0
-            if isinstance(msg, Control) and msg.op == "stats":
-                writer.send({"op": "stats", "id": msg.msg_id, "stats": {**batcher.stats(), **head.stats()}})
+        elif item is _EOF:
+            return 0
+        elif item is _STAGER_DIED:
+            return 4
+        elif isinstance(item, Control) and item.op == "stats":
+            writer.send({"op": "stats", "id": item.msg_id, "stats": {**batcher.stats(), **head.stats()}})
+
+
+@dataclass
+class _Batch:
+    jobs: list[Job]
+    staged: Staged | None
+
+
+def _stager(batcher: MicroBatcher, q: "queue.Queue[Any]", staged_q: "queue.Queue[Any]") -> None:
+    """Collect batches and run their CPU preparation, handing them on in arrival order (controls
+    and the end of stream after the jobs that came before them)."""
+    try:
+        while True:
+            jobs, others = batcher.collect(q)
+            if jobs:
+                try:
+                    staged = batcher.stage(jobs)
+                except Exception as exc:  # stage keeps per-slice errors; anything else: prepare in run
+                    log.error("batch preparation failed: %s", exc)
+                    staged = None
+                staged_q.put(_Batch(jobs, staged))
+            for msg in others:
+                staged_q.put(msg)
+                if msg is _EOF:
+                    return
+    except BaseException:
+        # Never leave the main thread waiting: the worker exits and the supervisor restarts it,
+        # failing the in-flight items with head_error.
+        log.critical("the stager thread died:\n%s", traceback.format_exc())
+        staged_q.put(_STAGER_DIED)
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ the micro-batcher, the text-embedding cache, config validation of head judges.""
 from __future__ import annotations
 
 import io
+import os
 import queue
 import threading
 import time
@@ -124,6 +125,82 @@ def test_batcher_isolates_a_bad_job():
     b = MicroBatcher(infer, max_batch_size=8, max_wait_ms=0)
     out = b.run([_job(1), Job(msg_id=2, frames=np.zeros((1, 2, 2, 3), np.uint8), prompt="bad"), _job(3)])
     assert isinstance(out[2], ValueError) and out[1] == [{"raw": 1.0}] and out[3] == [{"raw": 1.0}]
+
+
+def test_batcher_stages_preparation_per_slice_and_isolates_a_bad_one():
+    prepared_slices: list[list[str]] = []
+
+    def prepare(images, prompts):
+        if "bad" in prompts:
+            raise ValueError("cannot preprocess this one")
+        prepared_slices.append(list(prompts))
+        return [int(im[0, 0, 0]) * 10 for im in images]
+
+    def infer(images, prompts, prepared):
+        assert len(prepared) == len(images)
+        return [{"raw": float(v)} for v in prepared]
+
+    b = MicroBatcher(infer, max_batch_size=2, max_wait_ms=0, prepare=prepare)
+    jobs = [_job(1), _job(2), _job(3)]
+    staged = b.stage(jobs)
+    assert staged is not None and len(staged.slices) == 2 and prepared_slices == [["p1", "p2"], ["p3"]]
+    out = b.run(jobs, staged)
+    assert out == {1: [{"raw": 10.0}], 2: [{"raw": 20.0}], 3: [{"raw": 30.0}]}
+    assert b.stats()["prepare_s"] >= 0 and b.stats()["items"] == 3
+    bad = Job(msg_id=9, frames=np.zeros((1, 2, 2, 3), np.uint8), prompt="bad")
+    out = b.run([_job(4), bad], b.stage([_job(4), bad]))
+    assert out[4] == [{"raw": 40.0}] and isinstance(out[9], ValueError)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_worker_prepares_the_next_batch_while_the_current_one_runs(monkeypatch, overlap):
+    """With overlap, the stager thread preprocesses batch k+1 while batch k is in its forward
+    pass: the first forward waits for the second batch's preparation, which could not happen
+    without the overlap. Without it (the cpu default) the stages take turns on one thread."""
+    from judge_gateway.heads import worker
+    from judge_gateway.heads.models import HeadModel
+
+    second_prepared = threading.Event()
+    overlapped: list[bool] = []
+
+    class StagedHead(HeadModel):
+        def load(self):
+            return {"model": "staged-fake"}
+
+        def prepare(self, images, prompts):
+            if "second" in prompts:
+                second_prepared.set()
+            return [int(im[0, 0, 0]) for im in images]
+
+        def infer(self, images, prompts, prepared=None):
+            if "first" in prompts:
+                overlapped.append(second_prepared.wait(timeout=10 if overlap else 0.2))
+            return [{"raw": float(v)} for v in prepared]
+
+    monkeypatch.setattr(worker, "build_head", lambda kind, options: StagedHead(kind, options))
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    with os.fdopen(in_r, "rb") as stdin, os.fdopen(out_w, "wb", buffering=0) as stdout:
+        t = threading.Thread(target=lambda: rc.append(worker.serve(stdin, stdout)))
+        rc: list[int] = []
+        t.start()
+        with os.fdopen(in_w, "wb", buffering=0) as send, os.fdopen(out_r, "rb") as recv:
+            send.write(encode_frame({"op": "init", "kind": "fake", "name": "f",
+                                     "options": {"max_batch_size": 1, "max_wait_ms": 0,
+                                                 "overlap_preprocessing": overlap}}))
+            assert read_frame(recv)[0]["op"] == "ready"
+            for i, prompt in ((1, "first"), (2, "second")):
+                frames = np.full((1, 2, 2, 3), i, np.uint8)
+                send.write(encode_frame({"op": "score", "id": i, "prompt": prompt, **images_header(frames)},
+                                        frames.tobytes()))
+            results = {h["id"]: h for h, _ in (read_frame(recv), read_frame(recv))}
+            send.write(encode_frame({"op": "stats", "id": 3}))
+            stats = read_frame(recv)[0]
+            send.close()
+            t.join(10)
+    assert overlapped == [overlap] and rc == [0]
+    assert results[1]["outputs"] == [{"raw": 1.0}] and results[2]["outputs"] == [{"raw": 2.0}]
+    assert stats["op"] == "stats" and stats["stats"]["items"] == 2
 
 
 def test_text_cache_encodes_each_prompt_once_and_evicts_lru():
