@@ -98,7 +98,8 @@ async def main() -> int:
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=None, help="torch/onnxruntime threads per worker")
     ap.add_argument("--image-size", type=int, default=512)
-    ap.add_argument("--size", choices=["tiny", "base"], default="base", help="CLIP-family model size")
+    ap.add_argument("--size", choices=["tiny", "base", "h14"], default="base",
+                    help="CLIP-family model size (h14: ViT-H-14 shapes, PickScore/HPSv2 at full size; GPU)")
     ap.add_argument("--device", default="cpu", help="head device: cpu, cuda:0 ...")
     ap.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
     ap.add_argument("--preprocess-threads", type=int, default=None,

@@ -8,7 +8,8 @@ Writes to OUT_DIR:
                                    open_clip's BPE file, the same vocabulary as OpenAI CLIP)
   images/*.png, reference.json     test images and the scores of the in-memory models
                                    (before saving), computed straight from the library calls
-`base` gives ViT-B/32-sized models (for throughput numbers); `tiny` takes ~1 s.
+`base` gives ViT-B/32-sized models (for throughput numbers on a CPU), `h14` ViT-H-14-sized ones
+(PickScore / HPSv2 at full size, ~8 GB on disk, for GPU numbers); `tiny` takes ~1 s.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ SIZES = {
              "t_width": 32, "t_layers": 2, "t_heads": 2, "hf_image": 32, "hf_patch": 8},
     "base": {"embed": 512, "v_width": 768, "v_layers": 12, "image": 224, "patch": 32,
              "t_width": 512, "t_layers": 12, "t_heads": 8, "hf_image": 224, "hf_patch": 32},
+    # ViT-H-14 shapes (PickScore_v1 / HPSv2's tower, ~1B parameters): for GPU throughput only.
+    "h14": {"embed": 1024, "v_width": 1280, "v_layers": 32, "v_head_width": 80, "image": 224, "patch": 14,
+            "t_width": 1024, "t_layers": 24, "t_heads": 16, "hf_image": 224, "hf_patch": 14},
 }
 OPENCLIP_NAME = "jg-tiny-clip"
 
@@ -78,7 +82,7 @@ def build_openclip(out: Path, s: dict, images: list[np.ndarray]) -> dict:
 
     cfg = {"embed_dim": s["embed"],
            "vision_cfg": {"image_size": s["image"], "layers": s["v_layers"], "width": s["v_width"],
-                          "patch_size": s["patch"]},
+                          "patch_size": s["patch"], "head_width": s.get("v_head_width", 64)},
            "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": s["t_width"],
                         "heads": s["t_heads"], "layers": s["t_layers"]}}
     cfg_path = out / "openclip_cfg" / f"{OPENCLIP_NAME}.json"
@@ -126,7 +130,7 @@ def build_hf(out: Path, s: dict, images: list[np.ndarray]) -> dict:
                      "max_position_embeddings": 77, "bos_token_id": 49406, "eos_token_id": 49407,
                      "pad_token_id": 49407},
         vision_config={"hidden_size": s["v_width"], "intermediate_size": 4 * s["v_width"],
-                       "num_hidden_layers": s["v_layers"], "num_attention_heads": max(1, s["v_width"] // 64),
+                       "num_hidden_layers": s["v_layers"], "num_attention_heads": max(1, s["v_width"] // s.get("v_head_width", 64)),
                        "image_size": s["hf_image"], "patch_size": s["hf_patch"]},
         projection_dim=s["embed"],
     )
