@@ -67,17 +67,18 @@ async def measure(head: str, models: Path, batch: int, args: argparse.Namespace)
         s["image"].to_array()
     try:
         await worker.wait_ready()
-        rates = []
+        rates, cpu = [], []
         for round_ in range(args.rounds + 1):  # round 0 warms up
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             responses = await asyncio.gather(*(
                 gw.score(RewardRequest(samples=[s], judges=[head])) for s in samples))
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
             bad = [r for resp in responses for r in resp.results if not r.valid]
             if bad:
                 raise RuntimeError(f"{head}: invalid scores in the benchmark: {bad[0].scores}")
             if round_:
                 rates.append(len(samples) / dt)
+                cpu.append(dc / len(samples))
         stats = await worker.stats()
     finally:
         await gw.aclose()
@@ -86,7 +87,9 @@ async def measure(head: str, models: Path, batch: int, args: argparse.Namespace)
             "mean_batch": stats["items"] / max(1, stats["batches"]),
             # where the worker's time went, over every round (warm-up included)
             "prepare_ms": 1000 * stats.get("prepare_s", 0.0) / items,
-            "infer_ms": 1000 * stats.get("infer_s", 0.0) / items}
+            "infer_ms": 1000 * stats.get("infer_s", 0.0) / items,
+            # the gateway process's own CPU per request (the event loop + its decode threads)
+            "gateway_cpu_ms": 1000 * statistics.median(cpu)}
 
 
 async def main() -> int:
@@ -113,7 +116,7 @@ async def main() -> int:
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
           f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
     print(f"{'head':<10} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
-          f" {'prep ms/img':>11} {'fwd ms/img':>10}")
+          f" {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13}")
     for head in heads:
         base = None
         for batch in (batches if head != "ocr" else [b for b in batches if b in (1, 8)] or batches[:1]):
@@ -121,7 +124,7 @@ async def main() -> int:
             base = base or row["images_per_s"]
             print(f"{head:<10} {batch:>9} {row['requests']:>8} {row['images_per_s']:>9.1f} "
                   f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x"
-                  f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f}", flush=True)
+                  f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}", flush=True)
     return 0
 
 
