@@ -11,7 +11,11 @@ fp16 without a GPU) and whose `disable_flash_attn2` follows `flash_attn`.
 
 Scoring is the body of `HPSv3RewardInferencer.reward` (its `prepare_batch`, then the model's
 forward) without autograd, with one check in between: exactly one `<|Reward|>` token per row
-(the package would otherwise mix rows up silently). Images go in as PIL images, which its
+(the package would otherwise mix rows up silently). One change of speed, not of numbers: with
+SDPA or eager attention, transformers 4.45's Qwen2-VL vision tower attends over the whole batch's
+patches at once under a block-diagonal mask (a [S, S] mask, S = 1024 patches x batch), so its cost
+grows with the square of the batch; the head runs the vision tower image by image instead (the
+same attention blocks, so the same outputs), as flash-attention's varlen kernel does by itself. Images go in as PIL images, which its
 `fetch_image` takes like file paths (convert to RGB, bicubic resize to 448x448-equivalent pixels).
 The head's two outputs are (mu, log sigma): the training loss uses sigma = exp(output 1).
 """
@@ -62,6 +66,23 @@ def inference_yaml(source: dict[str, Any], dtype: str, flash_attn: bool, base_mo
     cfg.update(torch_dtype=_TORCH_DTYPES[dtype], bf16=False, fp16=False, disable_flash_attn2=not flash_attn)
     cfg.pop("deepspeed", None)  # a training file; the package drops it for inference too
     return cfg
+
+
+def vision_per_image(visual: Any) -> None:
+    """Make a Qwen2-VL vision tower encode a batch image by image (see the module docstring):
+    its input is every image's patches concatenated, `grid_thw` one row per image."""
+    import torch
+
+    whole_batch = visual.forward
+
+    def forward(hidden_states: Any, grid_thw: Any) -> Any:
+        if grid_thw.shape[0] == 1:
+            return whole_batch(hidden_states, grid_thw=grid_thw)
+        sizes = grid_thw.prod(-1).tolist()
+        return torch.cat([whole_batch(chunk, grid_thw=thw[None])
+                          for chunk, thw in zip(hidden_states.split(sizes), grid_thw)])
+
+    visual.forward = forward
 
 
 class HPSv3Head(HeadModel):
@@ -127,6 +148,9 @@ class HPSv3Head(HeadModel):
         # input to fp32 on a GPU and does nothing elsewhere: cast explicitly so every device
         # computes the head in fp32 the same way.
         model.rm_head.register_forward_pre_hook(lambda _m, args: tuple(a.float() for a in args))
+        attn = getattr(model.config, "_attn_implementation", None)
+        if attn != "flash_attention_2":
+            vision_per_image(model.visual)
         self.torch = torch
         self.items = 0
         params = dict(model.named_parameters())
@@ -137,6 +161,7 @@ class HPSv3Head(HeadModel):
                 "weights_dtype": str(params["lm_head.weight"].dtype).removeprefix("torch."),
                 "rm_head_dtype": str(next(model.rm_head.parameters()).dtype).removeprefix("torch."),
                 "image_pixels": IMAGE_PIXELS, "padding_side": tok.padding_side,
+                "vision_per_image": attn != "flash_attention_2",
                 "reward": "mu", "sigma": "exp(log_sigma)"}
 
     def _check_prompts(self, prompts: Sequence[str]) -> None:

@@ -118,6 +118,7 @@ async def test_head_reports_how_it_scored(gw, ref, images):
     assert head["attn_implementation"] == "sdpa" and head["weights_dtype"] == "float32"
     assert head["rm_head_dtype"] == "float32" and head["image_pixels"] == 448 * 448
     assert head["padding_side"] == "right" and head["base_model"] == ref["base"]
+    assert head["vision_per_image"] is True  # SDPA here: the vision tower runs image by image
     assert head["config"].endswith("hpsv3/config/HPSv3_7B.yaml")  # the package's shipped yaml
     assert s.details["device"] == "cpu" and s.details["dtype"] == "fp32"
 
