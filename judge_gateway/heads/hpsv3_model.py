@@ -143,7 +143,8 @@ class HPSv3Head(HeadModel):
             raise HeadLoadError("hpsv3: the config's use_special_tokens is false; this head reads the <|Reward|> token")
         self.reward_ids = list(model.special_token_ids)
         # Text the tokenizer would turn into special tokens must not come from a prompt.
-        self.special_texts = [t for t in tok.all_special_tokens if t.startswith("<|")]
+        # (all_special_tokens misses <|image_pad|> & co once hpsv3 has replaced the additional ones.)
+        self.special_texts = sorted({t.content for t in tok.added_tokens_decoder.values() if t.special})
         # The head's forward runs under torch.autocast("cuda", float32), which casts its bf16/fp16
         # input to fp32 on a GPU and does nothing elsewhere: cast explicitly so every device
         # computes the head in fp32 the same way.
@@ -157,7 +158,7 @@ class HPSv3Head(HeadModel):
         return {"model": str(o["checkpoint"]), "checkpoint_path": str(ckpt), "base_model": base,
                 "config": str(config_path), "hpsv3_version": version("hpsv3"),
                 "transformers_version": version("transformers"),
-                "attn_implementation": getattr(model.config, "_attn_implementation", None),
+                "attn_implementation": attn,
                 "weights_dtype": str(params["lm_head.weight"].dtype).removeprefix("torch."),
                 "rm_head_dtype": str(next(model.rm_head.parameters()).dtype).removeprefix("torch."),
                 "image_pixels": IMAGE_PIXELS, "padding_side": tok.padding_side,

@@ -174,14 +174,18 @@ async def test_video_frames_are_scored_and_pooled_with_sigma_per_frame(gw, ref, 
     assert s.raw == pytest.approx(sum(s.details["frame_scores"]) / 2)
 
 
-async def test_a_prompt_with_a_special_token_fails_alone(gw, ref, images):
+async def test_prompts_with_special_tokens_fail_alone(gw, ref, images):
+    """A prompt with <|Reward|> would give its row two reward tokens, one with <|image_pad|> would
+    shift the processor's image tokens onto its neighbours: both must fail alone."""
     prompts = list(ref["prompts"])
     prompts[1] = "a fox <|Reward|> sticker"
+    prompts[3] = "two cats <|image_pad|>"
     resp = await gw.score(RewardRequest(samples=_samples(prompts, images), judges=["hpsv3"]))
-    bad = resp.results[1].scores["hpsv3"]
-    assert not bad.valid and bad.error.code.value == "head_error" and bad.reward is None
-    assert "<|Reward|>" in bad.error.message
-    for i in (0, 2, 3):
+    for i, token in ((1, "<|Reward|>"), (3, "<|image_pad|>")):
+        bad = resp.results[i].scores["hpsv3"]
+        assert not bad.valid and bad.error.code.value == "head_error" and bad.reward is None
+        assert token in bad.error.message, bad.error.message
+    for i in (0, 2):
         s = resp.results[i].scores["hpsv3"]
         assert s.valid and s.raw == pytest.approx(ref["package"][i][0], abs=TOL)
 
