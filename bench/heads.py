@@ -4,11 +4,16 @@ single-image requests through the Gateway (in-process, the workers are real subp
 max_batch_size = 1 is one-at-a-time scoring (no cross-request batching); larger values let the
 worker batch items of concurrent requests. Models: random-weight ViT-B/32-sized CLIP (open_clip
 for `clip` and `hpsv2`, transformers CLIPModel for `pickscore`) built offline by
-tests/support/tiny_heads.py (`--size base`; `--size tiny` for a smoke run), the real RapidOCR.
+tests/support/tiny_heads.py (`--size base`; `--size tiny` for a smoke run), the real RapidOCR,
+and for `hpsv3` the tiny random Qwen2-VL HPSv3 checkpoint of tests/support/tiny_hpsv3.py (hidden
+64, 2 layers: the numbers measure HPSv3's pipeline, i.e. 448x448 resizing, Qwen2-VL preprocessing,
+~1600-token prompts and 1024 vision patches per image, not the cost of the 7B model), under
+.venv-hpsv3.
 
-    scripts/setup_heads.sh
+    scripts/setup_heads.sh && scripts/setup_hpsv3.sh
     .venv/bin/python bench/heads.py                       # all heads, batch sizes 1..64, 64 requests
     .venv/bin/python bench/heads.py --heads clip --batch-sizes 1,64 --rounds 3
+    .venv/bin/python bench/heads.py --heads hpsv3 --batch-sizes 1,4,8 --requests 16
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.media import ImageMedia  # noqa: E402
 from judge_gateway.schema import RewardRequest  # noqa: E402
-from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, text_image_png  # noqa: E402
+from tests.support.heads_env import (  # noqa: E402
+    build_tiny_heads,
+    build_tiny_hpsv3,
+    head_judges,
+    heads_python,
+    hpsv3_judge,
+    text_image_png,
+)
 
 
 def judge_config(head: str, models: Path, batch: int, args: argparse.Namespace) -> dict:
@@ -44,6 +56,8 @@ def judge_config(head: str, models: Path, batch: int, args: argparse.Namespace) 
         common["overlap_preprocessing"] = args.overlap == "on"
     if head == "ocr":
         return {"kind": "ocr", "options": {"python": str(heads_python()), **common}}
+    if head == "hpsv3":
+        return hpsv3_judge(build_tiny_hpsv3(), **common)
     return head_judges(models, **common)[head]
 
 
@@ -61,7 +75,7 @@ async def measure(head: str, models: Path, batch: int, args: argparse.Namespace)
     cfg = {"judges": {head: judge_config(head, models, batch, args)}}
     gw = Gateway(validate_config(cfg))
     worker = gw.judges[head].worker
-    n = args.requests if head != "ocr" else min(args.requests, 16)
+    n = args.requests if head not in ("ocr", "hpsv3") else min(args.requests, 16)
     samples = make_samples(head, n, args.image_size)
     for s in samples:  # decode outside the timed region, as a server's request parsing would
         s["image"].to_array()
@@ -94,9 +108,9 @@ async def measure(head: str, models: Path, batch: int, args: argparse.Namespace)
 
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--heads", default="clip,pickscore,hpsv2,ocr")
+    ap.add_argument("--heads", default="clip,pickscore,hpsv2,hpsv3,ocr")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
-    ap.add_argument("--requests", type=int, default=64, help="concurrent single-image requests (OCR: at most 16)")
+    ap.add_argument("--requests", type=int, default=64, help="concurrent single-image requests (OCR, hpsv3: at most 16)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds after one warm-up round (median)")
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=None, help="torch/onnxruntime threads per worker")
@@ -112,14 +126,16 @@ async def main() -> int:
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]
-    models = build_tiny_heads(args.size)
+    models = build_tiny_heads(args.size) if set(heads) - {"hpsv3"} else Path()
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
           f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
     print(f"{'head':<10} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
           f" {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13}")
     for head in heads:
         base = None
-        for batch in (batches if head != "ocr" else [b for b in batches if b in (1, 8)] or batches[:1]):
+        sizes = {"ocr": [b for b in batches if b in (1, 8)],
+                 "hpsv3": [b for b in batches if b <= min(args.requests, 16)]}.get(head, batches)
+        for batch in sizes or batches[:1]:
             row = await measure(head, models, batch, args)
             base = base or row["images_per_s"]
             print(f"{head:<10} {batch:>9} {row['requests']:>8} {row['images_per_s']:>9.1f} "

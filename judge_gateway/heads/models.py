@@ -43,6 +43,10 @@ def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
         from .clip_models import build_clip_family
 
         return build_clip_family(kind, options)
+    if kind == "hpsv3":
+        from .hpsv3_model import HPSv3Head
+
+        return HPSv3Head(kind, options)
     if kind == "ocr":
         from .ocr_model import RapidOcrHead
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-HEAD_KINDS = ("clip", "pickscore", "hpsv2", "ocr", "gen_eval", "videoalign")
+HEAD_KINDS = ("clip", "pickscore", "hpsv2", "hpsv3", "ocr", "gen_eval", "videoalign")
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -112,6 +112,69 @@ class HPSv2Options(_ClipFamilyOptions):
     )
 
 
+class HPSv3Options(HeadOptions):
+    """HPSv3 (MizzenAI): Qwen2-VL + a ranknet head giving (mu, log sigma) per image; loaded by
+    the `hpsv3` package's HPSv3RewardInferencer, so it runs under .venv-hpsv3 (transformers 4.45.2)."""
+
+    checkpoint: str = Field(
+        "MizzenAI/HPSv3/HPSv3.safetensors",
+        description=(
+            "The reward model's state dict: a local .safetensors (or torch .pth/.pt/.bin) file, or "
+            "`hub_repo_id/filename` on the Hugging Face hub (the default is the released one)."
+        ),
+    )
+    base_model: str | None = Field(
+        None,
+        description=(
+            "Qwen2-VL base model (config, processor, architecture) written into the config's "
+            "`model_name_or_path`: hub id or local dir; default: the config's own "
+            "(`Qwen/Qwen2-VL-7B-Instruct` in the package's shipped HPSv3_7B.yaml)."
+        ),
+    )
+    config: str | None = Field(
+        None,
+        description=(
+            "HPSv3 yaml config; default: the package's shipped config/HPSv3_7B.yaml. Its "
+            "torch_dtype / bf16 / fp16 / disable_flash_attn2 are replaced from `dtype` and "
+            "`flash_attn` (a temporary copy is what the package reads)."
+        ),
+    )
+    flash_attn: bool = Field(
+        False, description="flash-attention 2 (CUDA with fp16/bf16, the flash_attn package); off: SDPA."
+    )
+    max_batch_size: int = Field(8, ge=1, le=1024, description="Images per forward pass (each ~450 text + 256 image tokens).")
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must name a checkpoint file or `hub_repo_id/filename`")
+        if not v.endswith((".safetensors", ".pth", ".pt", ".bin")):
+            raise ValueError(f"{v!r}: expected a .safetensors, .pth, .pt or .bin file")
+        return v
+
+    @field_validator("base_model")
+    @classmethod
+    def _base_model(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must be a hub id or a local directory (or unset)")
+        return v
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, v: str | None) -> str | None:
+        if v is not None and not v.endswith((".yaml", ".yml")):
+            raise ValueError(f"{v!r}: expected a .yaml file")
+        return v
+
+    @model_validator(mode="after")
+    def _flash_attn_needs_cuda(self) -> HPSv3Options:
+        if self.flash_attn and (not self.device.startswith("cuda") or self.dtype == "fp32"):
+            raise ValueError("flash_attn = true needs device = cuda and dtype = bf16 or fp16 "
+                             f"(got device = {self.device!r}, dtype = {self.dtype!r})")
+        return self
+
+
 class OcrOptions(HeadOptions):
     max_batch_size: int = Field(8, ge=1, le=4096)
     min_confidence: float = Field(
@@ -171,6 +234,7 @@ HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
     "clip": ClipOptions,
     "pickscore": PickScoreOptions,
     "hpsv2": HPSv2Options,
+    "hpsv3": HPSv3Options,
     "ocr": OcrOptions,
     "videoalign": VideoAlignOptions,
     "gen_eval": GenEvalOptions,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import subprocess
@@ -30,6 +31,33 @@ def build_tiny_heads(size: str = "tiny") -> Path:
         subprocess.run([str(heads_python()), "-m", "tests.support.tiny_heads", str(out), "--size", size],
                        check=True, env=env, cwd=ROOT, timeout=600)
     return out
+
+
+def hpsv3_python() -> Path:
+    venv = Path(os.environ.get("JG_HPSV3_VENV", ROOT / ".venv-hpsv3"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise RuntimeError(f"{python} is missing: run scripts/setup_hpsv3.sh first")
+    return python
+
+
+def build_tiny_hpsv3() -> Path:
+    """Build (once per version of the builder, cached) the tiny HPSv3 checkpoint, offline."""
+    sources = [ROOT / "tests" / "support" / name for name in ("tiny_hpsv3.py", "build_tiny_vlm.py")]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"hpsv3-tiny-{digest}"
+    if not (out / "reference.json").exists():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        subprocess.run([str(hpsv3_python()), "-m", "tests.support.tiny_hpsv3", str(out)],
+                       check=True, env=env, cwd=ROOT, timeout=600, capture_output=True)
+    return out
+
+
+def hpsv3_judge(models: Path, **options) -> dict:
+    """A [judges.*] entry for the hpsv3 head on the tiny checkpoint: the package's shipped yaml
+    with the tiny base model (pass `config=...` to use the tiny yaml instead)."""
+    return {"kind": "hpsv3", "options": {"python": str(hpsv3_python()), "checkpoint": str(models / "HPSv3.safetensors"),
+                                         "base_model": str(models / "base"), **options}}
 
 
 def head_judges(models: Path, **common) -> dict[str, dict]:

@@ -1,0 +1,242 @@
+"""hpsv3 head end to end: a tiny Qwen2-VL + HPSv3 checkpoint built offline with the real `hpsv3`
+package (tests/support/tiny_hpsv3.py), loaded from local paths by HPSv3RewardInferencer in a
+worker under .venv-hpsv3, scored through the Gateway, its HTTP API and cosmos-rl's protocol.
+
+The key check: the gateway's numbers equal what the package's own documented call,
+`HPSv3RewardInferencer(yaml, checkpoint, "cpu").reward(png_paths, prompts)`, gave for the same
+files (reference.json, computed when the checkpoint was built)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+
+import httpx
+import numpy as np
+import pytest
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.media import VideoMedia
+from judge_gateway.schema import RewardRequest, RewardResponse
+from judge_gateway.server import create_app
+from tests.support.heads_env import build_tiny_hpsv3, hpsv3_judge, hpsv3_python
+from tests.unit.test_cosmos_rl import enqueue_body, headers, poll
+
+pytestmark = pytest.mark.integration
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TOL = 1e-4  # fp32 on CPU; batched vs single forwards differ by ~1e-5
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_hpsv3()
+
+
+@pytest.fixture(scope="module")
+def ref(tiny):
+    return json.loads((tiny / "reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def images(tiny):
+    with np.load(tiny / "images.npz") as z:
+        return [z[f"arr_{i}"] for i in range(len(z.files))]
+
+
+@pytest.fixture(scope="module")
+async def gw(tiny):
+    judges = {
+        # the package's shipped yaml, base model replaced by the tiny one; batches of up to 4
+        "hpsv3": hpsv3_judge(tiny, threads=2, max_wait_ms=300, max_batch_size=4),
+        # the tiny yaml (which names the base model itself), one image per forward
+        "hpsv3_1": {"kind": "hpsv3", "options": {
+            "python": str(hpsv3_python()), "checkpoint": str(tiny / "HPSv3.safetensors"),
+            "config": str(tiny / "HPSv3_tiny.yaml"), "threads": 2, "max_wait_ms": 0, "max_batch_size": 1}},
+        "hpsv3_video": {**hpsv3_judge(tiny, threads=2, max_wait_ms=50), "default": False,
+                        "video": {"num_frames": 2}},
+    }
+    gateway = Gateway(validate_config({"judges": judges}))
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+def _samples(prompts, images):
+    from judge_gateway.media import ImageMedia
+
+    return [{"prompt": p, "image": ImageMedia.from_array(img)} for p, img in zip(prompts, images)]
+
+
+async def test_scores_equal_the_packages_own_reward_batched_and_not(gw, ref, images):
+    before = await gw.judges["hpsv3"].worker.stats()
+    resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"], images), judges=["hpsv3", "hpsv3_1"]))
+    after = await gw.judges["hpsv3"].worker.stats()
+    assert len(set(ref["token_lengths"])) > 1  # the prompts differ in length: batches are padded
+    mus = []
+    for r, (mu, log_sigma), single_ref in zip(resp.results, ref["package"], ref["in_memory"]):
+        batched, single = r.scores["hpsv3"], r.scores["hpsv3_1"]
+        assert batched.valid and single.valid, (batched, single)
+        # raw (and, with no normalisation configured, reward) is mu; sigma = exp(log sigma) in details
+        assert batched.raw == pytest.approx(mu, abs=TOL) and batched.reward == batched.raw
+        assert batched.details["log_sigma"] == pytest.approx(log_sigma, abs=TOL)
+        assert batched.details["sigma"] == pytest.approx(math.exp(log_sigma), rel=1e-3)
+        # one image per forward: the same numbers, and the in-memory model before saving
+        assert single.raw == pytest.approx(batched.raw, abs=TOL)
+        assert single.details["log_sigma"] == pytest.approx(batched.details["log_sigma"], abs=TOL)
+        assert single.raw == pytest.approx(single_ref[0], abs=TOL)
+        mus.append(batched.raw)
+    assert max(mus) - min(mus) > 1.0  # distinct items give distinct scores: the checks have teeth
+    new = {int(k): v - before["batch_sizes"].get(k, 0) for k, v in after["batch_sizes"].items()}
+    assert max(k for k, v in new.items() if v) > 1, (before, after)  # really batched
+    single_stats = await gw.judges["hpsv3_1"].worker.stats()
+    assert set(single_stats["batch_sizes"]) == {"1"}
+
+
+async def test_batch_order_does_not_change_scores(gw, ref, images):
+    prompts = ref["prompts"]
+    order = [2, 0, 3, 1]
+    resp = await gw.score(RewardRequest(samples=_samples([prompts[i] for i in order], [images[i] for i in order]),
+                                        judges=["hpsv3"]))
+    for r, i in zip(resp.results, order):
+        s = r.scores["hpsv3"]
+        assert s.valid and s.raw == pytest.approx(ref["package"][i][0], abs=TOL)
+        assert s.details["log_sigma"] == pytest.approx(ref["package"][i][1], abs=TOL)
+
+
+async def test_head_reports_how_it_scored(gw, ref, images):
+    resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"][:1], images[:1]), judges=["hpsv3"]))
+    s = resp.results[0].scores["hpsv3"]
+    head = s.details["head"]
+    assert s.model == ref["checkpoint"]
+    assert head["hpsv3_version"] == "1.0.0" and head["transformers_version"] == "4.45.2"
+    assert head["attn_implementation"] == "sdpa" and head["weights_dtype"] == "float32"
+    assert head["rm_head_dtype"] == "float32" and head["image_pixels"] == 448 * 448
+    assert head["padding_side"] == "right" and head["base_model"] == ref["base"]
+    assert head["vision_per_image"] is True  # SDPA here: the vision tower runs image by image
+    assert head["config"].endswith("hpsv3/config/HPSv3_7B.yaml")  # the package's shipped yaml
+    assert s.details["device"] == "cpu" and s.details["dtype"] == "fp32"
+
+
+async def test_http_api_returns_the_shared_schema(gw, ref, tiny):
+    """PNG files -> /v1/rewards -> the package's numbers for the same files."""
+    app = create_app(gw)
+    body = {"samples": [{"prompt": p, "image": base64.b64encode((tiny / "images" / f"{i}.png").read_bytes()).decode()}
+                        for i, p in enumerate(ref["prompts"])], "judges": ["hpsv3"], "request_id": "hps-1"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        r = await client.post("/v1/rewards", json=body)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    parsed = RewardResponse.model_validate(data)
+    assert data["schema_version"] == 1 and parsed.id == "hps-1"
+    for res, (mu, log_sigma) in zip(data["results"], ref["package"]):
+        s = res["scores"]["hpsv3"]
+        assert s["valid"] is True and s["error"] is None and s["judge"] == "hpsv3"
+        assert s["raw"] == pytest.approx(mu, abs=TOL) and s["reward"] == pytest.approx(mu, abs=TOL)
+        assert s["details"]["sigma"] == pytest.approx(math.exp(log_sigma), rel=1e-3)
+        assert res["reward"] == pytest.approx(mu, abs=TOL) and res["valid"] is True
+
+
+async def test_cosmos_rl_hpsv3_reward_is_mu(gw):
+    rng = np.random.default_rng(5)
+    batch = rng.integers(0, 256, size=(2, 64, 64, 3), dtype=np.uint8)
+    prompts = ["a red square", "colourful noise"]
+    direct = await gw.score(RewardRequest(samples=_samples(prompts, list(batch)), judges=["hpsv3"]))
+    app = create_app(gw)
+    meta = {"reward_fn": {"hpsv3": 1.0}, "prompts": prompts, "media_type": "image"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
+            assert r.status_code == 200, r.text
+            body = (await poll(client, r.json()["uuid"], "hpsv3", timeout=120, interval=0.1)).json()
+    finally:
+        await app.state.cosmos_rl.aclose()
+    assert body["valid"] == [True, True], body
+    want = [x.scores["hpsv3"].raw for x in direct.results]
+    assert body["scores"] == {"hpsv3": [pytest.approx(v, abs=TOL) for v in want]}
+    assert all("sigma" in js["details"] for js in body["judge_scores"])
+
+
+async def test_video_frames_are_scored_and_pooled_with_sigma_per_frame(gw, ref, images):
+    frames = np.stack([images[0], np.ascontiguousarray(images[0][::-1])])
+    resp = await gw.score(RewardRequest(samples=[{"prompt": ref["prompts"][0], "video": VideoMedia.from_array(frames, 2.0)}],
+                                        judges=["hpsv3_video"]))
+    s = resp.results[0].scores["hpsv3_video"]
+    assert s.valid, s.error
+    assert s.details["frames"] == 2 and len(s.details["frame_details"]) == 2
+    assert all(d["sigma"] > 0 for d in s.details["frame_details"])
+    assert s.details["frame_scores"][0] == pytest.approx(ref["package"][0][0], abs=TOL)
+    assert s.raw == pytest.approx(sum(s.details["frame_scores"]) / 2)
+
+
+async def test_prompts_with_special_tokens_fail_alone(gw, ref, images):
+    """A prompt with <|Reward|> would give its row two reward tokens, one with <|image_pad|> would
+    shift the processor's image tokens onto its neighbours: both must fail alone."""
+    prompts = list(ref["prompts"])
+    prompts[1] = "a fox <|Reward|> sticker"
+    prompts[3] = "two cats <|image_pad|>"
+    resp = await gw.score(RewardRequest(samples=_samples(prompts, images), judges=["hpsv3"]))
+    for i, token in ((1, "<|Reward|>"), (3, "<|image_pad|>")):
+        bad = resp.results[i].scores["hpsv3"]
+        assert not bad.valid and bad.error.code.value == "head_error" and bad.reward is None
+        assert token in bad.error.message, bad.error.message
+    for i in (0, 2):
+        s = resp.results[i].scores["hpsv3"]
+        assert s.valid and s.raw == pytest.approx(ref["package"][i][0], abs=TOL)
+
+
+async def test_bf16_runs_on_cpu_with_the_head_in_fp32(tiny, ref, images):
+    gateway = Gateway(validate_config({"judges": {"hps_bf16": hpsv3_judge(tiny, threads=2, dtype="bf16")}}))
+    try:
+        resp = await gateway.score(RewardRequest(samples=_samples(ref["prompts"], images), judges=["hps_bf16"]))
+    finally:
+        await gateway.aclose()
+    got = [r.scores["hps_bf16"] for r in resp.results]
+    assert all(s.valid for s in got), got
+    head = got[0].details["head"]
+    assert head["weights_dtype"] == "bfloat16" and head["rm_head_dtype"] == "float32"
+    mus = [s.raw for s in got]
+    want = [m for m, _ in ref["package"]]
+    assert mus != pytest.approx(want, abs=1e-4)  # really bf16 ...
+    assert mus == pytest.approx(want, abs=1.0)  # ... and close to fp32 (random weights: loose)
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"checkpoint": "/nonexistent/HPSv3.safetensors"}, "options.checkpoint"),
+    ({"base_model": "/nonexistent/qwen2-vl"}, "options.base_model"),
+    ({"config": "/nonexistent/hpsv3.yaml"}, "options.config"),
+    ({"checkpoint": "{tiny}/base/model.safetensors"}, "HPSv3RewardInferencer could not load"),
+    ({"python": "/nonexistent/.venv-hpsv3/bin/python"}, "/nonexistent/.venv-hpsv3/bin/python"),
+])
+async def test_unloadable_heads_are_clear_head_errors(tiny, images, options, words):
+    options = {k: v.format(tiny=tiny) for k, v in options.items()}
+    judge = hpsv3_judge(tiny, retry_failed_load_s=600, **options)
+    gateway = Gateway(validate_config({"judges": {"hps": judge}}))
+    try:
+        resp = await gateway.score(RewardRequest(samples=_samples(["a cat"], images[:1]), judges=["hps"]))
+        s = resp.results[0].scores["hps"]
+        assert not s.valid and s.error.code.value == "head_error" and s.reward is None
+        assert words in s.error.message, s.error.message
+        ready, reason = (await gateway.readiness(fresh=True))["hps"]
+        assert not ready and words in reason
+    finally:
+        await gateway.aclose()
+
+
+async def test_without_the_hpsv3_venv_the_error_says_how_to_set_it_up(tiny, images):
+    """The gateway's own interpreter has judge_gateway but neither torch nor hpsv3."""
+    import sys
+
+    gateway = Gateway(validate_config({"judges": {"hps": hpsv3_judge(tiny, python=sys.executable)}}))
+    try:
+        resp = await gateway.score(RewardRequest(samples=_samples(["a cat"], images[:1]), judges=["hps"]))
+    finally:
+        await gateway.aclose()
+    s = resp.results[0].scores["hps"]
+    assert not s.valid and s.error.code.value == "head_error"
+    assert "scripts/setup_hpsv3.sh" in s.error.message
