@@ -50,7 +50,7 @@ from tests.support.heads_env import (  # noqa: E402
 def judge_config(head: str, models: Path, batch: int, args: argparse.Namespace) -> dict:
     common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
               "threads": args.threads, "device": args.device, "dtype": args.dtype}
-    if head != "ocr" and args.preprocess_threads:
+    if head in ("clip", "pickscore", "hpsv2") and args.preprocess_threads:
         common["preprocess_threads"] = args.preprocess_threads
     if args.overlap is not None:
         common["overlap_preprocessing"] = args.overlap == "on"
