@@ -54,7 +54,7 @@ def resolve_file(spec: str, what: str) -> Path:
         from huggingface_hub import hf_hub_download
 
         return Path(hf_hub_download("/".join(parts[:2]), "/".join(parts[2:])))
-    except Exception as exc:  # offline, unknown repo or file ...
+    except Exception as exc:  # noqa: BLE001 - offline, unknown repo or file ...: all a load error
         raise HeadLoadError(f"image_reward: cannot fetch {what} {spec!r}: {type(exc).__name__}: {exc}") from None
 
 
@@ -100,7 +100,7 @@ class ImageRewardHead(HeadModel):
             # The package's __init__ imports clip, diffusers, datasets ... (all in its venv); its
             # `ImageReward` attribute is the class, so the module is fetched by name.
             image_reward_module = importlib.import_module("ImageReward.ImageReward")
-        except Exception as exc:  # ImportError, or a broken stack (e.g. transformers 5)
+        except Exception as exc:  # noqa: BLE001 - ImportError, or a broken stack (e.g. transformers 5)
             raise HeadLoadError(f"image_reward needs the image-reward package ({_SETUP_HINT}): "
                                 f"{type(exc).__name__}: {exc}") from None
         o = self.options
@@ -116,14 +116,14 @@ class ImageRewardHead(HeadModel):
 
         try:
             state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - unreadable, not a torch file, unsafe pickle ...
             raise HeadLoadError(f"image_reward: cannot read checkpoint {checkpoint}: {type(exc).__name__}: {exc}") from None
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise HeadLoadError(f"image_reward: {checkpoint} holds no state dict of tensors")
         try:
             with package_redirects(tokenizer, vit):
                 model = image_reward_module.ImageReward(med_config=str(med_config), device=str(self.device))
-        except Exception as exc:  # bad med_config, tokenizer not found offline ...
+        except Exception as exc:  # noqa: BLE001 - bad med_config, tokenizer not found offline ...
             raise HeadLoadError(f"image_reward: cannot build the model (med_config {med_config}, tokenizer "
                                 f"{tokenizer!r}): {type(exc).__name__}: {exc}") from None
         try:

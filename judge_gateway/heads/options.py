@@ -167,7 +167,7 @@ class ImageRewardVit(BaseModel):
     patch_size: int = Field(16, ge=1, le=224, description="Patch size; must divide 224.")
 
     @model_validator(mode="after")
-    def _check(self) -> "ImageRewardVit":
+    def _check(self) -> ImageRewardVit:
         if self.embed_dim % self.num_heads:
             raise ValueError(f"num_heads {self.num_heads} does not divide embed_dim {self.embed_dim}")
         if 224 % self.patch_size:
