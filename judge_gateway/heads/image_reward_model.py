@@ -92,6 +92,10 @@ class ImageRewardHead(HeadModel):
     """One item = one (image, prompt) pair -> {"raw": z-normalised ImageReward score}."""
 
     def load(self) -> dict[str, Any]:
+        o = self.options
+        # Files first: a wrong path fails in a second, before the package's slow import.
+        checkpoint = resolve_file(o.get("checkpoint", "THUDM/ImageReward/ImageReward.pt"), "checkpoint")
+        med_config = resolve_file(o.get("med_config", "THUDM/ImageReward/med_config.json"), "med_config")
         try:
             import importlib
 
@@ -103,14 +107,11 @@ class ImageRewardHead(HeadModel):
         except Exception as exc:  # noqa: BLE001 - ImportError, or a broken stack (e.g. transformers 5)
             raise HeadLoadError(f"image_reward needs the image-reward package ({_SETUP_HINT}): "
                                 f"{type(exc).__name__}: {exc}") from None
-        o = self.options
         if o.get("threads"):
             torch.set_num_threads(int(o["threads"]))
         self.torch = torch
         self.device = torch.device(o.get("device", "cpu"))
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[o.get("dtype", "fp32")]
-        checkpoint = resolve_file(o.get("checkpoint", "THUDM/ImageReward/ImageReward.pt"), "checkpoint")
-        med_config = resolve_file(o.get("med_config", "THUDM/ImageReward/med_config.json"), "med_config")
         tokenizer = o.get("tokenizer", PACKAGE_TOKENIZER)
         vit = o.get("vit")
 
