@@ -31,10 +31,13 @@ import argparse
 import json
 import os
 import string
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -52,7 +55,42 @@ EXTRA_WORDS = ["photo", "picture", "image", "the", "of", "and", "in", "with", "o
                "noise", "colourful", "blue", "green", "sky", "sign", "says", "hello", "world"]
 
 
-def test_images() -> list[np.ndarray]:
+def imagereward_python() -> Path:
+    venv = Path(os.environ.get("JG_IMAGEREWARD_VENV", ROOT / ".venv-imagereward"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise RuntimeError(f"{python} is missing: run scripts/setup_imagereward.sh first")
+    return python
+
+
+def build_tiny_image_reward(size: str = "tiny") -> Path:
+    """Build (once, cached in .cache/) the ImageReward test checkpoint under .venv-imagereward."""
+    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"image-reward-{size}"
+    ref = out / "reference.json"
+    if not ref.exists() or json.loads(ref.read_text()).get("builder") != _builder_hash():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        subprocess.run([str(imagereward_python()), "-m", "tests.support.tiny_image_reward", str(out),
+                        "--size", size], check=True, env=env, cwd=ROOT, timeout=900)
+    return out
+
+
+def _builder_hash() -> str:
+    """A cached build is rebuilt when this file changes."""
+    import hashlib
+
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def image_reward_judge(models: Path, **options) -> dict:
+    """A `[judges.*]` entry for the head on a checkpoint this module built."""
+    vit = json.loads((models / "vit.json").read_text())
+    return {"kind": "image_reward", "options": {
+        "python": str(imagereward_python()), "checkpoint": str(models / "ImageReward.pt"),
+        "med_config": str(models / "med_config.json"), "tokenizer": str(models / "tokenizer"),
+        **({"vit": vit} if vit else {}), **options}}
+
+
+def sample_images() -> list[np.ndarray]:
     """Deterministic images of several sizes: the package's Resize/CenterCrop see each case."""
     rng = np.random.default_rng(SEED)
     h, w = 224, 224
@@ -132,11 +170,11 @@ def build(out: Path, size: str) -> dict:
     params = sum(p.numel() for p in model.parameters())
     del model
 
-    images = test_images()
+    images = sample_images()
     (out / "images").mkdir(exist_ok=True)
     for i, im in enumerate(images):
         Image.fromarray(im).save(out / "images" / f"{i}.png")
-    ref: dict = {"prompts": PROMPTS, "vit": vit, "params": params, "size": size}
+    ref: dict = {"prompts": PROMPTS, "vit": vit, "params": params, "size": size, "builder": _builder_hash()}
     if size == "tiny":
         # The reference: the package's own loader and its own single-pair score function.
         with package_redirects(str(tok_dir), vit):
