@@ -184,6 +184,27 @@ async def test_bf16_scores_close_to_fp32(models, reference, images):
     assert [s.raw for s in got] == pytest.approx(want, abs=0.2)  # bf16: ~3 significant digits
 
 
+async def test_the_released_vit_l_tower_through_the_unpatched_construction_path():
+    """No `vit` option: the package builds its own ViT-L/16 (`vit='large'`, as for the released
+    checkpoint; random weights, 2-layer text encoder); only the tokenizer is redirected."""
+    models = build_tiny_image_reward("vitl")
+    ref = json.loads((models / "reference.json").read_text())
+    judge = image_reward_judge(models, threads=2, max_batch_size=4)
+    assert "vit" not in judge["options"]
+    gateway = Gateway(validate_config({"judges": {"ir": judge}}))
+    images = [load_png(models / "images" / f"{i}.png") for i in range(2)]
+    try:
+        pairs = [(ref["prompts"][j], images[i]) for i in range(2) for j in range(2)]
+        response = await gateway.score(request(pairs, ["ir"]))
+        info = gateway.judges["ir"].worker.info
+    finally:
+        await gateway.aclose()
+    assert info["vit"] == "large" and info["vision"] == {"embed_dim": 1024, "depth": 24, "patch_size": 16}
+    got = [r.scores["ir"] for r in response.results]
+    assert all(s.valid for s in got), [s.error for s in got]
+    assert [s.raw for s in got] == pytest.approx([ref["scores"][i][j] for i in range(2) for j in range(2)], abs=TOL)
+
+
 async def _load_failure(judge: dict, images) -> tuple[str, str]:
     gateway = Gateway(validate_config({"judges": {"ir": judge}}))
     try:

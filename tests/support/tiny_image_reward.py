@@ -2,16 +2,19 @@
 the released layout, plus the package's own scores for test pairs.
 
 Run under the ImageReward venv:
-`.venv-imagereward/bin/python -m tests.support.tiny_image_reward OUT_DIR [--size tiny|full]`.
+`.venv-imagereward/bin/python -m tests.support.tiny_image_reward OUT_DIR [--size tiny|vitl|full]`.
+Sizes: `tiny` (the tests: a tiny vision tower, 8.8 M parameters), `vitl` (the package's own
+ViT-L/16, unpatched, with the small text encoder: the released construction path, 311 M),
+`full` (ImageReward-v1.0's architecture, 447 M: the benchmark).
 Writes to OUT_DIR:
   tokenizer/        a BERT WordPiece tokenizer (lowercase, vocab.txt built here: BERT's specials,
                     the test prompts' words, letters/digits/punctuation and their ## forms, so any
                     prompt tokenizes without [UNK]); the package adds its [DEC] / [ENC] tokens
   med_config.json   BLIP's med BERT config: hidden 768 (ImageReward.__init__ hard-codes MLP(768)),
                     2 layers, 4 heads, intermediate 64, cross-attention, vocab = the tokenizer's;
-                    `--size full`: ImageReward-v1.0's (12 layers, 12 heads, 3072, vocab 30524)
+                    `full`: ImageReward-v1.0's (12 layers, 12 heads, 3072, vocab 30524)
   vit.json          the vision tower's sizes, for the head's `vit` option (tiny: 32 wide, 2 blocks,
-                    2 heads, patch 16 at 224 px); `--size full`: null (the package's ViT-L/16)
+                    2 heads, patch 16 at 224 px); `vitl` and `full`: null (the package's ViT-L/16)
   ImageReward.pt    `ImageReward.state_dict()` with random weights (keys `blip.visual_encoder.*`,
                     `blip.text_encoder.*`, `blip.vision_proj/text_proj.*`, `mlp.layers.*`), as the
                     released ImageReward.pt; the MLP gets larger random weights than the package's
@@ -19,10 +22,12 @@ Writes to OUT_DIR:
   images/N.png, reference.json
                     test images (several sizes and aspects) and, for every (prompt, image) pair,
                     the score of the package's own `ImageReward.load(ImageReward.pt, med_config=...)`
-                    + `model.score(prompt, PIL image)` (tiny size only)
+                    + `model.score(prompt, PIL image)` (tiny: all 20 pairs; vitl: 2 images x
+                    2 prompts, ~1 s each on a CPU; full: none)
 
-The package hard-codes the `bert-base-uncased` tokenizer and (tiny size) `vit='large'`: both are
-redirected during construction with the head's own `package_redirects`; nothing else is patched.
+The package hard-codes the `bert-base-uncased` tokenizer and `vit='large'`: the tokenizer is
+redirected during construction with the head's own `package_redirects`, and so is the vision
+tower for `tiny` only; nothing else is patched.
 """
 
 from __future__ import annotations
@@ -175,13 +180,14 @@ def build(out: Path, size: str) -> dict:
     for i, im in enumerate(images):
         Image.fromarray(im).save(out / "images" / f"{i}.png")
     ref: dict = {"prompts": PROMPTS, "vit": vit, "params": params, "size": size, "builder": _builder_hash()}
-    if size == "tiny":
+    n_images, n_prompts = {"tiny": (len(images), len(PROMPTS)), "vitl": (2, 2), "full": (0, 0)}[size]
+    if n_images:
         # The reference: the package's own loader and its own single-pair score function.
         with package_redirects(str(tok_dir), vit):
             loaded = RM.load(str(out / "ImageReward.pt"), device="cpu", med_config=str(cfg_path))
         with torch.inference_mode():
-            ref["scores"] = [[loaded.score(p, Image.open(out / "images" / f"{i}.png")) for p in PROMPTS]
-                             for i in range(len(images))]
+            ref["scores"] = [[loaded.score(p, Image.open(out / "images" / f"{i}.png")) for p in PROMPTS[:n_prompts]]
+                             for i in range(n_images)]
     (out / "reference.json").write_text(json.dumps(ref, indent=1))
     return ref
 
@@ -189,7 +195,7 @@ def build(out: Path, size: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--size", choices=["tiny", "full"], default="tiny")
+    ap.add_argument("--size", choices=["tiny", "vitl", "full"], default="tiny")
     args = ap.parse_args()
     ref = build(args.out, args.size)
     print(f"ImageReward ({args.size}, {ref['params'] / 1e6:.1f} M parameters) written to {args.out}")
