@@ -4,16 +4,22 @@ single-image requests through the Gateway (in-process, the workers are real subp
 max_batch_size = 1 is one-at-a-time scoring (no cross-request batching); larger values let the
 worker batch items of concurrent requests. Models: random-weight ViT-B/32-sized CLIP (open_clip
 for `clip` and `hpsv2`, transformers CLIPModel for `pickscore`) built offline by
-tests/support/tiny_heads.py (`--size base`; `--size tiny` for a smoke run), the real RapidOCR,
-and for `hpsv3` the tiny random Qwen2-VL HPSv3 checkpoint of tests/support/tiny_hpsv3.py (hidden
-64, 2 layers: the numbers measure HPSv3's pipeline, i.e. 448x448 resizing, Qwen2-VL preprocessing,
-~1600-token prompts and 1024 vision patches per image, not the cost of the 7B model), under
-.venv-hpsv3.
+tests/support/tiny_heads.py (`--size base`; `--size tiny` for a smoke run; `--size h14` for
+ViT-H-14 shapes on a GPU), the real RapidOCR, for `hpsv3` the tiny random Qwen2-VL HPSv3
+checkpoint of tests/support/tiny_hpsv3.py (hidden 64, 2 layers: the numbers measure HPSv3's
+pipeline, i.e. 448x448 resizing, Qwen2-VL preprocessing, ~1600-token prompts and 1024 vision
+patches per image, not the cost of the 7B model), under .venv-hpsv3. `image_reward` (opt-in:
+`--heads image_reward`, worker under .venv-imagereward): `--size base` is ImageReward-v1.0's full
+architecture (ViT-L/16 + 12-layer med BERT, 447 M parameters) with random weights, otherwise the
+test checkpoint (tests/support/tiny_image_reward.py); at full size on a CPU it runs at most 16
+requests.
 
     scripts/setup_heads.sh && scripts/setup_hpsv3.sh
     .venv/bin/python bench/heads.py                       # all heads, batch sizes 1..64, 64 requests
     .venv/bin/python bench/heads.py --heads clip --batch-sizes 1,64 --rounds 3
     .venv/bin/python bench/heads.py --heads hpsv3 --batch-sizes 1,4,8 --requests 16
+    scripts/setup_imagereward.sh
+    .venv/bin/python bench/heads.py --heads image_reward --size base --batch-sizes 1,8 --rounds 1
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ from tests.support.heads_env import (  # noqa: E402
     hpsv3_judge,
     text_image_png,
 )
+from tests.support.tiny_image_reward import build_tiny_image_reward, image_reward_judge  # noqa: E402
 
 
-def judge_config(head: str, models: Path, batch: int, args: argparse.Namespace) -> dict:
+def judge_config(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
     common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
               "threads": args.threads, "device": args.device, "dtype": args.dtype}
     if head in ("clip", "pickscore", "hpsv2") and args.preprocess_threads:
@@ -58,7 +65,16 @@ def judge_config(head: str, models: Path, batch: int, args: argparse.Namespace) 
         return {"kind": "ocr", "options": {"python": str(heads_python()), **common}}
     if head == "hpsv3":
         return hpsv3_judge(build_tiny_hpsv3(), **common)
+    assert models is not None
+    if head == "image_reward":  # `models` is the ImageReward checkpoint dir
+        return image_reward_judge(models, **common)
     return head_judges(models, **common)[head]
+
+
+def max_requests(head: str, args: argparse.Namespace) -> int:
+    if head in ("ocr", "hpsv3") or (head == "image_reward" and args.size == "base"):
+        return min(args.requests, 16)  # ~1 s (OCR) / ~3-5 s (ViT-L) per image, long HPSv3 prompts on a CPU
+    return args.requests
 
 
 def make_samples(head: str, n: int, size: int) -> list[dict]:
@@ -71,11 +87,11 @@ def make_samples(head: str, n: int, size: int) -> list[dict]:
             for i in range(n)]
 
 
-async def measure(head: str, models: Path, batch: int, args: argparse.Namespace) -> dict:
+async def measure(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
     cfg = {"judges": {head: judge_config(head, models, batch, args)}}
     gw = Gateway(validate_config(cfg))
     worker = gw.judges[head].worker
-    n = args.requests if head not in ("ocr", "hpsv3") else min(args.requests, 16)
+    n = max_requests(head, args)
     samples = make_samples(head, n, args.image_size)
     for s in samples:  # decode outside the timed region, as a server's request parsing would
         s["image"].to_array()
@@ -116,7 +132,8 @@ async def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch/onnxruntime threads per worker")
     ap.add_argument("--image-size", type=int, default=512)
     ap.add_argument("--size", choices=["tiny", "base", "h14"], default="base",
-                    help="CLIP-family model size (h14: ViT-H-14 shapes, PickScore/HPSv2 at full size; GPU)")
+                    help="CLIP family: ViT-B/32-sized, tiny, or ViT-H-14-sized (h14: PickScore/HPSv2 at "
+                         "full size, for a GPU); image_reward: base = full ImageReward-v1.0 size, else tiny")
     ap.add_argument("--device", default="cpu", help="head device: cpu, cuda:0 ...")
     ap.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
     ap.add_argument("--preprocess-threads", type=int, default=None,
@@ -126,19 +143,20 @@ async def main() -> int:
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]
-    models = build_tiny_heads(args.size) if set(heads) - {"hpsv3"} else Path()
+    models = build_tiny_heads(args.size) if set(heads) - {"image_reward", "ocr", "hpsv3"} else None
+    ir_models = build_tiny_image_reward("full" if args.size == "base" else "tiny") if "image_reward" in heads else None
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
           f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
-    print(f"{'head':<10} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
+    print(f"{'head':<12} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
           f" {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13}")
     for head in heads:
         base = None
         sizes = {"ocr": [b for b in batches if b in (1, 8)],
                  "hpsv3": [b for b in batches if b <= min(args.requests, 16)]}.get(head, batches)
         for batch in sizes or batches[:1]:
-            row = await measure(head, models, batch, args)
+            row = await measure(head, ir_models if head == "image_reward" else models, batch, args)
             base = base or row["images_per_s"]
-            print(f"{head:<10} {batch:>9} {row['requests']:>8} {row['images_per_s']:>9.1f} "
+            print(f"{head:<12} {batch:>9} {row['requests']:>8} {row['images_per_s']:>9.1f} "
                   f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x"
                   f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}", flush=True)
     return 0

@@ -152,7 +152,7 @@ class NormalizeConfig(_Strict):
 
 
 class JudgeConfig(_Strict):
-    kind: str = Field(description="yes_no | rubric | final_score | clip | pickscore | hpsv2 | hpsv3 | ocr | videoalign | gen_eval")
+    kind: str = Field(description="yes_no | rubric | final_score | clip | pickscore | hpsv2 | hpsv3 | image_reward | ocr | videoalign | gen_eval")
     backend: str | None = Field(None, description="Name of a [backends.*] entry (VLM judges).")
     template: str | None = Field(None, description="Pinned prompt template, `family@version`.")
     weight: float = Field(1.0, description="Weight in the combined reward.")

@@ -59,4 +59,8 @@ def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
         from .videoalign_model import VideoAlignHead
 
         return VideoAlignHead(kind, options)
+    if kind == "image_reward":
+        from .image_reward_model import ImageRewardHead
+
+        return ImageRewardHead(kind, options)
     raise HeadLoadError(f"unknown head kind {kind!r}")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-HEAD_KINDS = ("clip", "pickscore", "hpsv2", "hpsv3", "ocr", "gen_eval", "videoalign")
+HEAD_KINDS = ("clip", "pickscore", "hpsv2", "hpsv3", "image_reward", "ocr", "gen_eval", "videoalign")
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -230,6 +230,55 @@ class VideoAlignOptions(HeadOptions):
     max_batch_size: int = Field(4, ge=1, le=256, description="Videos per forward pass.")
 
 
+class ImageRewardVit(BaseModel):
+    """A vision tower other than the released ImageReward's ViT-L/16, built with the package's own
+    BLIP VisionTransformer at its 224 px input (tiny test checkpoints)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    embed_dim: int = Field(ge=8, le=4096, description="Vision width (the med BERT's encoder_width).")
+    depth: int = Field(ge=1, le=64, description="Transformer blocks.")
+    num_heads: int = Field(ge=1, le=64, description="Attention heads; must divide embed_dim.")
+    patch_size: int = Field(16, ge=1, le=224, description="Patch size; must divide 224.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ImageRewardVit:
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"num_heads {self.num_heads} does not divide embed_dim {self.embed_dim}")
+        if 224 % self.patch_size:
+            raise ValueError(f"patch_size {self.patch_size} does not divide the 224 px input")
+        return self
+
+
+class ImageRewardOptions(HeadOptions):
+    """ImageReward (BLIP ViT-L/16 + med BERT with cross-attention + MLP), run by the
+    `image-reward` package's own model code in its own venv (scripts/setup_imagereward.sh)."""
+
+    max_batch_size: int = Field(16, ge=1, le=1024, description="(prompt, image) pairs per forward pass.")
+    checkpoint: str = Field(
+        "THUDM/ImageReward/ImageReward.pt",
+        description="ImageReward state dict: a local path, or `hub_repo_id/filename` on the Hugging Face hub.",
+    )
+    med_config: str = Field(
+        "THUDM/ImageReward/med_config.json",
+        description="The med BERT config JSON: a local path, or `hub_repo_id/filename` on the Hugging Face hub.",
+    )
+    tokenizer: str = Field(
+        "bert-base-uncased",
+        description=(
+            "BertTokenizer the package loads (it hard-codes `bert-base-uncased`): a hub id or a local "
+            "directory (works offline)."
+        ),
+    )
+    vit: ImageRewardVit | None = Field(
+        None,
+        description=(
+            "Vision tower sizes when the checkpoint is not ImageReward-v1.0's ViT-L/16 (tests' tiny "
+            "checkpoints); unset: the package's own `vit='large'`."
+        ),
+    )
+
+
 HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
     "clip": ClipOptions,
     "pickscore": PickScoreOptions,
@@ -238,4 +287,5 @@ HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
     "ocr": OcrOptions,
     "videoalign": VideoAlignOptions,
     "gen_eval": GenEvalOptions,
+    "image_reward": ImageRewardOptions,
 }

@@ -1,0 +1,255 @@
+"""image_reward head end to end: a tiny ImageReward checkpoint built offline with the
+`image-reward` package's own classes (tests/support/tiny_image_reward.py), loaded from local
+paths by the head in a worker under .venv-imagereward, checked against the package's own
+`ImageReward.load(...)` + `model.score(prompt, image)` on the same files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.schema import RewardRequest, RewardResponse
+from tests.support.heads_env import load_png
+from tests.support.tiny_image_reward import (
+    build_tiny_image_reward,
+    image_reward_judge,
+    imagereward_python,
+)
+
+pytestmark = pytest.mark.integration
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+TOL = 5e-5  # float32, different batch shapes (scores are O(1..5))
+
+
+@pytest.fixture(scope="module")
+def models():
+    return build_tiny_image_reward("tiny")
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    return json.loads((models / "reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def images(models):
+    return [load_png(p) for p in sorted((models / "images").glob("*.png"), key=lambda p: int(p.stem))]
+
+
+@pytest.fixture(scope="module")
+async def gw(models):
+    judges = {
+        "image_reward": image_reward_judge(models, threads=2, max_batch_size=8, max_wait_ms=200),
+        "image_reward_1": image_reward_judge(models, threads=2, max_batch_size=1, max_wait_ms=0),
+    }
+    gateway = Gateway(validate_config({"judges": judges}))
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
+
+
+def request(pairs, judges) -> RewardRequest:
+    return RewardRequest(samples=[{"prompt": p, "image": img} for p, img in pairs], judges=judges)
+
+
+def all_pairs(reference, images):
+    """(prompt, image, reference score) for every image x prompt."""
+    return [(p, images[i], reference["scores"][i][j]) for i in range(len(images))
+            for j, p in enumerate(reference["prompts"])]
+
+
+async def test_tiny_checkpoint_loads_from_local_paths(gw, models):
+    await gw.judges["image_reward"].worker.wait_ready()
+    ready, reason = (await gw.readiness(fresh=True))["image_reward"]
+    assert ready, reason
+    info = gw.judges["image_reward"].worker.info
+    assert info["library"] == "image-reward" and info["model"] == str(models / "ImageReward.pt")
+    assert info["vision"] == {"embed_dim": 32, "depth": 2, "patch_size": 16} and info["text_layers"] == 2
+    assert info["max_length"] == 35 and info["unused_checkpoint_keys"] == 0
+    # the package's normalisation constants, read from its class
+    assert info["norm"] == {"mean": pytest.approx(0.16717362830052426), "std": pytest.approx(1.0333394966054072)}
+
+
+async def test_scores_equal_the_packages_own_score_function(gw, reference, images):
+    """The honesty check: every pair scores what `ImageReward.load(ckpt).score(prompt, image)`
+    of the package gives on the same checkpoint and PNG (computed by the builder, same venv)."""
+    triples = all_pairs(reference, images)
+    response = await gw.score(request([(p, img) for p, img, _ in triples], ["image_reward"]))
+    got = [r.scores["image_reward"] for r in response.results]
+    assert all(s.valid for s in got), [s.error for s in got if not s.valid]
+    assert [s.raw for s in got] == pytest.approx([want for _, _, want in triples], abs=TOL)
+    # scores really depend on both the prompt and the image (the random weights are not degenerate)
+    assert np.ptp(reference["scores"], axis=0).min() > 0.05 and np.ptp(reference["scores"], axis=1).min() > 0.05
+
+
+async def test_batched_equals_unbatched_and_order_invariant(gw, reference, images):
+    triples = all_pairs(reference, images)
+    pairs = [(p, img) for p, img, _ in triples]
+    before = await gw.judges["image_reward"].worker.stats()
+    forward = await gw.score(request(pairs, ["image_reward", "image_reward_1"]))
+    backward = await gw.score(request(pairs[::-1], ["image_reward"]))
+    after = await gw.judges["image_reward"].worker.stats()
+    n = len(pairs)
+    for k in range(n):
+        batched, single = forward.results[k].scores["image_reward"], forward.results[k].scores["image_reward_1"]
+        reversed_ = backward.results[n - 1 - k].scores["image_reward"]
+        assert batched.valid and single.valid and reversed_.valid
+        assert batched.raw == pytest.approx(single.raw, abs=TOL)
+        assert batched.raw == pytest.approx(reversed_.raw, abs=TOL)
+    assert max(int(b) for b in after["batch_sizes"]) == 8, after  # really batched across cells
+    assert set((await gw.judges["image_reward_1"].worker.stats())["batch_sizes"]) == {"1"}
+    # each (prompt, image) pair is one item of one forward pass: n pairs, 2n items, no B x B
+    assert after["items"] - before["items"] == 2 * n and after["pairs"] - before["pairs"] == 2 * n
+
+
+async def test_a_pairs_score_does_not_depend_on_its_batch_neighbours(gw, reference, images):
+    """cosmos-rl's reference runs every prompt against every image and keeps the diagonal; here a
+    batch holds pairs, so pair 0 scores the same whatever prompts and images share its batch."""
+    prompts = reference["prompts"]
+    first = (prompts[0], images[0])
+    batches = [
+        [first, (prompts[1], images[1]), (prompts[2], images[2])],
+        [first, (prompts[3], images[3]), (prompts[3], images[4]), (prompts[1], images[4])],
+        [first],
+    ]
+    seen = []
+    for batch in batches:
+        response = await gw.score(request(batch, ["image_reward"]))
+        seen.append(response.results[0].scores["image_reward"].raw)
+        for (p, img), r in zip(batch, response.results):
+            i = next(k for k, im in enumerate(images) if im is img)
+            assert r.scores["image_reward"].raw == pytest.approx(reference["scores"][i][prompts.index(p)], abs=TOL)
+    assert seen == pytest.approx([reference["scores"][0][0]] * 3, abs=TOL)
+
+
+async def test_response_is_the_shared_score_schema(gw, reference, images, models):
+    response = await gw.score(request([(reference["prompts"][1], images[2])], ["image_reward"]))
+    again = RewardResponse.model_validate_json(response.model_dump_json())  # the wire form round-trips
+    s = again.results[0].scores["image_reward"]
+    assert s.valid and s.error is None and s.judge == "image_reward"
+    assert s.raw == pytest.approx(reference["scores"][2][1], abs=TOL)
+    assert s.reward == s.raw  # identity normalisation: the z-score is the reward, as cosmos-rl reports it
+    assert s.model == str(models / "ImageReward.pt") and s.latency_ms is not None
+    d = s.details
+    assert d["media"] == "image" and d["width"] == 180 and d["height"] == 300
+    assert d["head"]["library"] == "image-reward" and d["device"] == "cpu" and d["dtype"] == "fp32"
+    assert again.results[0].valid and again.results[0].reward == pytest.approx(s.raw)
+
+
+async def test_cosmos_rl_image_reward_name(models, reference, images):
+    """cosmos-rl's `image_reward` reward: an enqueue/pull round trip whose legacy key
+    `image_reward` holds the head's raw z-score (the package's score)."""
+    from judge_gateway.server import create_app
+    from tests.unit.test_cosmos_rl import enqueue_body, headers, poll
+
+    gateway = Gateway(validate_config({"judges": {"image_reward": image_reward_judge(models, threads=2)}}))
+    app = create_app(gateway)
+    batch = np.stack([images[1], images[4]])  # both 256x320
+    meta = {"reward_fn": {"image_reward": 1.0}, "prompts": [reference["prompts"][0], reference["prompts"][3]],
+            "media_type": "image"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
+            assert r.status_code == 200, r.text
+            body = (await poll(client, r.json()["uuid"], "image_reward", timeout=300, interval=0.2)).json()
+        assert body["valid"] == [True, True], body.get("errors")
+        assert body["scores"]["image_reward"] == pytest.approx(
+            [reference["scores"][1][0], reference["scores"][4][3]], abs=TOL)
+        assert body["scores"]["image_reward"] == [pytest.approx(c["raw"]) for c in body["judge_scores"]]
+    finally:
+        await app.state.cosmos_rl.aclose()
+        await gateway.aclose()
+
+
+async def test_bf16_scores_close_to_fp32(models, reference, images):
+    gateway = Gateway(validate_config({"judges": {"ir": image_reward_judge(models, dtype="bf16", threads=2)}}))
+    try:
+        pairs = [(reference["prompts"][j], images[i]) for i in range(2) for j in range(2)]
+        response = await gateway.score(request(pairs, ["ir"]))
+    finally:
+        await gateway.aclose()
+    want = [reference["scores"][i][j] for i in range(2) for j in range(2)]
+    got = [r.scores["ir"] for r in response.results]
+    assert all(s.valid and s.details["dtype"] == "bf16" for s in got)
+    assert [s.raw for s in got] == pytest.approx(want, abs=0.2)  # bf16: ~3 significant digits
+
+
+async def test_the_released_vit_l_tower_through_the_unpatched_construction_path():
+    """No `vit` option: the package builds its own ViT-L/16 (`vit='large'`, as for the released
+    checkpoint; random weights, 2-layer text encoder); only the tokenizer is redirected."""
+    models = build_tiny_image_reward("vitl")
+    ref = json.loads((models / "reference.json").read_text())
+    judge = image_reward_judge(models, threads=2, max_batch_size=4)
+    assert "vit" not in judge["options"]
+    gateway = Gateway(validate_config({"judges": {"ir": judge}}))
+    images = [load_png(models / "images" / f"{i}.png") for i in range(2)]
+    try:
+        pairs = [(ref["prompts"][j], images[i]) for i in range(2) for j in range(2)]
+        response = await gateway.score(request(pairs, ["ir"]))
+        info = gateway.judges["ir"].worker.info
+    finally:
+        await gateway.aclose()
+    assert info["vit"] == "large" and info["vision"] == {"embed_dim": 1024, "depth": 24, "patch_size": 16}
+    got = [r.scores["ir"] for r in response.results]
+    assert all(s.valid for s in got), [s.error for s in got]
+    assert [s.raw for s in got] == pytest.approx([ref["scores"][i][j] for i in range(2) for j in range(2)], abs=TOL)
+
+
+async def _load_failure(judge: dict, images) -> tuple[str, str]:
+    gateway = Gateway(validate_config({"judges": {"ir": judge}}))
+    try:
+        response = await gateway.score(request([("a cat", images[0])], ["ir"]))
+        s = response.results[0].scores["ir"]
+        assert not s.valid and s.error.code.value == "head_error" and s.reward is None
+        ready, reason = (await gateway.readiness(fresh=True))["ir"]
+        assert not ready
+        return s.error.message, reason
+    finally:
+        await gateway.aclose()
+
+
+@pytest.fixture
+def partial_checkpoint(models, tmp_path):
+    """The tiny checkpoint less one weight (written by the ImageReward venv: the gateway's has no torch)."""
+    partial = tmp_path / "partial.pt"
+    code = ("import sys, torch; sd = torch.load(sys.argv[1], weights_only=True); "
+            "del sd['mlp.layers.0.weight']; torch.save(sd, sys.argv[2])")
+    subprocess.run([str(imagereward_python()), "-c", code, str(models / "ImageReward.pt"), str(partial)],
+                   check=True, timeout=120)
+    return partial
+
+
+async def test_checkpoint_lacking_a_weight_is_refused_not_scored_with_random_layers(
+        models, images, partial_checkpoint):
+    """The package loads with strict=False and would score with a random layer; the head refuses."""
+    message, _ = await _load_failure(image_reward_judge(models, checkpoint=str(partial_checkpoint)), images)
+    assert "lacks 1 weights" in message and "mlp.layers.0.weight" in message
+
+
+async def test_missing_checkpoint_is_a_head_error_naming_it(models, images, tmp_path):
+    missing = tmp_path / "no-such" / "ImageReward.pt"
+    message, reason = await _load_failure(image_reward_judge(models, checkpoint=str(missing)), images)
+    assert str(missing) in message and "neither a file" in message
+    assert str(missing) in reason
+
+
+async def test_checkpoint_of_another_vision_tower_is_refused(models, images):
+    judge = image_reward_judge(models, vit={"embed_dim": 64, "depth": 2, "num_heads": 2})
+    message, _ = await _load_failure(judge, images)
+    assert "does not fit the model" in message and "embed_dim" in message
+
+
+async def test_interpreter_without_the_package_says_how_to_set_it_up(models, images):
+    judge = image_reward_judge(models, python=sys.executable)  # the gateway's venv: no torch, no ImageReward
+    message, _ = await _load_failure(judge, images)
+    assert "image-reward package" in message and "setup_imagereward.sh" in message
