@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, load_config

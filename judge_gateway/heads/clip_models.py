@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .hub import resolve_model_file
 from .models import HeadLoadError, HeadModel
 from .text_cache import TextEmbeddingCache
 
@@ -166,17 +167,7 @@ class OpenClipHead(ClipFamilyHead):
 def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
     """The HPS checkpoint's state dict: a local .pt/.pth ({"state_dict": ...} or plain) or
     safetensors file, or `repo_id/filename` on the Hugging Face hub."""
-    path = Path(checkpoint)
-    if not path.is_file():
-        parts = checkpoint.split("/")
-        if len(parts) < 3:
-            raise HeadLoadError(f"checkpoint {checkpoint!r} is neither a file nor `repo_id/filename`")
-        from huggingface_hub import hf_hub_download
-
-        try:
-            path = Path(hf_hub_download("/".join(parts[:2]), "/".join(parts[2:])))
-        except Exception as exc:
-            raise HeadLoadError(f"cannot fetch HPS checkpoint {checkpoint!r}: {exc}") from exc
+    path = resolve_model_file(checkpoint, "hpsv2", "checkpoint")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 

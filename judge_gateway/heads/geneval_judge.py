@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..config import JudgeConfig
 from ..judges.base import JudgeFailure, ScoreContext, Verdict
 from ..schema import ErrorCode
 from . import geneval_rules as rules

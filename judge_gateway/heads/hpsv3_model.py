@@ -31,29 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from .hub import resolve_model_file
 from .models import HeadLoadError, HeadModel
 
 _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # HPSv3RewardInferencer.prepare_batch resizes every image to this many pixels (min = max),
 # whatever the config's max_pixels says.
 IMAGE_PIXELS = 256 * 28 * 28
-
-
-def resolve_checkpoint(checkpoint: str) -> Path:
-    """A local file, or `hub_repo_id/filename` fetched with huggingface_hub (honours HF_HUB_OFFLINE)."""
-    path = Path(checkpoint).expanduser()
-    if path.is_file():
-        return path
-    parts = checkpoint.split("/")
-    if path.is_absolute() or checkpoint.startswith(".") or len(parts) < 3:
-        raise HeadLoadError(f"hpsv3: options.checkpoint {checkpoint!r} is not a file (nor `hub_repo_id/filename`)")
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download("/".join(parts[:2]), "/".join(parts[2:])))
-    except Exception as exc:  # noqa: BLE001 - offline, unknown repo or file ...: all a load error
-        raise HeadLoadError(f"hpsv3: options.checkpoint: cannot fetch {checkpoint!r}: "
-                            f"{type(exc).__name__}: {exc}") from None
 
 
 def inference_yaml(source: dict[str, Any], dtype: str, flash_attn: bool, base_model: str | None) -> dict[str, Any]:
@@ -124,7 +108,7 @@ class HPSv3Head(HeadModel):
         if (base_path.is_absolute() or base.startswith(".")) and not (base_path / "config.json").is_file():
             key = "options.base_model" if o.get("base_model") else f"model_name_or_path of {config_path}"
             raise HeadLoadError(f"hpsv3: {key}: {base!r} is not a model directory (no config.json)")
-        ckpt = resolve_checkpoint(o["checkpoint"])
+        ckpt = resolve_model_file(o["checkpoint"], "hpsv3", "checkpoint")
 
         with tempfile.TemporaryDirectory(prefix="jg-hpsv3-") as tmp:
             tmp_cfg = Path(tmp) / "hpsv3_inference.yaml"
@@ -199,4 +183,4 @@ class HPSv3Head(HeadModel):
         return {"images": self.items}
 
 
-__all__ = ["IMAGE_PIXELS", "HPSv3Head", "inference_yaml", "resolve_checkpoint"]
+__all__ = ["IMAGE_PIXELS", "HPSv3Head", "inference_yaml"]

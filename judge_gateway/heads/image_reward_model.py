@@ -28,11 +28,11 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .hub import resolve_model_file
 from .models import HeadLoadError, HeadModel
 
 PACKAGE_TOKENIZER = "bert-base-uncased"  # the name the package hard-codes
@@ -40,22 +40,6 @@ MAX_LENGTH = 35  # ImageReward.score's tokenizer call
 # Buffers the package's model registers that hold no learned values (BertEmbeddings' arange).
 _DERIVED_BUFFERS = ("blip.text_encoder.embeddings.position_ids",)
 _SETUP_HINT = "run scripts/setup_imagereward.sh and set python = \".venv-imagereward/bin/python\""
-
-
-def resolve_file(spec: str, what: str) -> Path:
-    """A local file, or `repo_id/filename` (repo ids have one slash) fetched from the Hugging Face hub."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return path
-    parts = spec.split("/")
-    if path.is_absolute() or spec.startswith(".") or len(parts) < 3:
-        raise HeadLoadError(f"image_reward: {what} {spec!r} is neither a file nor `repo_id/filename`")
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download("/".join(parts[:2]), "/".join(parts[2:])))
-    except Exception as exc:  # noqa: BLE001 - offline, unknown repo or file ...: all a load error
-        raise HeadLoadError(f"image_reward: cannot fetch {what} {spec!r}: {type(exc).__name__}: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -94,8 +78,8 @@ class ImageRewardHead(HeadModel):
     def load(self) -> dict[str, Any]:
         o = self.options
         # Files first: a wrong path fails in a second, before the package's slow import.
-        checkpoint = resolve_file(o.get("checkpoint", "THUDM/ImageReward/ImageReward.pt"), "checkpoint")
-        med_config = resolve_file(o.get("med_config", "THUDM/ImageReward/med_config.json"), "med_config")
+        checkpoint = resolve_model_file(o.get("checkpoint", "THUDM/ImageReward/ImageReward.pt"), "image_reward", "checkpoint")
+        med_config = resolve_model_file(o.get("med_config", "THUDM/ImageReward/med_config.json"), "image_reward", "med_config")
         try:
             import importlib
 
@@ -185,4 +169,4 @@ class ImageRewardHead(HeadModel):
         return {"pairs": self.items}
 
 
-__all__ = ["ImageRewardHead", "package_redirects", "resolve_file"]
+__all__ = ["ImageRewardHead", "package_redirects"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.heads.hpsv3_model import inference_yaml, resolve_checkpoint
+from judge_gateway.heads.hpsv3_model import inference_yaml
+from judge_gateway.heads.hub import resolve_model_file
 from judge_gateway.heads.models import HeadLoadError
 from judge_gateway.heads.options import HEAD_KIND_OPTIONS, HEAD_KINDS
 
@@ -65,13 +66,13 @@ def test_inference_yaml_base_model_replaces_the_configs():
 def test_checkpoint_resolution(tmp_path, monkeypatch):
     f = tmp_path / "HPSv3.safetensors"
     f.write_bytes(b"x")
-    assert resolve_checkpoint(str(f)) == f
+    assert resolve_model_file(str(f), "hpsv3", "checkpoint") == f
     for bad in (str(tmp_path / "missing.safetensors"), "./HPSv3.safetensors", "HPSv3/x.safetensors"):
         with pytest.raises(HeadLoadError, match="options.checkpoint"):
-            resolve_checkpoint(bad)
+            resolve_model_file(bad, "hpsv3", "checkpoint")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HeadLoadError, match="options.checkpoint: cannot fetch 'MizzenAI/HPSv3/HPSv3.safetensors'"):
-        resolve_checkpoint("MizzenAI/HPSv3/HPSv3.safetensors")
+        resolve_model_file("MizzenAI/HPSv3/HPSv3.safetensors", "hpsv3", "checkpoint")
 
 
 def test_cosmos_rl_hpsv3_reward_is_the_heads_raw_mu():
