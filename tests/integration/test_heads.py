@@ -16,7 +16,7 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, load_png, text_image_png
+from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, load_test_images, text_image_png
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,7 +35,7 @@ def reference(models):
 
 @pytest.fixture(scope="module")
 def images(models):
-    return [load_png(p) for p in sorted((models / "images").glob("*.png"), key=lambda p: int(p.stem))]
+    return load_test_images(models)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.heads_env import load_png
+from tests.support.heads_env import load_png, load_test_images
 from tests.support.tiny_image_reward import (
     build_tiny_image_reward,
     image_reward_judge,
@@ -42,7 +42,7 @@ def reference(models):
 
 @pytest.fixture(scope="module")
 def images(models):
-    return [load_png(p) for p in sorted((models / "images").glob("*.png"), key=lambda p: int(p.stem))]
+    return load_test_images(models)
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,16 @@ from PIL import Image, ImageDraw, ImageFont
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def heads_python() -> Path:
-    venv = Path(os.environ.get("JG_HEADS_VENV", ROOT / ".venv-heads"))
-    python = venv / "bin" / "python"
+def venv_python(env_var: str, default: str, setup_script: str) -> Path:
+    """The interpreter of a worker venv ($env_var, else <repo>/default), or why it is missing."""
+    python = Path(os.environ.get(env_var, ROOT / default)) / "bin" / "python"
     if not python.exists():
-        raise RuntimeError(f"{python} is missing: run scripts/setup_heads.sh first")
+        raise RuntimeError(f"{python} is missing: run scripts/{setup_script} first")
     return python
+
+
+def heads_python() -> Path:
+    return venv_python("JG_HEADS_VENV", ".venv-heads", "setup_heads.sh")
 
 
 def build_tiny_heads(size: str = "tiny") -> Path:
@@ -34,11 +38,7 @@ def build_tiny_heads(size: str = "tiny") -> Path:
 
 
 def hpsv3_python() -> Path:
-    venv = Path(os.environ.get("JG_HPSV3_VENV", ROOT / ".venv-hpsv3"))
-    python = venv / "bin" / "python"
-    if not python.exists():
-        raise RuntimeError(f"{python} is missing: run scripts/setup_hpsv3.sh first")
-    return python
+    return venv_python("JG_HPSV3_VENV", ".venv-hpsv3", "setup_hpsv3.sh")
 
 
 def build_tiny_hpsv3() -> Path:
@@ -83,6 +83,11 @@ def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:
     buf = io.BytesIO()
     im.save(buf, format="PNG")
     return buf.getvalue()
+
+
+def load_test_images(models: Path) -> list[np.ndarray]:
+    """The images a tiny-model builder saved as models/images/0.png, 1.png ..., in order."""
+    return [load_png(p) for p in sorted((models / "images").glob("*.png"), key=lambda p: int(p.stem))]
 
 
 def load_png(path: Path) -> np.ndarray:

@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.support.heads_env import venv_python
+
 ROOT = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,11 +63,7 @@ EXTRA_WORDS = ["photo", "picture", "image", "the", "of", "and", "in", "with", "o
 
 
 def imagereward_python() -> Path:
-    venv = Path(os.environ.get("JG_IMAGEREWARD_VENV", ROOT / ".venv-imagereward"))
-    python = venv / "bin" / "python"
-    if not python.exists():
-        raise RuntimeError(f"{python} is missing: run scripts/setup_imagereward.sh first")
-    return python
+    return venv_python("JG_IMAGEREWARD_VENV", ".venv-imagereward", "setup_imagereward.sh")
 
 
 def build_tiny_image_reward(size: str = "tiny") -> Path:
