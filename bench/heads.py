@@ -12,7 +12,10 @@ patches per image, not the cost of the 7B model), under .venv-hpsv3. `image_rewa
 `--heads image_reward`, worker under .venv-imagereward): `--size base` is ImageReward-v1.0's full
 architecture (ViT-L/16 + 12-layer med BERT, 447 M parameters) with random weights, otherwise the
 test checkpoint (tests/support/tiny_image_reward.py); at full size on a CPU it runs at most 16
-requests.
+requests. `videoalign` scores 2-second 8 fps clips with the tiny VideoAlign checkpoint of
+tests/support/tiny_videoalign.py (an item is a whole video: its column is videos/s), `gen_eval`
+random images with a `counting` include on Mask2Former Swin-S with random weights under
+.venv-geneval (tests/support/tiny_geneval.py; at most 8 requests, ~6 s per image on a CPU).
 
     scripts/setup_heads.sh && scripts/setup_hpsv3.sh
     .venv/bin/python bench/heads.py                       # all heads, batch sizes 1..64, 64 requests
@@ -20,6 +23,9 @@ requests.
     .venv/bin/python bench/heads.py --heads hpsv3 --batch-sizes 1,4,8 --requests 16
     scripts/setup_imagereward.sh
     .venv/bin/python bench/heads.py --heads image_reward --size base --batch-sizes 1,8 --rounds 1
+    .venv/bin/python bench/heads.py --heads videoalign --batch-sizes 1,4,16 --requests 16
+    scripts/setup_geneval.sh
+    .venv/bin/python bench/heads.py --heads gen_eval --batch-sizes 1,4 --requests 8 --rounds 1
 """
 
 from __future__ import annotations
@@ -41,17 +47,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
-from judge_gateway.media import ImageMedia  # noqa: E402
+from judge_gateway.media import ImageMedia, VideoMedia  # noqa: E402
 from judge_gateway.schema import RewardRequest  # noqa: E402
 from tests.support.heads_env import (  # noqa: E402
+    build_random_geneval,
     build_tiny_heads,
     build_tiny_hpsv3,
+    build_tiny_videoalign,
+    geneval_judge,
     head_judges,
     heads_python,
     hpsv3_judge,
     text_image_png,
+    videoalign_judge,
 )
 from tests.support.tiny_image_reward import build_tiny_image_reward, image_reward_judge  # noqa: E402
+from tests.support.tiny_videoalign import clip_frames  # noqa: E402
 
 
 def judge_config(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
@@ -65,6 +76,10 @@ def judge_config(head: str, models: Path | None, batch: int, args: argparse.Name
         return {"kind": "ocr", "options": {"python": str(heads_python()), **common}}
     if head == "hpsv3":
         return hpsv3_judge(build_tiny_hpsv3(), **common)
+    if head == "videoalign":
+        return videoalign_judge(build_tiny_videoalign(), **common)
+    if head == "gen_eval":
+        return geneval_judge(build_random_geneval(), build_tiny_heads("tiny"), **common)
     assert models is not None
     if head == "image_reward":  # `models` is the ImageReward checkpoint dir
         return image_reward_judge(models, **common)
@@ -72,7 +87,9 @@ def judge_config(head: str, models: Path | None, batch: int, args: argparse.Name
 
 
 def max_requests(head: str, args: argparse.Namespace) -> int:
-    if head in ("ocr", "hpsv3") or (head == "image_reward" and args.size == "base"):
+    if head == "gen_eval":
+        return min(args.requests, 8)  # Mask2Former Swin-S: ~6 s per image on a CPU
+    if head in ("ocr", "hpsv3", "videoalign") or (head == "image_reward" and args.size == "base"):
         return min(args.requests, 16)  # ~1 s (OCR) / ~3-5 s (ViT-L) per image, long HPSv3 prompts on a CPU
     return args.requests
 
@@ -82,6 +99,14 @@ def make_samples(head: str, n: int, size: int) -> list[dict]:
         img = ImageMedia.from_bytes(text_image_png("Hello World"))
         return [{"prompt": 'a sign that says "Hello World"', "image": img} for _ in range(n)]
     rng = np.random.default_rng(0)
+    if head == "videoalign":  # 2 s clips at 8 fps (the head samples them at the checkpoint's fps)
+        return [{"prompt": f"a red square moves right, take {i % 8}",
+                 "video": VideoMedia.from_array(clip_frames(8.0, h=size // 4, w=size // 4), fps=8.0)}
+                for i in range(n)]
+    if head == "gen_eval":
+        return [{"prompt": "a photo of two dogs", "metadata": {"tag": "counting", "include": [{"class": "dog", "count": 2}]},
+                 "image": ImageMedia.from_array(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))}
+                for _ in range(n)]
     return [{"prompt": f"a photo of object number {i % 8}",  # GRPO-like: 8 prompts, 8 images each
              "image": ImageMedia.from_array(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))}
             for i in range(n)]
@@ -94,7 +119,8 @@ async def measure(head: str, models: Path | None, batch: int, args: argparse.Nam
     n = max_requests(head, args)
     samples = make_samples(head, n, args.image_size)
     for s in samples:  # decode outside the timed region, as a server's request parsing would
-        s["image"].to_array()
+        if "image" in s:
+            s["image"].to_array()
     try:
         await worker.wait_ready()
         rates, cpu = [], []
@@ -143,7 +169,7 @@ async def main() -> int:
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]
-    models = build_tiny_heads(args.size) if set(heads) - {"image_reward", "ocr", "hpsv3"} else None
+    models = build_tiny_heads(args.size) if set(heads) & {"clip", "pickscore", "hpsv2"} else None
     ir_models = build_tiny_image_reward("full" if args.size == "base" else "tiny") if "image_reward" in heads else None
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
           f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
@@ -152,11 +178,14 @@ async def main() -> int:
     for head in heads:
         base = None
         sizes = {"ocr": [b for b in batches if b in (1, 8)],
-                 "hpsv3": [b for b in batches if b <= min(args.requests, 16)]}.get(head, batches)
+                 "hpsv3": [b for b in batches if b <= min(args.requests, 16)],
+                 "videoalign": [b for b in batches if b <= min(args.requests, 16)],
+                 "gen_eval": [b for b in batches if b <= min(args.requests, 8)]}.get(head, batches)
         for batch in sizes or batches[:1]:
             row = await measure(head, ir_models if head == "image_reward" else models, batch, args)
             base = base or row["images_per_s"]
-            print(f"{head:<12} {batch:>9} {row['requests']:>8} {row['images_per_s']:>9.1f} "
+            rate = row["images_per_s"]
+            print(f"{head:<12} {batch:>9} {row['requests']:>8} {rate:>9.{3 if rate < 1 else 1}f} "
                   f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x"
                   f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}", flush=True)
     return 0

@@ -12,6 +12,7 @@ Every tensor of the model must be covered by the checkpoint, and every checkpoin
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -256,7 +257,9 @@ class VideoBatcher(MicroBatcher):
         for i in range(0, len(jobs), self.max_batch_size):
             chunk = jobs[i:i + self.max_batch_size]
             try:
+                t0 = time.perf_counter()
                 outs = self.infer([j.frames for j in chunk], [j.prompt for j in chunk])
+                self.infer_s += time.perf_counter() - t0
                 if len(outs) != len(chunk):
                     raise RuntimeError(f"head returned {len(outs)} outputs for {len(chunk)} videos")
             except Exception as exc:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,40 +17,21 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.heads.geneval_rules import COLORS, TAGS
 from judge_gateway.schema import RewardRequest
-from tests.support.heads_env import ROOT, build_tiny_heads
+from tests.support.heads_env import build_random_geneval, build_tiny_heads, geneval_judge
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def geneval_python() -> Path:
-    python = Path(os.environ.get("JG_GENEVAL_VENV", ROOT / ".venv-geneval")) / "bin" / "python"
-    if not python.exists():
-        raise RuntimeError(f"{python} is missing: run scripts/setup_geneval.sh first")
-    return python
-
-
 @pytest.fixture(scope="module")
 def detector_checkpoint() -> Path:
-    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / "geneval"
-    ckpt = out / "mask2former_random.pth"
-    if not ckpt.exists():
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        subprocess.run([str(geneval_python()), "-m", "tests.support.tiny_geneval", str(out)],
-                       check=True, env=env, cwd=ROOT, timeout=600)
-    return ckpt
+    return build_random_geneval() / "mask2former_random.pth"
 
 
 @pytest.fixture(scope="module")
 async def gw(detector_checkpoint):
-    clip = build_tiny_heads("tiny")
-    judge = {"kind": "gen_eval", "options": {
-        "python": str(geneval_python()), "threads": 2, "max_batch_size": 2,
-        "detector_checkpoint": str(detector_checkpoint),
-        "clip_model": "jg-tiny-clip", "clip_pretrained": str(clip / "openclip.pt"),
-        "clip_model_config_file": str(clip / "openclip_cfg" / "jg-tiny-clip.json"),
-    }}
+    judge = geneval_judge(detector_checkpoint.parent, build_tiny_heads("tiny"), threads=2, max_batch_size=2)
     gateway = Gateway(validate_config({"judges": {"gen_eval": judge}}))
     try:
         yield gateway

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -14,19 +13,15 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest
-from tests.support.heads_env import ROOT, heads_python
+from tests.support.heads_env import build_tiny_videoalign, heads_python
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    out = tmp_path_factory.mktemp("videoalign")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    subprocess.run([str(heads_python()), "-m", "tests.support.tiny_videoalign", str(out)],
-                   check=True, env=env, cwd=ROOT, timeout=600, capture_output=True)
-    return out
+def tiny():
+    return build_tiny_videoalign()
 
 
 @pytest.fixture(scope="module")

@@ -43,14 +43,8 @@ def hpsv3_python() -> Path:
 
 def build_tiny_hpsv3() -> Path:
     """Build (once per version of the builder, cached) the tiny HPSv3 checkpoint, offline."""
-    sources = [ROOT / "tests" / "support" / name for name in ("tiny_hpsv3.py", "build_tiny_vlm.py")]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
-    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"hpsv3-tiny-{digest}"
-    if not (out / "reference.json").exists():
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        subprocess.run([str(hpsv3_python()), "-m", "tests.support.tiny_hpsv3", str(out)],
-                       check=True, env=env, cwd=ROOT, timeout=600, capture_output=True)
-    return out
+    return _build_cached("hpsv3-tiny", ["tiny_hpsv3.py", "build_tiny_vlm.py"], hpsv3_python(),
+                         "tests.support.tiny_hpsv3", "reference.json")
 
 
 def hpsv3_judge(models: Path, **options) -> dict:
@@ -58,6 +52,48 @@ def hpsv3_judge(models: Path, **options) -> dict:
     with the tiny base model (pass `config=...` to use the tiny yaml instead)."""
     return {"kind": "hpsv3", "options": {"python": str(hpsv3_python()), "checkpoint": str(models / "HPSv3.safetensors"),
                                          "base_model": str(models / "base"), **options}}
+
+
+def _build_cached(name: str, sources: list[str], python: Path, module: str, marker: str) -> Path:
+    """Run a tiny-model builder module under `python` once per version of its sources; the
+    result lives in <JG_TEST_CACHE or .cache>/<name>-<digest> and is complete once `marker` exists."""
+    paths = [ROOT / "tests" / "support" / src for src in sources]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:12]
+    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"{name}-{digest}"
+    if not (out / marker).exists():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        subprocess.run([str(python), "-m", module, str(out)], check=True, env=env, cwd=ROOT, timeout=900,
+                       capture_output=True)
+    return out
+
+
+def build_tiny_videoalign() -> Path:
+    """The tiny VideoAlign checkpoint (ckpt/), its test videos and reference scores, built once."""
+    return _build_cached("videoalign-tiny", ["tiny_videoalign.py", "build_tiny_vlm.py"], heads_python(),
+                         "tests.support.tiny_videoalign", "reference.json")
+
+
+def videoalign_judge(models: Path, **options) -> dict:
+    return {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(models / "ckpt"),
+                                              **options}}
+
+
+def geneval_python() -> Path:
+    return venv_python("JG_GENEVAL_VENV", ".venv-geneval", "setup_geneval.sh")
+
+
+def build_random_geneval() -> Path:
+    """Mask2Former Swin-S COCO from mmdet's shipped config with random weights, built once."""
+    return _build_cached("geneval", ["tiny_geneval.py"], geneval_python(), "tests.support.tiny_geneval",
+                         "mask2former_random.pth")
+
+
+def geneval_judge(detector: Path, clip_models: Path, **options) -> dict:
+    """gen_eval on the random detector, colours by the tiny open_clip model of build_tiny_heads."""
+    return {"kind": "gen_eval", "options": {
+        "python": str(geneval_python()), "detector_checkpoint": str(detector / "mask2former_random.pth"),
+        "clip_model": "jg-tiny-clip", "clip_pretrained": str(clip_models / "openclip.pt"),
+        "clip_model_config_file": str(clip_models / "openclip_cfg" / "jg-tiny-clip.json"), **options}}
 
 
 def head_judges(models: Path, **common) -> dict[str, dict]:
