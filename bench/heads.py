@@ -68,7 +68,7 @@ from tests.support.tiny_videoalign import clip_frames  # noqa: E402
 def judge_config(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
     common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
               "threads": args.threads, "device": args.device, "dtype": args.dtype}
-    if head in ("clip", "pickscore", "hpsv2") and args.preprocess_threads:
+    if head in ("clip", "pickscore", "hpsv2", "image_reward") and args.preprocess_threads:
         common["preprocess_threads"] = args.preprocess_threads
     if args.overlap is not None:
         common["overlap_preprocessing"] = args.overlap == "on"
@@ -163,7 +163,7 @@ async def main() -> int:
     ap.add_argument("--device", default="cpu", help="head device: cpu, cuda:0 ...")
     ap.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
     ap.add_argument("--preprocess-threads", type=int, default=None,
-                    help="CLIP-family preprocessing threads per worker (default min(8, CPUs))")
+                    help="CLIP-family / image_reward preprocessing threads per worker (default min(8, CPUs))")
     ap.add_argument("--overlap", choices=["on", "off"], default=None,
                     help="preprocess the next batch during the current forward (default: on off-CPU)")
     args = ap.parse_args()

@@ -6,17 +6,15 @@ All three score an (image, prompt) pair from L2-normalised embeddings:
 - hpsv2:     raw = cosine(image, text) on open_clip ViT-H-14 with the HPS checkpoint's weights,
              images padded to a square with black (HPSv2's ResizeMaxSize / cosmos-rl)
 Text embeddings go through a TextEmbeddingCache; everything runs under torch.inference_mode.
-Image preprocessing (`prepare`) runs per image on a thread pool (PIL's resize releases the GIL),
+Image preprocessing (`prepare`) runs per image on the head's thread pool (HeadModel.map_images),
 on the worker's stager thread while the previous batch runs on the device.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from abc import abstractmethod
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +48,6 @@ class ClipFamilyHead(HeadModel):
         self.device = torch.device(options.get("device", "cpu"))
         self.dtype = DTYPES[options.get("dtype", "fp32")]
         self.text_cache = TextEmbeddingCache(int(options.get("text_cache_size", 4096)))
-        threads = options.get("preprocess_threads") or min(8, os.cpu_count() or 1)
-        self._pool = ThreadPoolExecutor(int(threads), thread_name_prefix="preprocess")
 
     # -- model-specific parts ------------------------------------------------------------------
     @abstractmethod
@@ -75,8 +71,7 @@ class ClipFamilyHead(HeadModel):
 
     def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> torch.Tensor:
         """Preprocessed pixels [n, 3, H, W] (fp32, pinned when the model is on CUDA)."""
-        rows = list(self._pool.map(self._pixel_row, _to_pil(images)))
-        pixels = torch.stack(rows)
+        pixels = torch.stack(self.map_images(self._pixel_row, images))
         return pixels.pin_memory() if self.device.type == "cuda" else pixels
 
     def embed_images(self, images: Sequence[np.ndarray], pixels: torch.Tensor | None = None) -> torch.Tensor:
@@ -117,10 +112,6 @@ def _register_model_config(path: str | None) -> None:
         if not p.is_file():
             raise HeadLoadError(f"model_config_file {path!r} does not exist")
         open_clip.add_model_config(p)  # registered under the file's stem
-
-
-def _to_pil(images: Sequence[np.ndarray]) -> list[Image.Image]:
-    return [Image.fromarray(np.ascontiguousarray(im)) for im in images]
 
 
 class OpenClipHead(ClipFamilyHead):

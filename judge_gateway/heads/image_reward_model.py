@@ -140,22 +140,22 @@ class ImageRewardHead(HeadModel):
             "unused_checkpoint_keys": len(result.unexpected_keys),
         }
 
-    def pixels(self, images: Sequence[np.ndarray]) -> Any:
-        """The package's own transform (Resize 224 bicubic, CenterCrop, ToTensor, CLIP Normalize) on PIL images."""
-        from PIL import Image
+    def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> Any:
+        """The package's own transform (Resize 224 bicubic, CenterCrop, ToTensor, CLIP Normalize)
+        of each image, on the preprocessing pool; pinned on CUDA."""
+        pixels = self.torch.stack(self.map_images(self.model.preprocess, images))
+        return pixels.pin_memory() if self.device.type == "cuda" else pixels
 
-        return self.torch.stack([self.model.preprocess(Image.fromarray(np.ascontiguousarray(im)))
-                                 for im in images])
-
-    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
+    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str], prepared: Any = None) -> list[dict[str, Any]]:
         torch = self.torch
         if len(images) != len(prompts):
             raise ValueError(f"{len(images)} images for {len(prompts)} prompts")
         blip = self.model.blip
+        pixels = prepared if prepared is not None else self.prepare(images)
         with torch.inference_mode():
             text = self.tokenizer(list(prompts), padding="max_length", truncation=True, max_length=MAX_LENGTH,
                                   return_tensors="pt")
-            image_embeds = blip.visual_encoder(self.pixels(images).to(self.device, self.dtype))
+            image_embeds = blip.visual_encoder(pixels.to(self.device, self.dtype, non_blocking=True))
             image_atts = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
             out = blip.text_encoder(text.input_ids.to(self.device), attention_mask=text.attention_mask.to(self.device),
                                     encoder_hidden_states=image_embeds, encoder_attention_mask=image_atts,

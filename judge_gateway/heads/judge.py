@@ -26,14 +26,21 @@ if TYPE_CHECKING:
 _PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
 
 
+def build_head_judge(name: str, cfg: JudgeConfig) -> "HeadJudge":
+    """The judge of a head kind: most use HeadJudge; gen_eval runs GenEval's rules on the gateway
+    side, videoalign scores whole videos."""
+    if cfg.kind == "gen_eval":
+        from .geneval_judge import GenEvalJudge
+
+        return GenEvalJudge(name, cfg)
+    if cfg.kind == "videoalign":
+        from .videoalign import VideoAlignJudge
+
+        return VideoAlignJudge(name, cfg)
+    return HeadJudge(name, cfg)
+
+
 class HeadJudge(Judge):
-    def __new__(cls, name: str, cfg: JudgeConfig) -> "HeadJudge":
-        if cls is HeadJudge and cfg.kind == "videoalign":  # a whole-video head: its own judge class
-            from .videoalign import VideoAlignJudge
-
-            cls = VideoAlignJudge
-        return super().__new__(cls)
-
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         super().__init__(name, cfg)
         self.kind = cfg.kind

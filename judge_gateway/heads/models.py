@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,17 @@ class HeadModel(ABC):
     # `infer(images, prompts, prepared)`. A head that defines it has its preprocessing run on the
     # worker's stager thread, overlapping the previous batch's forward pass (batcher.py).
     prepare: Callable[[Sequence[np.ndarray], Sequence[str]], Any] | None = None
+    _pool: ThreadPoolExecutor | None = None
+
+    def map_images(self, transform: Callable[[Any], Any], images: Sequence[np.ndarray]) -> list[Any]:
+        """`transform` of each image (as a PIL image), in order, on a pool of
+        `options.preprocess_threads` threads (default min(8, CPUs)): PIL's resize releases the GIL."""
+        from PIL import Image
+
+        if self._pool is None:
+            threads = self.options.get("preprocess_threads") or min(8, os.cpu_count() or 1)
+            self._pool = ThreadPoolExecutor(int(threads), thread_name_prefix="preprocess")
+        return list(self._pool.map(lambda im: transform(Image.fromarray(np.ascontiguousarray(im))), images))
 
     def stats(self) -> dict[str, Any]:
         return {}

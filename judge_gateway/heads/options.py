@@ -40,7 +40,7 @@ class HeadOptions(BaseModel):
         None,
         description=(
             "Preprocess the next batch on a second thread while the current one runs (heads with a "
-            "CPU stage: the CLIP family). Default: on for cuda/mps, off for cpu, where both stages "
+            "CPU stage: the CLIP family, image_reward). Default: on for cuda/mps, off for cpu, where both stages "
             "compete for the same cores."
         ),
     )
@@ -62,12 +62,17 @@ class HeadOptions(BaseModel):
         return v
 
 
-class _ClipFamilyOptions(HeadOptions):
-    text_cache_size: int = Field(4096, ge=0, description="Prompts whose text embedding is kept (LRU).")
+class _PreprocessOptions(HeadOptions):
+    """Heads whose image preprocessing is a separate stage on a thread pool (HeadModel.map_images)."""
+
     preprocess_threads: int | None = Field(
         None, ge=1, le=256,
         description="Threads preprocessing images (resize, crop, normalise) in the worker; default min(8, CPUs).",
     )
+
+
+class _ClipFamilyOptions(_PreprocessOptions):
+    text_cache_size: int = Field(4096, ge=0, description="Prompts whose text embedding is kept (LRU).")
 
 
 class ClipOptions(_ClipFamilyOptions):
@@ -250,7 +255,7 @@ class ImageRewardVit(BaseModel):
         return self
 
 
-class ImageRewardOptions(HeadOptions):
+class ImageRewardOptions(_PreprocessOptions):
     """ImageReward (BLIP ViT-L/16 + med BERT with cross-attention + MLP), run by the
     `image-reward` package's own model code in its own venv (scripts/setup_imagereward.sh)."""
 

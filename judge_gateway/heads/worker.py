@@ -21,6 +21,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from .batcher import Control, Job, MicroBatcher, Staged
@@ -107,8 +108,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     if make_batcher is not None:
         batcher = make_batcher(max_batch, max_wait)
     else:
-        prepare = getattr(head, "prepare", None)
-        batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=prepare)
+        batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare)
     writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
@@ -116,23 +116,15 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     overlap = options.get("overlap_preprocessing")
     if overlap is None:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
+    items = _batches(batcher, q)
     if overlap and batcher.prepare is not None:
         # One batch ahead: the stager thread collects and preprocesses batch k+1 while this
         # thread runs batch k on the device; maxsize=1 keeps at most one prepared batch waiting.
         staged_q: queue.Queue[Any] = queue.Queue(maxsize=1)
-        threading.Thread(target=_stager, args=(batcher, q, staged_q), daemon=True, name="head-stager").start()
+        threading.Thread(target=_stager, args=(items, staged_q), daemon=True, name="head-stager").start()
         next_item = staged_q.get
     else:
-        pending: list[Any] = []
-
-        def next_item() -> Any:  # the same stages, in turn on this thread
-            if not pending:
-                jobs, others = batcher.collect(q)
-                if jobs:
-                    pending.append(_Batch(jobs, batcher.stage(jobs)))
-                pending.extend(others)
-            return pending.pop(0)
-
+        next_item = items.__next__  # the same stages, in turn on this thread
     while True:
         item = next_item()
         if isinstance(item, _Batch):
@@ -157,23 +149,22 @@ class _Batch:
     staged: Staged | None
 
 
-def _stager(batcher: MicroBatcher, q: "queue.Queue[Any]", staged_q: "queue.Queue[Any]") -> None:
-    """Collect batches and run their CPU preparation, handing them on in arrival order (controls
-    and the end of stream after the jobs that came before them)."""
+def _batches(batcher: MicroBatcher, q: "queue.Queue[Any]") -> Iterator[Any]:
+    """Collected batches with their CPU preparation done, then the messages that came after
+    them (controls, the end of stream), in arrival order."""
+    while True:
+        jobs, others = batcher.collect(q)
+        if jobs:
+            yield _Batch(jobs, batcher.stage(jobs))  # stage keeps a failed slice's exception
+        yield from others
+
+
+def _stager(items: Iterator[Any], staged_q: "queue.Queue[Any]") -> None:
     try:
-        while True:
-            jobs, others = batcher.collect(q)
-            if jobs:
-                try:
-                    staged = batcher.stage(jobs)
-                except Exception as exc:  # stage keeps per-slice errors; anything else: prepare in run
-                    log.error("batch preparation failed: %s", exc)
-                    staged = None
-                staged_q.put(_Batch(jobs, staged))
-            for msg in others:
-                staged_q.put(msg)
-                if msg is _EOF:
-                    return
+        for item in items:
+            staged_q.put(item)
+            if item is _EOF:
+                return
     except BaseException:
         # Never leave the main thread waiting: the worker exits and the supervisor restarts it,
         # failing the in-flight items with head_error.

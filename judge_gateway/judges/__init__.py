@@ -20,15 +20,10 @@ def build_judges(cfg: GatewayConfig, pools: dict[str, BackendPool]) -> dict[str,
     """One Judge per configured entry, in config order."""
     judges: dict[str, Judge] = {}
     for name, jcfg in cfg.judges.items():
-        if jcfg.kind == "gen_eval":  # a head whose rules run on the gateway side
-            from ..heads.geneval_judge import GenEvalJudge
-
-            judges[name] = GenEvalJudge(name, jcfg)
-            continue
         if jcfg.kind in HEAD_KINDS:  # local heads: a supervised worker process each
-            from ..heads.judge import HeadJudge
+            from ..heads.judge import build_head_judge
 
-            judges[name] = HeadJudge(name, jcfg)
+            judges[name] = build_head_judge(name, jcfg)
             continue
         kind = VLM_JUDGE_KINDS.get(jcfg.kind)
         if kind is None:  # validate_config rejects unknown kinds first
