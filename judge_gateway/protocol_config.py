@@ -95,7 +95,9 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
     "pickscore": _r("pickscore", pickscore="raw"),
     "image_reward": _r("image_reward", image_reward="raw"),
     "ocr": _r("ocr", ocr_reward="reward"),
-    "gen_eval": _r("gen_eval", gen_eval_score="raw", gen_eval_reward="reward",
+    # The original: gen_eval_score = the partial score, gen_eval_reward = GenEval's correct (0/1),
+    # gen_eval_strict = strict (0/1), whatever `options.reward` makes raw.
+    "gen_eval": _r("gen_eval", gen_eval_score="details.score", gen_eval_reward="details.correct",
                    gen_eval_strict="details.strict", gen_eval_group="details.group"),
     "unified_reward": _r("unified_reward", unified_reward="raw"),
 }

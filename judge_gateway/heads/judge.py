@@ -41,6 +41,8 @@ def build_head_judge(name: str, cfg: JudgeConfig) -> "HeadJudge":
 
 
 class HeadJudge(Judge):
+    _nonfinite_code = ErrorCode.head_error
+
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         super().__init__(name, cfg)
         self.kind = cfg.kind

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class Judge(ABC):
     """A configured judge: scores one sample at a time and never raises."""
 
     kind: str = ""
+    _nonfinite_code: ErrorCode = ErrorCode.backend_error  # a NaN / inf verdict: whose fault it is
 
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         self.name = name
@@ -138,6 +140,10 @@ class Judge(ABC):
 
         normalize = self.cfg.normalize or verdict.default_normalize
         reward = normalize.apply(verdict.raw) if normalize is not None else verdict.raw
+        if not (math.isfinite(verdict.raw) and math.isfinite(reward)):
+            # e.g. an fp16 head that overflowed: never a "valid" NaN / inf (JSON null)
+            return self._failure(self._nonfinite_code, f"the judge produced a non-finite score "
+                                 f"(raw={verdict.raw}, reward={reward})", started, details=verdict.details)
         return JudgeScore(
             judge=self.name,
             reward=reward,

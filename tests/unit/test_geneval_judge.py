@@ -143,10 +143,18 @@ def test_gen_eval_config_validated_naming_the_key():
         assert key in str(err.value), (key, str(err.value))
 
 
-def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
+async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
+    """The original's keys: gen_eval_score = partial score, gen_eval_reward = correct (0/1),
+    gen_eval_strict = strict, whichever number `options.reward` makes raw."""
     from judge_gateway import protocol_config
+    from judge_gateway.server.cosmos_rl import _source
 
-    keys = protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"]["keys"]
-    assert protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"]["judge"] == "gen_eval"
-    assert keys == {"gen_eval_score": "raw", "gen_eval_reward": "reward",
-                   "gen_eval_strict": "details.strict", "gen_eval_group": "details.group"}
+    mapping = protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"]
+    assert mapping["judge"] == "gen_eval"
+    meta = {"tag": "counting", "include": [{"class": "dog", "count": 2}]}
+    for reward in ("score", "correct", "strict"):
+        s, _ = await score(dogs(3), meta, {"reward": reward})
+        got = {key: _source(s, src) for key, src in mapping["keys"].items()}
+        assert 0 < got["gen_eval_score"] < 1, (reward, got)
+        assert got["gen_eval_reward"] == 0.0 and got["gen_eval_strict"] == 0.0, (reward, got)
+        assert got["gen_eval_group"]["counting"] is not None

@@ -262,3 +262,38 @@ def test_gateway_venv_needs_no_torch():
     code = ("import sys, judge_gateway.gateway, judge_gateway.heads.judge; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+async def test_a_non_finite_head_output_is_an_invalid_head_error_not_a_valid_null():
+    """An fp16 head that overflows gives NaN / inf: the cell is invalid, never `valid: true` with
+    a JSON null (or inf) reward."""
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.schema import RewardRequest
+    from tests.conftest import png_bytes
+
+    class NanWorker:
+        info = {"model": "stub", "pid": 0}
+
+        def ensure_started(self):
+            pass
+
+        def readiness(self):
+            return True, None
+
+        async def infer(self, frames, prompt):
+            return [{"raw": float(prompt)} for _ in range(len(frames))]
+
+        async def aclose(self):
+            pass
+
+    gw = Gateway(validate_config({"judges": {"c": {"kind": "clip"}}}))
+    gw.judges["c"].worker = NanWorker()  # type: ignore[attr-defined]
+    try:
+        resp = await gw.score(RewardRequest(samples=[{"prompt": p, "image": png_bytes(1)}
+                                                     for p in ("nan", "inf", "0.25")]))
+    finally:
+        await gw.aclose()
+    nan, inf, ok = (r.scores["c"] for r in resp.results)
+    for bad in (nan, inf):
+        assert not bad.valid and bad.error.code.value == "head_error" and "non-finite" in bad.error.message
+    assert ok.valid and ok.reward == 0.25
