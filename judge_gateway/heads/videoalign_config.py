@@ -7,8 +7,9 @@ state dict: un-merged LoRA, the resized token embeddings, `rm_head`). The base m
 processor come from `model_config.model_name_or_path` (Qwen2-VL-2B-Instruct).
 
 Inference semantics (VideoAlign's published inference code, re-implemented here):
-  * frames sampled at `data_config.fps` (or `data_config.num_frames` uniformly), Qwen-VL style:
-    an even number of frames (temporal patch 2), at least 4 when the clip has them;
+  * `data_config.sample_type = "uniform"`: duration x `data_config.fps` frames (or
+    `data_config.num_frames`), an even number (temporal patch 2) from 4 to 768, spread evenly over
+    the whole clip (Qwen2-VL's smart_nframes + linspace; sample_video_frames);
   * each frame resized to Qwen-VL's smart size under `data_config.max_frame_pixels`;
   * one user turn: the video, then the `prompt_template_type` text with the generation prompt
     (`detailed_special`: three reward tokens <|VQ_reward|> <|MQ_reward|> <|TA_reward|>);
@@ -29,6 +30,7 @@ REWARD_TOKENS = ("<|VQ_reward|>", "<|MQ_reward|>", "<|TA_reward|>")
 PATCH_FACTOR = 28  # Qwen2-VL patch 14 x spatial merge 2
 FRAME_FACTOR = 2  # temporal patch
 MIN_FRAMES = 4  # Qwen-VL's fewest frames sampled by fps
+MAX_FRAMES = 768  # and most
 DEFAULT_MIN_FRAME_PIXELS = 128 * 28 * 28  # Qwen-VL's VIDEO_MIN_PIXELS
 
 
@@ -80,6 +82,9 @@ def parse_model_config(cfg: dict[str, Any], *, base_model: str | None = None) ->
     lora = cfg.get("peft_lora_config") or {}
     inference = cfg.get("inference_config")
 
+    sample_type = data.get("sample_type", "uniform")
+    if sample_type != "uniform":
+        raise VideoAlignConfigError(f"data_config.sample_type: {sample_type!r} is not supported (only 'uniform')")
     num_frames = data.get("num_frames")
     fps = data.get("fps")
     if num_frames is not None:
@@ -190,24 +195,32 @@ def smart_frame_size(height: int, width: int, min_pixels: int, max_pixels: int,
     return h, w
 
 
+def _round_even(x: float) -> int:
+    return round(x / FRAME_FACTOR) * FRAME_FACTOR
+
+
 def sample_video_frames(num_source_frames: int, source_fps: float, fps: float | None,
                         num_frames: int | None) -> tuple[list[int], float]:
-    """Source frame indices and the fps they were sampled at, by the checkpoint's rule: frames at
-    `fps` from t=0 (stride source_fps/fps, so the same clip at 8, 16 or 24 fps gives the same
-    timestamps), an even count (Qwen2-VL's temporal patch), at least MIN_FRAMES when the clip
-    has them (then uniform), or `num_frames` uniformly."""
-    from ..media import VideoSampling, sample_frame_indices
+    """Source frame indices and the fps they amount to, by the rule VideoAlign's vision_process
+    applies (`sample_type = "uniform"`, Qwen2-VL's smart_nframes): a count of duration x `fps`
+    (or `num_frames`), clamped to [MIN_FRAMES, min(MAX_FRAMES, frames)] and rounded to an even
+    number (the temporal patch), spread evenly over the whole clip, first and last frame included."""
+    from ..media import MediaError
 
     n = num_source_frames
+    duration = n / source_fps
     if num_frames is not None:
-        sampling = VideoSampling(num_frames=num_frames, max_frames=10**6, even_frames=True)
-        return sample_frame_indices(n, source_fps, sampling)
-    sampling = VideoSampling(fps=fps, max_frames=10**6, even_frames=True)
-    idx, eff = sample_frame_indices(n, source_fps, sampling)
-    if len(idx) < min(MIN_FRAMES, n):
-        return sample_frame_indices(n, source_fps, VideoSampling(num_frames=MIN_FRAMES, max_frames=10**6,
-                                                                 even_frames=True))
-    return idx, eff
+        count = _round_even(num_frames)
+    else:
+        assert fps is not None
+        lo = math.ceil(MIN_FRAMES / FRAME_FACTOR) * FRAME_FACTOR
+        hi = min(MAX_FRAMES, n) // FRAME_FACTOR * FRAME_FACTOR
+        count = _round_even(min(max(duration * fps, lo), hi))
+    if not FRAME_FACTOR <= count <= n:
+        raise MediaError(f"videoalign: a {n}-frame video cannot give the {count} frames its checkpoint samples "
+                         f"(at least {FRAME_FACTOR})")
+    idx = [round(i * (n - 1) / (count - 1)) for i in range(count)]
+    return idx, count / duration
 
 
 # The published `detailed_special` prompt (VideoAlign's prompt_template.py): the text the reward

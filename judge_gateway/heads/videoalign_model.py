@@ -179,8 +179,9 @@ class VideoAlignHead(HeadModel):
         return smart_frame_size(height, width, self.spec.min_frame_pixels, self.spec.max_frame_pixels)
 
     def _video_tensor(self, frames: np.ndarray) -> Any:
-        """uint8 [T,H,W,3] -> float [T,3,h,w] at Qwen-VL's smart size (bicubic, antialiased,
-        values 0..255 unclamped as the published pipeline hands them to the processor)."""
+        """uint8 [T,H,W,3] -> float [T,3,h,w] at Qwen-VL's smart size (bicubic, antialiased). The
+        published pipeline resizes the uint8 tensor (torchvision rounds and clamps to 0..255) and
+        then casts to float: the same values here."""
         import torch
         import torch.nn.functional as F
 
@@ -188,6 +189,7 @@ class VideoAlignHead(HeadModel):
         h, w = self.frame_size(t.shape[2], t.shape[3])
         if (h, w) != tuple(t.shape[2:]):
             t = F.interpolate(t, size=(h, w), mode="bicubic", align_corners=False, antialias=True)
+            t = t.round_().clamp_(0, 255)
         return t
 
     def prepare(self, videos: Sequence[np.ndarray], prompts: Sequence[str]) -> dict[str, Any]:

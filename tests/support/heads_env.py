@@ -57,19 +57,24 @@ def hpsv3_judge(models: Path, **options) -> dict:
 def _build_cached(name: str, sources: list[str], python: Path, module: str, marker: str) -> Path:
     """Run a tiny-model builder module under `python` once per version of its sources; the
     result lives in <JG_TEST_CACHE or .cache>/<name>-<digest> and is complete once `marker` exists."""
-    paths = [ROOT / "tests" / "support" / src for src in sources]
+    paths = [ROOT / src if "/" in src else ROOT / "tests" / "support" / src for src in sources]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:12]
     out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"{name}-{digest}"
     if not (out / marker).exists():
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        subprocess.run([str(python), "-m", module, str(out)], check=True, env=env, cwd=ROOT, timeout=900,
-                       capture_output=True)
+        done = subprocess.run([str(python), "-m", module, str(out)], env=env, cwd=ROOT, timeout=900,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{module} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return out
 
 
 def build_tiny_videoalign() -> Path:
     """The tiny VideoAlign checkpoint (ckpt/), its test videos and reference scores, built once."""
-    return _build_cached("videoalign-tiny", ["tiny_videoalign.py", "build_tiny_vlm.py"], heads_python(),
+    # The reference scores go through the head's own preprocessing: rebuild when it changes.
+    return _build_cached("videoalign-tiny", ["tiny_videoalign.py", "build_tiny_vlm.py",
+                                             "judge_gateway/heads/videoalign_model.py",
+                                             "judge_gateway/heads/videoalign_config.py"], heads_python(),
                          "tests.support.tiny_videoalign", "reference.json")
 
 

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from judge_gateway.media import MediaError
 from judge_gateway.heads.options import HEAD_KIND_OPTIONS, HEAD_KINDS
 from judge_gateway.heads.videoalign_config import (VideoAlignConfigError, build_chat_text, normalize,
                                                    parse_model_config, sample_video_frames, smart_frame_size)
@@ -59,20 +60,31 @@ def test_normalisation_and_overall():
     assert normalize({"VQ": 3.0, "MQ": 0.0, "TA": 2.0}, None)["Overall"] == 5.0
 
 
-@pytest.mark.parametrize("fps", [8.0, 16.0, 24.0, 30.0])
-def test_same_clip_at_any_source_fps_gives_the_same_timestamps(fps):
-    n = int(2 * fps)
+@pytest.mark.parametrize("n, fps, want", [
+    (49, 16.0, [0, 10, 19, 29, 38, 48]),  # VideoAlign's vision_process (smart_nframes + linspace)
+    (48, 24.0, [0, 16, 31, 47]),
+    (33, 16.0, [0, 11, 21, 32]),
+    (16, 8.0, [0, 5, 10, 15]),
+])
+def test_sampling_is_the_reference_rule_over_the_whole_clip(n, fps, want):
     idx, eff = sample_video_frames(n, fps, 2.0, None)
-    assert [i / fps for i in idx] == [0.0, 0.5, 1.0, 1.5] and eff == 2.0
+    assert idx == want and eff == pytest.approx(len(want) / (n / fps))
 
 
 def test_sampling_even_count_min_frames_and_num_frames():
-    idx, _ = sample_video_frames(3 * 16 + 1, 16.0, 2.0, None)  # 3 s: 7 frames at 2 fps -> 6 (even)
+    idx, _ = sample_video_frames(3 * 16 + 1, 16.0, 2.0, None)  # 3.06 s: 6.1 frames at 2 fps -> 6 (even)
     assert len(idx) == 6
     idx, _ = sample_video_frames(8, 8.0, 2.0, None)  # a 1 s clip: at least 4 frames
     assert len(idx) == 4
     idx, _ = sample_video_frames(100, 24.0, None, 8)
     assert len(idx) == 8 and idx[0] == 0 and idx[-1] == 99
+    with pytest.raises(MediaError, match="cannot give"):
+        sample_video_frames(1, 8.0, 2.0, None)
+
+
+def test_sample_types_other_than_uniform_are_refused():
+    with pytest.raises(VideoAlignConfigError, match="data_config.sample_type"):
+        parse_model_config({**CFG, "data_config": {**CFG["data_config"], "sample_type": "multi_pts"}})
 
 
 def test_smart_frame_size_matches_qwen_rules():
