@@ -24,7 +24,7 @@ from .geneval_rules import BOX_THRESHOLD, COLORS, MAX_OBJECTS
 from .models import HeadLoadError, HeadModel
 
 log = logging.getLogger(__name__)
-GREY = 128
+GREY = 153  # GenEval's background for the masked crop (#999999)
 
 
 def resolve_detector_config(name: str) -> str:
@@ -91,6 +91,7 @@ class GenEvalDetectorHead(HeadModel):
             "dtype": o.get("dtype", "fp32"), "text_cache_size": 4096,
         })
         clip_facts = self.clip.load()
+        self._classifiers: dict[str, Any] = {}  # class -> its colour classifier
         import mmcv
         import mmdet
 
@@ -102,13 +103,26 @@ class GenEvalDetectorHead(HeadModel):
     def _colors(self, image: np.ndarray, cls: str, boxes: list[list[float]],
                 masks: list[np.ndarray | None]) -> list[str]:
         crops = [masked_crop(image, b, m) for b, m in zip(boxes, masks)]
-        prompts = [f"a photo of a {c} {cls}" for c in COLORS]
         torch = self.torch
         with torch.inference_mode():
-            text = torch.stack(self.clip.text_cache.get_many(prompts, self.clip._text_rows))
+            text = self._color_classifier(cls)
             img = self.clip.embed_images(crops)
             best = (img @ text.T).argmax(dim=-1).tolist()
         return [COLORS[i] for i in best]
+
+    def _color_classifier(self, cls: str) -> Any:
+        """GenEval's zero-shot colour classifier for a class: per colour, the mean of the
+        normalised embeddings of its three templates, normalised again ([len(COLORS), D])."""
+        cached = self._classifiers.get(cls)
+        if cached is not None:
+            return cached
+        rows = []
+        for c in COLORS:
+            prompts = [f"a photo of a {c} {cls}", f"a photo of a {c}-colored {cls}", f"a photo of a {c} object"]
+            emb = self.torch.stack(self.clip.text_cache.get_many(prompts, self.clip._text_rows)).mean(dim=0)
+            rows.append(emb / emb.norm())
+        self._classifiers[cls] = self.torch.stack(rows)
+        return self._classifiers[cls]
 
     def _detect(self, image: np.ndarray, request: dict[str, Any]) -> dict[str, Any]:
         from mmdet.apis import inference_detector
