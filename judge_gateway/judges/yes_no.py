@@ -1,4 +1,9 @@
-"""Yes/no judges: the reward is read from the first answer token's top logprobs."""
+"""Yes/no judges: the reward is read from the first answer token's top logprobs.
+
+An answer absent from the top-K is bounded, not zero (parsers/yes_no.py): `details` then carry
+`bounded_answer` and `bound`, and `logprob_yes` / `logprob_no` hold the bound's log, so every
+consumer of the details (cosmos-rl's yes_logit / no_logit) gets a number.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ class YesNoJudge(VLMJudge):
                 yes_words=self.yes_words,
                 no_words=self.no_words,
                 min_answer_mass=self.options.min_answer_mass,
+                counting=self.options.counting,
             )
         except ParseError as exc:
             details = {**exc.details, **media_facts, "answer_token": answer}

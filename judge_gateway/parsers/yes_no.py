@@ -1,10 +1,24 @@
 """Read a one-token Yes/No answer from the next-token distribution (top-K logprobs).
 
-The probability of an answer is summed over every case/space variant of its word found in the
-top-K ("Yes", " yes", "YES", "Ġyes", "Yes." ...), because tokenizers split the same answer into
-several token ids and counting only the exact "Yes" understates it. The summed mass of both
-answers is reported: when it is small, the model did not answer the question, and the result is
-an `answer_missing` error rather than a confident-looking 0 or 1.
+Two ways to count an answer (`counting`):
+
+- `variants` (ours, the default): the probability of an answer is summed over every case/space
+  variant of its word found in the top-K ("Yes", " yes", "YES", "Ġyes", "Yes." ...), because
+  tokenizers split the same answer into several token ids and counting only the exact "Yes"
+  understates it.
+- `exact` (Flow-Factory's `vllm_evaluate` default): only the tokens spelled exactly as the
+  template's answer words count ("Yes", "No"); when one text is listed twice the last entry wins,
+  as in the dict that code builds. The reward is sigmoid(logprob_yes - logprob_no).
+
+The summed (listed) mass of both answers is reported as `answer_mass`: when it is below the
+floor, or both answers are absent from the top-K, the model did not answer the question, and
+the result is an `answer_missing` error rather than a confident-looking 0 or 1.
+
+One answer absent from the top-K is not missing: the judge is sure of the other one. The absent
+answer's probability is at most that of the smallest listed entry (every unlisted token ranks
+below it) and at most the mass the list leaves over (1 - listed mass, plus 1e-6 of slack for the
+float32 rounding of the listed logprobs: a near-certain answer's list can sum past 1). That bound is used as its probability, so the
+reward is valid and close to (not exactly) 1 or 0, and `bounded_answer` / `bound` say so.
 """
 
 from __future__ import annotations
@@ -23,24 +37,33 @@ _TRAILING_PUNCT = ".,!:;"
 # A logprob is log(p) <= 0; allow float noise above 0, reject anything larger.
 _LOGPROB_TOLERANCE = 1e-6
 
+_UNLISTED_SLACK = 1e-6
+
 _POSITIVE_CHOICES = ("yes", "no")
+COUNTING_MODES = ("variants", "exact")
 
 
 @dataclass(frozen=True)
 class YesNoResult:
     """The Yes/No reading of one reply."""
 
-    p_yes: float  # summed probability of every variant of the yes-word(s) in the top-K
+    p_yes: float  # probability of the yes-word(s): listed mass, or the bound when absent
     p_no: float
-    answer_mass: float  # p_yes + p_no
-    p_positive: float  # P(positive answer) / answer_mass, in [0, 1]
+    answer_mass: float  # listed mass of both answers (what the floor is checked against)
+    p_positive: float  # P(positive answer) / (p_yes + p_no), in [0, 1]
     positive: str  # "yes" or "no": which answer is the good one (from the template)
-    logprob_yes: float | None  # log(p_yes), None when p_yes == 0
+    logprob_yes: float | None  # log(p_yes) (the bound's log when absent), None when p_yes == 0
     logprob_no: float | None
-    matched: dict[str, float] = field(default_factory=dict)  # token text -> prob, counted variants
+    matched: dict[str, float] = field(default_factory=dict)  # token text -> prob, counted entries
+    counting: str = "variants"
+    bounded_answer: str | None = None  # "yes"/"no": absent from the top-K, its p is the bound
+    bound_rule: str | None = None  # "min_listed" or "unlisted_mass": which bound was tighter
 
     def details(self) -> dict[str, Any]:
         """JSON-able facts for the score's `details`."""
+        bound = None
+        if self.bounded_answer is not None:
+            bound = self.p_yes if self.bounded_answer == "yes" else self.p_no
         return {
             "p_yes": self.p_yes,
             "p_no": self.p_no,
@@ -50,6 +73,10 @@ class YesNoResult:
             "logprob_yes": self.logprob_yes,
             "logprob_no": self.logprob_no,
             "matched": dict(self.matched),
+            "counting": self.counting,
+            "bounded_answer": self.bounded_answer,
+            "bound": bound,
+            "bound_rule": self.bound_rule,
         }
 
 
@@ -67,6 +94,7 @@ def parse_yes_no(
     yes_words: Sequence[str] = ("yes",),
     no_words: Sequence[str] = ("no",),
     min_answer_mass: float = 0.5,
+    counting: str = "variants",
 ) -> YesNoResult:
     """Score a one-token Yes/No answer from the candidates at the first generated position.
 
@@ -75,9 +103,12 @@ def parse_yes_no(
     `(token, logprob)` pairs, or a mapping token -> logprob.
 
     Raises `ParseError` (`parse_error`) for an empty or unusable candidate list and
-    (`answer_missing`) when P(yes) + P(no) < `min_answer_mass` or is zero.
+    (`answer_missing`) when both answers are absent or their listed mass is below
+    `min_answer_mass` or zero.
     """
     positive_word = _check_positive(positive)
+    if counting not in COUNTING_MODES:
+        raise ValueError(f"counting must be one of {list(COUNTING_MODES)}, got {counting!r}")
     yes_set = _word_set(yes_words, "yes_words")
     no_set = _word_set(no_words, "no_words")
     if yes_set & no_set:
@@ -88,50 +119,104 @@ def parse_yes_no(
         raise ValueError(f"min_answer_mass must be in [0, 1], got {min_answer_mass!r}")
 
     candidates = _candidates(top_logprobs)
-
-    p_yes = 0.0
-    p_no = 0.0
+    if counting == "exact":
+        yes_entries = _exact_entries(candidates, _raw_words(yes_words))
+        no_entries = _exact_entries(candidates, _raw_words(no_words))
+    else:
+        # Every entry counts once, even when two token ids share the same text (vLLM reports both).
+        yes_entries = [(t, lp) for t, lp in candidates if normalize_token(t) in yes_set]
+        no_entries = [(t, lp) for t, lp in candidates if normalize_token(t) in no_set]
     matched: dict[str, float] = {}
-    # Every entry counts once, even when two token ids share the same text (vLLM reports both).
-    for token, logprob in candidates:
-        word = normalize_token(token)
-        if word in yes_set or word in no_set:
-            prob = math.exp(logprob)
-            if word in yes_set:
-                p_yes += prob
-            else:
-                p_no += prob
-            matched[token] = matched.get(token, 0.0) + prob
+    for token, logprob in yes_entries + no_entries:
+        matched[token] = matched.get(token, 0.0) + math.exp(logprob)
 
-    answer_mass = p_yes + p_no
+    lp_yes = _logsumexp([lp for _, lp in yes_entries])
+    lp_no = _logsumexp([lp for _, lp in no_entries])
+    answer_mass = math.exp(lp_yes) + math.exp(lp_no)
     if answer_mass <= 0.0 or answer_mass < min_answer_mass:
         raise ParseError(
             f"yes/no answer mass {answer_mass:.4g} is below the floor {min_answer_mass:.4g} "
-            f"among {len(candidates)} candidates (p_yes={p_yes:.4g}, p_no={p_no:.4g})",
+            f"among {len(candidates)} candidates (p_yes={math.exp(lp_yes):.4g}, "
+            f"p_no={math.exp(lp_no):.4g}, counting={counting})",
             code=ANSWER_MISSING,
             details={
-                "p_yes": p_yes,
-                "p_no": p_no,
+                "p_yes": math.exp(lp_yes),
+                "p_no": math.exp(lp_no),
                 "answer_mass": answer_mass,
                 "min_answer_mass": float(min_answer_mass),
                 "matched": matched,
+                "counting": counting,
                 "top_tokens": [token for token, _ in candidates[:5]],
             },
         )
 
-    p_good = p_yes if positive_word == "yes" else p_no
-    # Clamp: float rounding must not push a probability past [0, 1].
-    p_positive = min(1.0, max(0.0, p_good / answer_mass))
+    bounded: str | None = None
+    rule: str | None = None
+    if not yes_entries or not no_entries:  # both absent was refused above (mass 0)
+        bounded = "yes" if not yes_entries else "no"
+        bound_lp, rule = _absent_bound(candidates)
+        if bounded == "yes":
+            lp_yes = bound_lp
+        else:
+            lp_no = bound_lp
+
+    lp_good, lp_bad = (lp_yes, lp_no) if positive_word == "yes" else (lp_no, lp_yes)
+    if counting == "exact":
+        p_positive = _sigmoid(lp_good - lp_bad) if lp_good > -math.inf else 0.0
+    else:
+        p_good, p_bad = math.exp(lp_good), math.exp(lp_bad)
+        # Clamp: float rounding must not push a probability past [0, 1].
+        p_positive = min(1.0, max(0.0, p_good / (p_good + p_bad)))
     return YesNoResult(
-        p_yes=p_yes,
-        p_no=p_no,
+        p_yes=math.exp(lp_yes),
+        p_no=math.exp(lp_no),
         answer_mass=answer_mass,
         p_positive=p_positive,
         positive=positive_word,
-        logprob_yes=math.log(p_yes) if p_yes > 0.0 else None,
-        logprob_no=math.log(p_no) if p_no > 0.0 else None,
+        logprob_yes=lp_yes if lp_yes > -math.inf else None,
+        logprob_no=lp_no if lp_no > -math.inf else None,
         matched=matched,
+        counting=counting,
+        bounded_answer=bounded,
+        bound_rule=rule,
     )
+
+
+def _absent_bound(candidates: list[tuple[str, float]]) -> tuple[float, str]:
+    """log of the largest probability an unlisted token can have, and the rule that gave it."""
+    lp_min = min(lp for _, lp in candidates)
+    # The servers' logprobs are float32: the listed mass is known to about 1e-7 per entry, so
+    # what it leaves over gets a little slack (a near-certain answer's list can sum past 1).
+    rest = max(0.0, 1.0 - sum(math.exp(lp) for _, lp in candidates)) + _UNLISTED_SLACK
+    if math.log(rest) < lp_min:
+        return math.log(rest), "unlisted_mass"
+    return lp_min, "min_listed"
+
+
+def _exact_entries(candidates: list[tuple[str, float]], words: Sequence[str]) -> list[tuple[str, float]]:
+    """Per word, the entry spelled exactly so; the last one when the text is listed twice."""
+    last = {token: lp for token, lp in candidates if token in words}
+    return [(word, last[word]) for word in words if word in last]
+
+
+def _raw_words(words: Sequence[str]) -> tuple[str, ...]:
+    return (words,) if isinstance(words, str) else tuple(words)
+
+
+def _logsumexp(logprobs: Sequence[float]) -> float:
+    if not logprobs:
+        return -math.inf
+    top = max(logprobs)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(lp - top) for lp in logprobs))
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
 def _check_positive(positive: str) -> str:

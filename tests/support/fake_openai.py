@@ -4,6 +4,7 @@ The behaviour is chosen by the requested model name, so one server can play seve
 backends at once. Real scoring is tested against the real vLLM (tests/integration).
 
 - `fake-yes` / `fake-no`: a one-token answer whose top logprobs favour Yes / No.
+- `fake-sure-no`: a judge so sure of "No" that no Yes variant is in its top logprobs.
 - `fake-no-answer`: top logprobs that hold neither Yes nor No.
 - `fake-no-logprobs`: an answer without logprobs.
 - `fake-rubric-garbage`: a reply with no rubric in it.
@@ -12,6 +13,8 @@ backends at once. Real scoring is tested against the real vLLM (tests/integratio
 - `fake-stall`: answers only after `stall_s` seconds.
 - `fake-flaky`: fails with 503 the first `flaky_failures` times per process, then answers like fake-yes.
 - `fake-400`: a 400 error.
+
+Every request body is kept in `counters["bodies"]` (the last 100), for tests of what was sent.
 """
 
 from __future__ import annotations
@@ -61,13 +64,15 @@ def _completion(model: str, text: str, logprobs: dict[str, Any] | None = None,
     }
 
 
-MODELS = ["fake-yes", "fake-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
+SURE_NO_TOP = [("No", 0.97), ("The", 0.012), ("A", 0.008)]
+
+MODELS = ["fake-yes", "fake-no", "fake-sure-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
           "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-400"]
 
 
 def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
     app = FastAPI()
-    state = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0}
+    state: dict[str, Any] = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0, "bodies": []}
     app.state.counters = state
 
     @app.get("/v1/models")
@@ -78,6 +83,7 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
     async def chat(request: Request) -> Any:
         body = await request.json()
         state["requests"] += 1
+        state["bodies"] = [*state["bodies"][-99:], body]
         model = body.get("model", "")
         if model == "fake-stall":
             state["inflight"] += 1
@@ -98,6 +104,8 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
             return _completion(model, "Yes", _logprob_content([("Yes", 0.7), (" yes", 0.1), ("No", 0.15)]))
         if model == "fake-no":
             return _completion(model, "No", _logprob_content([("No", 0.8), ("Yes", 0.15)]))
+        if model == "fake-sure-no":
+            return _completion(model, "No", _logprob_content(SURE_NO_TOP))
         if model == "fake-no-answer":
             return _completion(model, "The", _logprob_content([("The", 0.6), ("Maybe", 0.3), ("Yesterday", 0.05)]))
         if model == "fake-no-logprobs":
@@ -134,7 +142,7 @@ class FakeOpenAIServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     @property
-    def counters(self) -> dict[str, int]:
+    def counters(self) -> dict[str, Any]:
         return self.app.state.counters
 
     def start(self) -> "FakeOpenAIServer":

@@ -87,9 +87,11 @@ def test_each_yes_variant_counts(token):
 @pytest.mark.parametrize("token", ["Yesterday", "yess", "yes-man", "Yeah", "eyes", "y"])
 def test_lookalikes_of_yes_do_not_count(token):
     result = parse_yes_no([TopLogprob(token, lp(0.4)), TopLogprob("No", lp(0.6))])
-    assert result.p_yes == 0.0
-    assert result.logprob_yes is None
-    assert result.p_positive == 0.0
+    # Yes is absent: the list holds all the mass, so only the float32 slack (1e-6) is left for it.
+    assert token not in result.matched
+    assert result.bounded_answer == "yes" and result.bound_rule == "unlisted_mass"
+    assert result.p_yes == pytest.approx(1e-6, rel=1e-6)
+    assert result.p_positive == pytest.approx(1e-6 / (0.6 + 1e-6), rel=1e-6)
 
 
 def test_duplicate_token_text_counts_once_per_entry():
@@ -130,17 +132,46 @@ def test_low_mass_below_floor_is_answer_missing_and_reports_mass():
     assert "0.3" in str(error)
 
 
-def test_only_yes_present_gives_one_when_mass_is_enough():
+def test_only_yes_present_is_bounded_by_the_unlisted_mass():
+    # No is absent: at most the 0.03 the list leaves over (tighter than the smallest entry, 0.04).
     result = parse_yes_no([("Yes", lp(0.93)), ("Sure", lp(0.04))])
-    assert result.p_positive == 1.0
-    assert result.p_no == 0.0
-    assert result.logprob_no is None
+    bound = 0.03 + 1e-6
+    assert result.bounded_answer == "no" and result.bound_rule == "unlisted_mass"
+    assert result.p_no == pytest.approx(bound)
+    assert result.logprob_no == pytest.approx(math.log(bound))
+    assert result.p_positive == pytest.approx(0.93 / (0.93 + bound))
+    assert result.answer_mass == pytest.approx(0.93)  # the listed answer mass only
+    details = result.details()
+    assert details["bounded_answer"] == "no" and details["bound"] == pytest.approx(bound)
 
 
-def test_only_no_present_gives_zero_when_mass_is_enough():
-    result = parse_yes_no([(" No", lp(0.8)), ("Not", lp(0.1))])
-    assert result.p_positive == 0.0
+def test_only_no_present_is_bounded_by_the_smallest_entry():
+    # Yes is absent: the list leaves 0.1 over, but every unlisted token is below 0.01.
+    top = [(" No", lp(0.8)), ("Not", lp(0.09)), ("The", lp(0.01))]
+    result = parse_yes_no(top)
+    assert result.bounded_answer == "yes" and result.bound_rule == "min_listed"
+    assert result.p_yes == pytest.approx(0.01)
+    assert result.logprob_yes == pytest.approx(math.log(0.01))
+    assert result.p_positive == pytest.approx(0.01 / 0.81)
     assert result.answer_mass == pytest.approx(0.8)
+
+
+def test_sure_judge_at_top20_is_valid_and_close_to_one():
+    # A near-certain "No" (Cosmos-Reason1: no anomaly) with float32 rounding pushing the listed
+    # mass past 1: Yes is bounded by the slack, not by its (unknown) rank.
+    top = [("No", -1e-7)] + [(f"tok{i}", -10.0 - 0.1 * i) for i in range(19)]
+    result = parse_yes_no(top, positive="no")
+    assert result.bounded_answer == "yes" and result.bound_rule == "unlisted_mass"
+    assert result.p_yes == pytest.approx(1e-6)
+    assert result.logprob_yes == pytest.approx(math.log(1e-6))
+    assert result.p_positive == pytest.approx(1.0 / (1.0 + 1e-6), abs=1e-9)
+    assert result.p_positive < 1.0
+
+
+def test_both_present_is_never_bounded():
+    result = parse_yes_no(QWEN_TOP)
+    assert result.bounded_answer is None and result.bound_rule is None
+    assert result.details()["bound"] is None
 
 
 def test_only_one_answer_below_floor_is_not_a_zero_score():
@@ -196,6 +227,47 @@ def test_float_noise_above_zero_is_probability_one():
     result = parse_yes_no([("Yes", 1e-7)])
     assert result.p_yes == 1.0
     assert result.logprob_yes == 0.0
+
+
+def test_exact_counting_reads_only_the_exact_tokens_like_vllm_evaluate():
+    # Flow-Factory's default: sigmoid(lp('Yes') - lp('No')) over exactly 'Yes' and 'No'.
+    top = [("Yes", lp(0.7)), (" yes", lp(0.1)), ("No", lp(0.15)), ("no", lp(0.04))]
+    result = parse_yes_no(top, yes_words=("Yes",), no_words=("No",), counting="exact")
+    assert result.p_positive == pytest.approx(1.0 / (1.0 + math.exp(-(math.log(0.7) - math.log(0.15)))))
+    assert result.p_positive == pytest.approx(0.8235294, abs=1e-7)
+    assert set(result.matched) == {"Yes", "No"}
+    assert result.counting == "exact"
+    # ours counts every variant: 0.8 / 0.99
+    assert parse_yes_no(top).p_positive == pytest.approx(0.8 / 0.99)
+
+
+def test_exact_counting_keeps_the_last_entry_of_a_repeated_token():
+    # vllm_evaluate builds {token: logprob}: a text listed twice keeps its last logprob.
+    top = [("Yes", lp(0.5)), ("No", lp(0.2)), ("Yes", lp(0.1))]
+    result = parse_yes_no(top, yes_words=("Yes",), no_words=("No",), counting="exact", min_answer_mass=0.0)
+    assert result.p_yes == pytest.approx(0.1)
+    assert result.p_positive == pytest.approx(0.1 / 0.3)
+
+
+def test_exact_counting_both_missing_is_invalid_not_zero():
+    # vllm_evaluate returns 0.0 here; a failure is never a score.
+    with pytest.raises(ParseError) as info:
+        parse_yes_no([(" yes", lp(0.6)), ("no", lp(0.3))], yes_words=("Yes",), no_words=("No",),
+                     counting="exact", min_answer_mass=0.0)
+    assert info.value.code == "answer_missing"
+
+
+def test_exact_counting_one_missing_is_bounded():
+    result = parse_yes_no([("Yes", lp(0.9)), (" yes", lp(0.05)), ("Sure", lp(0.02))],
+                          yes_words=("Yes",), no_words=("No",), counting="exact", min_answer_mass=0.0)
+    assert result.bounded_answer == "no"
+    assert result.p_no == pytest.approx(0.02)
+    assert result.p_positive == pytest.approx(1.0 / (1.0 + 0.02 / 0.9))
+
+
+def test_unknown_counting_is_value_error():
+    with pytest.raises(ValueError):
+        parse_yes_no([("Yes", -0.1)], counting="canonical")
 
 
 def test_minus_infinity_is_zero_probability():
