@@ -53,12 +53,31 @@ def _ranks(values: Sequence[float]) -> list[float]:
     return ranks
 
 
+def _ordinal_ranks(values: Sequence[float]) -> list[int]:
+    """0-based ordinal ranks: ties ranked by position (a stable argsort of an argsort)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])  # sorted() is stable
+    ranks = [0] * len(values)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
+
+
+GROUP_TRANSFORMS = ("none", "rank", "ordinal_rank", "zscore")
+
+
 def group_transform(rewards: Sequence[float | None], group_ids: Sequence[str | None],
                     kind: str) -> list[float | None]:
-    """Rank (scaled to [0, 1]) or z-score each reward within its group.
+    """Transform each reward within its group:
+
+    - `rank`: average rank / (n - 1), in [0, 1]; ties share their mean rank; a group of one 0.5.
+    - `ordinal_rank`: ordinal rank / n, in [0, (n-1)/n]; ties ranked by position; a group of
+      one 0.0. Flow-Factory's PickScore_Rank (`scores.argsort().argsort() / n`); torch's
+      argsort keeps ties in position order on the CPU up to 16 values, beyond that (or on a
+      GPU) its tie order is unspecified.
+    - `zscore`: (x - mean) / std (population std); a group of one, or one without spread, 0.0.
 
     Samples without a reward (invalid) or without a group id get None and do not count in
-    their group's statistics. A group of one gets 0.5 (rank) or 0.0 (z-score)."""
+    their group's statistics (n is the number of valid members)."""
     out: list[float | None] = [None] * len(rewards)
     if kind == "none":
         return out
@@ -75,6 +94,9 @@ def group_transform(rewards: Sequence[float | None], group_ids: Sequence[str | N
             ranks = _ranks(fvals)
             for i, r in zip(members, ranks):
                 out[i] = r / (n - 1) if n > 1 else 0.5
+        elif kind == "ordinal_rank":
+            for i, r in zip(members, _ordinal_ranks(fvals)):
+                out[i] = r / n
         elif kind == "zscore":
             mean = sum(fvals) / n
             std = math.sqrt(sum((v - mean) ** 2 for v in fvals) / n)

@@ -53,6 +53,24 @@ def test_rank_ties_share_the_mean_rank():
     assert group_transform([0.5, 0.5, 1.0], ["g"] * 3, "rank") == [0.25, 0.25, 1.0]
 
 
+def test_ordinal_rank_is_flow_factory_pickscore_rank():
+    # PickScore_Rank: scores.argsort().argsort() / n (values checked against torch 2.13 on the CPU)
+    assert group_transform([0.5, 0.2, 0.5, 0.2, 0.9], ["g"] * 5, "ordinal_rank") == [0.4, 0.0, 0.6, 0.2, 0.8]
+    # the same values under `rank`: average ranks / (n - 1)
+    assert group_transform([0.5, 0.2, 0.5, 0.2, 0.9], ["g"] * 5, "rank") == [0.625, 0.125, 0.625, 0.125, 1.0]
+
+
+def test_ordinal_rank_breaks_ties_by_position():
+    assert group_transform([1.0, 1.0, 1.0], ["g"] * 3, "ordinal_rank") == [0.0, 1 / 3, 2 / 3]
+    assert group_transform([3.0, 1.0, 3.0, 2.0], ["g"] * 4, "ordinal_rank") == [0.5, 0.0, 0.75, 0.25]
+
+
+def test_ordinal_rank_counts_valid_members_only():
+    rewards = [0.9, None, 0.1, 0.5, 0.3]
+    groups = ["g", "g", "g", "h", None]
+    assert group_transform(rewards, groups, "ordinal_rank") == [0.5, None, 0.0, 0.0, None]
+
+
 def test_normalize_kinds():
     assert NormalizeConfig(kind="affine", scale=1 / 26).apply(26.0) == pytest.approx(1.0)
     assert NormalizeConfig(kind="minmax", min=1, max=4).apply(2.5) == pytest.approx(0.5)
