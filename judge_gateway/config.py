@@ -166,18 +166,32 @@ class JudgeConfig(_Strict):
     video: VideoSamplingConfig = Field(default_factory=VideoSamplingConfig)
 
 
-class YesNoOptions(_Strict):
-    top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
-    min_answer_mass: float = Field(
-        0.5, ge=0.0, le=1.0, description="Below this P(yes)+P(no) the score is answer_missing."
-    )
+class VLMOptions(_Strict):
+    """Options every VLM judge kind takes."""
+
     shadow_template: str | None = Field(
         None, description="Also score with this pinned template (`family@version`, same kind); its "
         "result goes into details['shadow'], never into the reward."
     )
+    video_first_frame: bool = Field(
+        False, description="A template with an <image> slot scores a sample that has a video and no "
+        "image by the video's first frame (as Flow-Factory's vllm_evaluate does)."
+    )
 
 
-class RubricOptions(_Strict):
+class YesNoOptions(VLMOptions):
+    top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
+    min_answer_mass: float = Field(
+        0.5, ge=0.0, le=1.0, description="Below this listed P(yes)+P(no) the score is answer_missing."
+    )
+    counting: Literal["variants", "exact"] = Field(
+        "variants", description="variants: sum every case/space variant of the answer words; exact: "
+        "only tokens spelled exactly as the template's words, reward sigmoid(lp_yes - lp_no) "
+        "(Flow-Factory vllm_evaluate's default)."
+    )
+
+
+class RubricOptions(VLMOptions):
     aspect_weights: dict[str, float] | None = Field(
         None, description="Aspect name -> weight (default: the template's weights)."
     )
@@ -202,10 +216,6 @@ class RubricOptions(_Strict):
     aggregation_profile_sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$", description="Pin the profile file's exact bytes."
     )
-    shadow_template: str | None = Field(
-        None, description="Also score with this pinned template (`family@version`, same kind); its "
-        "result goes into details['shadow'], never into the reward."
-    )
 
     @model_validator(mode="after")
     def _check(self) -> "RubricOptions":
@@ -224,17 +234,13 @@ class RubricOptions(_Strict):
         return self
 
 
-class FinalScoreOptions(_Strict):
+class FinalScoreOptions(VLMOptions):
     scale: tuple[float, float] | None = None
     label: str | None = None
     max_tokens: int | None = Field(None, gt=0)
     temperature: float = Field(0.0, ge=0.0)
     stop: list[str] | None = None
     guided_regex: str | None = None
-    shadow_template: str | None = Field(
-        None, description="Also score with this pinned template (`family@version`, same kind); its "
-        "result goes into details['shadow'], never into the reward."
-    )
 
 
 KIND_OPTIONS: dict[str, type[BaseModel]] = {

@@ -966,6 +966,12 @@ class VideoMedia:
         self._decode_container(set(idx))
         return np.stack([self._decoded[i] for i in idx])
 
+    def first_frame(self) -> ImageMedia:
+        """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""
+        if self._frames is not None:
+            return self._frames[0]
+        return ImageMedia.from_array(self.frames_array([0])[0])
+
     def _decode_container(self, wanted: set[int]) -> None:
         """Decode sequentially up to the last wanted frame, keeping only the wanted ones."""
         with self._lock:
@@ -1446,6 +1452,13 @@ class MediaCache:
         sha = await self._sha256(vid)
         return await self._get(
             ("video", sha, sampling), lambda: encode_video(vid, sampling), repr(vid)
+        )
+
+    async def first_frame(self, vid: VideoMedia, enc: ImageEncoding) -> EncodedImage:
+        """A video's first frame encoded as an image (a judge's image-slot fallback)."""
+        sha = await self._sha256(vid)
+        return await self._get(
+            ("first_frame", sha, enc), lambda: encode_image(vid.first_frame(), enc), repr(vid)
         )
 
     async def _sha256(self, medium: ImageMedia | VideoMedia) -> str:

@@ -145,7 +145,11 @@ class FlowFactoryProfile(_Strict):
     judges: dict[str, float] = Field(min_length=1, description="Judge name -> weight.")
     mode: Literal["pointwise", "groupwise"] = "pointwise"
     combine: Literal["weighted_mean", "sum"] = "weighted_mean"
-    group_transform: Literal["rank", "zscore"] = Field("zscore", description="groupwise: the request is one group.")
+    group_transform: Literal["rank", "ordinal_rank", "zscore"] = Field(
+        "ordinal_rank",
+        description="groupwise: the request is one group. Default as Flow-Factory's groupwise "
+        "PickScore_Rank: ordinal rank / n (ties by position); rank = average rank / (n - 1).",
+    )
     on_invalid: Literal["fill", "mean", "error"] = Field(
         "mean",
         description="A sample with an invalid judge score: fill (fill_value), mean (the mean of the "

@@ -131,8 +131,8 @@ class SampleResult(BaseModel):
     group_reward: float | None = Field(
         default=None,
         description=(
-            "The combined reward after the request's group transform (rank or z-score within "
-            "the sample's group); null without a transform or for an invalid sample."
+            "The combined reward after the request's group transform (rank, ordinal rank or "
+            "z-score within the sample's group); null without a transform or for an invalid sample."
         ),
     )
 
@@ -152,7 +152,7 @@ class CombineInfo(BaseModel):
     on_invalid: str = Field(description="`invalidate`, `skip` or `fill`.")
     fill_value: float | None = Field(default=None, description="Used with `on_invalid = \"fill\"`.")
     weights: dict[str, float] = Field(description="Judge name -> weight used.")
-    group_transform: str = Field(description="`none`, `rank` or `zscore`.")
+    group_transform: str = Field(description="`none`, `rank`, `ordinal_rank` or `zscore`.")
 
 
 class RewardResponse(BaseModel):
@@ -212,6 +212,11 @@ class SampleInput(BaseModel):
         description="Condition images, e.g. the source image of an edit (first).",
         max_length=16,
     )
+    condition_videos: list[VideoMedia] = Field(
+        default_factory=list,
+        description="Condition videos, e.g. the source video of a video edit (first).",
+        max_length=4,
+    )
     group_id: str | None = Field(None, description="GRPO group id for group transforms.", max_length=256)
     metadata: dict[str, Any] = Field(default_factory=dict, description="Judge-specific per-sample inputs.")
 
@@ -226,11 +231,13 @@ class RewardRequest(BaseModel):
         None,
         description="Judge names to run; omitted: every judge configured with default = true.",
     )
-    group_transform: Literal["none", "rank", "zscore"] = Field(
+    group_transform: Literal["none", "rank", "ordinal_rank", "zscore"] = Field(
         "none",
         description=(
             "Transform of the combined reward within each group of samples sharing a group_id: "
-            "rank (mean rank scaled to [0, 1]) or zscore ((x - mean) / std). Written to group_reward."
+            "rank (average rank / (n - 1), ties share their mean rank), ordinal_rank (ordinal "
+            "rank / n, ties by position: Flow-Factory's PickScore_Rank) or zscore "
+            "((x - mean) / std). Written to group_reward."
         ),
     )
     request_id: str | None = Field(None, description="Your id for this request, echoed.", max_length=256)

@@ -14,7 +14,7 @@ from ..schema import ErrorCode, JudgeScore, TemplateRef
 from .base import Judge, JudgeFailure, ScoreContext
 
 # Media facts and the reply text are the primary's to report; the shadow keeps its numbers.
-_SHADOW_DROP = frozenset({"image", "video", "condition_images", "reply"})
+_SHADOW_DROP = frozenset({"image", "video", "condition_images", "condition_videos", "reply"})
 
 if TYPE_CHECKING:
     from ..schema import SampleInput
@@ -33,6 +33,10 @@ class VLMJudge(Judge):
         )
         self.image_encoding = ImageEncoding(**cfg.image.model_dump())
         self.video_sampling = VideoSampling(**cfg.video.model_dump())
+        # Validated with the kind's options at config load (config.VLMOptions).
+        self.video_first_frame = bool(cfg.options.get("video_first_frame", False)) and (
+            "image" in self.template.media_slots
+        )
         # Shadow scoring: the same judge with a candidate template, reported in details only.
         self.shadow: VLMJudge | None = None
         shadow_ref = cfg.options.get("shadow_template")
@@ -65,7 +69,10 @@ class VLMJudge(Judge):
 
     @property
     def media(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.template.media_slots))
+        slots = tuple(dict.fromkeys(self.template.media_slots))
+        if self.video_first_frame and "video" not in slots:
+            slots += ("video",)  # an image or, failing that, a video's first frame
+        return slots
 
     @property
     def backend_name(self) -> str:
@@ -80,11 +87,17 @@ class VLMJudge(Judge):
         facts: dict[str, Any] = {}
         slots = self.template.media_slots
         if "image" in slots:
-            if sample.image is None:
-                raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs an image for each sample")
-            enc = await ctx.media.image(sample.image, self.image_encoding)
+            if sample.image is not None:
+                enc = await ctx.media.image(sample.image, self.image_encoding)
+                facts["image"] = enc.details()
+            elif self.video_first_frame and sample.video is not None:
+                enc = await ctx.media.first_frame(sample.video, self.image_encoding)
+                facts["image"] = {**enc.details(), "from_video_frame": 0}
+            else:
+                alternative = " (or a video, scored by its first frame)" if self.video_first_frame else ""
+                raise JudgeFailure(ErrorCode.bad_input,
+                                   f"judge {self.name!r} needs an image for each sample{alternative}")
             parts["image"] = [{"type": "image_url", "image_url": {"url": enc.data_url}}]
-            facts["image"] = enc.details()
         if "condition_image" in slots:
             needed = slots.count("condition_image")
             if len(sample.condition_images) < needed:
@@ -98,6 +111,19 @@ class VLMJudge(Judge):
             )
             parts["condition_image"] = [{"type": "image_url", "image_url": {"url": e.data_url}} for e in encoded]
             facts["condition_images"] = [e.details() for e in encoded]
+        if "condition_video" in slots:
+            needed = slots.count("condition_video")
+            if len(sample.condition_videos) < needed:
+                raise JudgeFailure(
+                    ErrorCode.bad_input,
+                    f"judge {self.name!r} needs {needed} condition video(s) (the source video of a "
+                    f"video edit); the sample has {len(sample.condition_videos)}",
+                )
+            encoded_v = await asyncio.gather(
+                *(ctx.media.video(v, self.video_sampling) for v in sample.condition_videos[:needed])
+            )
+            parts["condition_video"] = [{"type": "video_url", "video_url": {"url": e.data_url}} for e in encoded_v]
+            facts["condition_videos"] = [{**e.details(), "sampling": asdict(self.video_sampling)} for e in encoded_v]
         if "video" in slots:
             if sample.video is None:
                 raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs a video for each sample")

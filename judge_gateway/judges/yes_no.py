@@ -36,7 +36,7 @@ class YesNoJudge(VLMJudge):
         messages, media_facts = await self.build_messages(sample, ctx)
         completion = await self.pool.chat(
             messages=messages,
-            max_tokens=1,
+            max_completion_tokens=1,  # what vLLM reads as max_tokens; Flow-Factory sends this name
             temperature=0.0,
             logprobs=True,
             top_logprobs=self.options.top_logprobs,

@@ -5,7 +5,8 @@ A template is one TOML file `prompts/<family>/<version>.toml`. A released versio
 `load_template()` refuses a released template whose bytes changed. New wording means a new
 version file plus a lock entry (`lock_new_templates()`). Configs pin `family@version`.
 
-Rendering splits the user text at media markers (`<image>`, `<video>`, `<condition_image>`)
+Rendering splits the user text at media markers (`<image>`, `<video>`, `<condition_image>`,
+`<condition_video>`)
 *before* substituting `{prompt}`, so a generation prompt can never add, move or remove media,
 and `{prompt}` is replaced by plain string replacement (never `str.format`: rubric texts are
 full of braces and brackets).
@@ -49,7 +50,7 @@ TEMPLATES_DIR: Path = Path(__file__).resolve().parent
 LOCK_PATH: Path = TEMPLATES_DIR / "templates.lock"
 
 KINDS = ("yes_no", "rubric", "final_score")
-MEDIA_SLOTS = ("image", "video", "condition_image")
+MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
 PROMPT_PLACEHOLDER = "{prompt}"
 
 _FAMILY_RE = re.compile(r"[a-z0-9][a-z0-9_]*")
@@ -60,7 +61,7 @@ _MARKER_LIKE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
 
 _COMMON_FIELDS = {"id", "version", "description", "kind", "system", "user", "source"}
 _KIND_FIELDS: dict[str, set[str]] = {
-    "yes_no": {"answer"},
+    "yes_no": {"answer", "verbatim"},
     "rubric": {"aspects", "scale", "stop", "max_tokens"},
     "final_score": {"scale", "label", "stop", "max_tokens"},
 }
@@ -149,7 +150,7 @@ class Template:
         return messages
 
     def render_text(self, prompt: str) -> str:
-        """Human-readable preview: media shown as `[image]`, `[video]`, `[condition_image]`."""
+        """Human-readable preview: media shown as `[image]`, `[video]`, `[condition_image]` ..."""
         _check_prompt(prompt, self.ref)
         user = "".join(
             f"[{value}]" if is_media else value.replace(PROMPT_PLACEHOLDER, prompt)
@@ -475,10 +476,17 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
         text = "".join(value for is_media, value in _segments(user) if not is_media)
         if not text.strip():
             raise fail("user", "a yes_no template needs a question in the user text")
-        if text.count("?") != 1:
+        verbatim = raw.get("verbatim", False)
+        if not isinstance(verbatim, bool):
+            raise fail("verbatim", f"must be true or false, got {verbatim!r}")
+        if verbatim and source is None:
+            raise fail("verbatim", "a verbatim template must name its `source`")
+        # A peer's prompt copied byte for byte (to reproduce its numbers) keeps its wording.
+        if not verbatim and text.count("?") != 1:
             raise fail(
                 "user",
-                f"a yes_no template must ask exactly one question, found {text.count('?')} '?'",
+                f"a yes_no template must ask exactly one question, found {text.count('?')} '?' "
+                "(a peer's prompt reproduced byte for byte may set verbatim = true)",
             )
     else:
         scale = _parse_scale(raw, fail)

@@ -3,6 +3,8 @@
     GET  {prefix}/{profile}/health     liveness (answers while /compute requests run)
     POST {prefix}/{profile}/compute    {prompt, image, video, condition_images, condition_videos}
                                        -> {"rewards": [float, ...]}
+                                       (condition_videos go to judges with a <condition_video>
+                                       slot; a profile without one refuses them)
     POST {prefix}/{profile}/load|offload   accepted no-ops (newer clients call them)
 
 Status codes follow the real client (`raise_for_status()`, then a truthy `error` key raises,
@@ -32,7 +34,8 @@ from ..schema import ErrorCode, RewardRequest, SampleInput
 log = logging.getLogger(__name__)
 
 TRANSIENT = {ErrorCode.backend_unavailable, ErrorCode.timeout, ErrorCode.backend_error}
-MEDIA_FIELD = {"image": "image", "video": "video", "condition_image": "condition_images"}
+MEDIA_FIELD = {"image": "image", "video": "video", "condition_image": "condition_images",
+               "condition_video": "condition_videos"}
 
 
 class BadInput(ValueError):
@@ -64,7 +67,7 @@ def parse_compute(body: bytes, profile: FlowFactoryProfile) -> list[SampleInput]
     images = _list_or_none(data, "image", n)
     videos = _list_or_none(data, "video", n)
     conds = _list_or_none(data, "condition_images", n)
-    _list_or_none(data, "condition_videos", n)  # checked; no judge reads condition videos yet
+    cond_videos = _list_or_none(data, "condition_videos", n)
     samples = []
     for i, prompt in enumerate(prompts):
         where = ""
@@ -83,9 +86,16 @@ def parse_compute(body: bytes, profile: FlowFactoryProfile) -> list[SampleInput]
                 if not isinstance(conds[i], list):
                     raise MediaError("must be a list of base64 PNG images")
                 cond = [ImageMedia.validate(c) for c in conds[i]]
+            where = f"condition_videos[{i}]"
+            cond_v = []
+            if cond_videos is not None and cond_videos[i] is not None:
+                if not isinstance(cond_videos[i], list) or not all(isinstance(v, list) for v in cond_videos[i]):
+                    raise MediaError("must be a list of videos, each a list of base64 PNG frames")
+                cond_v = [VideoMedia.from_frames(v, fps=profile.video_fps) for v in cond_videos[i]]
         except (MediaError, ValueError) as err:
             raise BadInput(f"{where}: {err}") from None
         samples.append(SampleInput(prompt=prompt, image=image, video=video, condition_images=cond,
+                                   condition_videos=cond_v,
                                    group_id="group" if profile.mode == "groupwise" else None))
     return samples
 
@@ -97,8 +107,15 @@ class FlowFactoryService:
 
     def check_media(self, profile_name: str, profile: FlowFactoryProfile, samples: list[SampleInput]) -> None:
         def has(s: SampleInput, slot: str) -> bool:
-            return bool(s.image if slot == "image" else s.video if slot == "video" else s.condition_images)
+            return bool(getattr(s, MEDIA_FIELD[slot]))
 
+        takers = [j for j in profile.judges if "condition_video" in self.gateway.judges[j].media]
+        sent = [i for i, s in enumerate(samples) if s.condition_videos]
+        if sent and not takers:
+            # Scoring without them would look like an edit score that never saw its source.
+            raise BadInput(f"profile {profile_name!r}: no judge takes `condition_videos` (judges: "
+                           f"{', '.join(profile.judges)}), and sample {sent[0]} has some; send null "
+                           "or use a profile with a video-edit judge")
         for judge in profile.judges:
             slots = self.gateway.judges[judge].media
             # A judge listing both image and video (a head) takes either; other slots are required.

@@ -26,10 +26,13 @@ REFERENCE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "referen
 
 SHIPPED = [
     "cosmos_reason1@1",
+    "flow_factory_beautiful@1",
+    "flow_factory_quality@1",
     "image_quality@1",
     "rational_rewards_edit@1",
     "rational_rewards_t2i@1",
     "unified_reward@1",
+    "video_edit@1",
     "vqa_alignment@1",
     "vqa_alignment@2",
 ]
@@ -360,7 +363,7 @@ def test_render_does_not_alias_caller_parts() -> None:
 @pytest.mark.parametrize("ref", SHIPPED)
 def test_render_output_is_valid_openai_messages(ref: str) -> None:
     template = load_template(ref)
-    parts = {"image": IMAGE, "video": VIDEO, "condition_image": SOURCE}
+    parts = {"image": IMAGE, "video": VIDEO, "condition_image": SOURCE, "condition_video": VIDEO}
     media: dict[str, list[dict]] = {}
     for slot in template.media_slots:
         media.setdefault(slot, []).append(parts[slot])
@@ -495,3 +498,66 @@ def test_show_template_is_file_text_plus_hash() -> None:
     shown = prompts.show_template("image_quality@1")
     assert shown.startswith(template.path.read_text(encoding="utf-8"))
     assert shown.endswith(f"# sha256: {template.sha256}\n")
+
+
+# --------------------------------------------------------------------------- Flow-Factory, condition video
+
+# Flow-Factory vllm_evaluate.py, VLMEvaluateRewardModel.EVALUATE_PROMPT (first assignment).
+FF_EVALUATE_PROMPT = (
+    "You are an expert image quality assessor. "
+    "Evaluate this AI-generated image by considering ALL of the following criteria:\n"
+    "1. Naturalness: Does the scene look realistic with correct perspective, shadows, and lighting?\n"
+    "2. Artifacts: Is the image free from distortions, blurriness, watermarks, "
+    "deformed faces, unusual body parts, or unharmonized subjects?\n"
+    "3. Aesthetic Appeal: Does the image exhibit pleasing composition, "
+    "color harmony, and visual balance?\n"
+    "4. Detail & Clarity: Are textures, edges, and fine details rendered "
+    "sharply and coherently without noise or smearing?\n"
+    "5. Overall Coherence: Is the image semantically consistent, with all "
+    "elements logically fitting together in a unified scene?\n\n"
+    "Considering all the above criteria holistically, is this a high-quality image? "
+    "Answer Yes or No."
+)
+
+
+@pytest.mark.parametrize("ref, text", [("flow_factory_quality@1", FF_EVALUATE_PROMPT),
+                                       ("flow_factory_beautiful@1", "Is it a beautiful image?")])
+def test_flow_factory_templates_send_vllm_evaluate_message(ref: str, text: str) -> None:
+    # One user turn, the image then the question, no system prompt, the caption not sent.
+    template = load_template(ref)
+    assert template.render("a caption that must not appear", {"image": [IMAGE]}) == [
+        {"role": "user", "content": [IMAGE, {"type": "text", "text": text}]}
+    ]
+    assert (template.positive, template.yes_words, template.no_words) == ("yes", ("Yes",), ("No",))
+
+
+def test_flow_factory_quality_matches_the_reference_file() -> None:
+    path = REFERENCE_DIR / "flow_factory_vllm_evaluate.txt"
+    if not path.is_file():
+        pytest.skip(f"reference prompts not found at {REFERENCE_DIR}")
+    body = path.read_text(encoding="utf-8").split("---- prompt text below this line ----\n", 1)[1]
+    assert body.rstrip("\n") == FF_EVALUATE_PROMPT
+
+
+def test_several_questions_need_verbatim_and_a_source(tmp_prompts: Path) -> None:
+    two = YES_NO.replace("Is this a cat?", "Is this a cat? Is it sharp?")
+    write_template(tmp_prompts, "two_q", "1", fill(two, "two_q", "1"))
+    with pytest.raises(TemplateError, match="exactly one question"):
+        load_template("two_q@1")
+    write_template(tmp_prompts, "two_q", "2", fill(two.replace('kind = "yes_no"', 'kind = "yes_no"\nverbatim = true'),
+                                                  "two_q", "2"))
+    with pytest.raises(TemplateError, match="must name its `source`"):
+        load_template("two_q@2")
+    write_template(tmp_prompts, "two_q", "3", fill(two.replace('kind = "yes_no"', 'kind = "yes_no"\nverbatim = true\n'
+                                                                'source = "a peer"'), "two_q", "3"))
+    assert load_template("two_q@3").user.count("?") == 2
+
+
+def test_condition_video_slot_renders_source_then_result() -> None:
+    template = load_template("video_edit@1")
+    assert template.media_slots == ("condition_video", "video")
+    source = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,SRC"}}
+    content = template.render("make it snow", {"condition_video": [source], "video": [VIDEO]})[0]["content"]
+    assert content[0] == source and content[2] == VIDEO
+    assert content[1]["text"] == "This is the source video.\n"
+    assert '"make it snow"' in content[3]["text"]
