@@ -21,7 +21,12 @@ from judge_gateway.media import MediaCache
 from judge_gateway.schema import RewardRequest, SampleInput
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
-from tests.support.protocol_clients import cosmos_score, ff_compute, ff_payload, pil_images
+from tests.support.protocol_clients import (
+    cosmos_score,
+    ff_compute,
+    ff_payload,
+    pil_images,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,12 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
-from tests.support.protocol_clients import cosmos_score, ff_compute, ff_payload, pil_images
+from tests.support.protocol_clients import (
+    cosmos_score,
+    ff_compute,
+    ff_payload,
+    pil_images,
+)
 
 P_NO, BOUND = 0.97, 0.008
 NO_SCORE = P_NO / (P_NO + BOUND)  # cosmos_reason1: No (no anomaly) is good
