@@ -7,11 +7,12 @@ Never unpickles request bytes: npy loads with allow_pickle=False; torch-saved te
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+
+from .json_body import JSONBodyError, parse_json
 
 NPY_MAGIC = b"\x93NUMPY"
 TORCH_ZIP_MAGIC = b"PK\x03\x04"
@@ -43,9 +44,9 @@ def split_body(body: bytes) -> tuple[dict[str, Any], bytes]:
     if not sep:
         raise PayloadError("no '\\n' in the body: expected one line of JSON metadata, '\\n', then tensor bytes")
     try:
-        meta = json.loads(head.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise PayloadError(f"the first line is not UTF-8 JSON: {err}") from None
+        meta = parse_json(head)
+    except JSONBodyError as err:
+        raise PayloadError(f"the first line is not UTF-8 JSON: {err.reason}") from None
     if not isinstance(meta, dict):
         raise PayloadError(f"the JSON line must be an object, got {type(meta).__name__}")
     if not tensor:

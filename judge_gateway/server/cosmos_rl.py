@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..gateway import Gateway
+from ..json_body import JSONBodyError, parse_json
 from ..latents import TorchWorker, TorchWorkerError
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import CosmosReward, CosmosRLConfig, LegacyKey
@@ -402,9 +403,9 @@ async def _fields(request: Request) -> dict[str, str]:
     ctype = request.headers.get("content-type", "")
     if "json" in ctype or body.lstrip()[:1] == b"{":
         try:
-            data = json.loads(body or b"{}")
-        except json.JSONDecodeError as err:
-            raise PayloadError(f"body is not JSON: {err}") from None
+            data = parse_json(body or b"{}")
+        except JSONBodyError as err:
+            raise PayloadError(str(err)) from None
         if not isinstance(data, dict):
             raise PayloadError("JSON body must be an object")
         return {k: str(v) for k, v in data.items()}

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
+from ..json_body import JSON_RULES
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
 
 
@@ -32,6 +33,8 @@ def validation_errors(err: ValidationError) -> list[dict[str, Any]]:
         msg = e["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
+        if e["type"] == "json_invalid":
+            msg += f" ({JSON_RULES})"
         out.append({"field": field, "message": msg})
     return out
 

@@ -1,0 +1,37 @@
+"""One safe way to parse a request's JSON: every malformed body is a `JSONBodyError` (a 4xx).
+
+The stdlib parser raises RecursionError on deep nesting, ValueError on integers past Python's
+4,300-digit limit, UnicodeDecodeError on invalid UTF-8, and accepts lone surrogates such as
+"\\ud800" that later fail deep inside validation. pydantic-core's parser (the one FastAPI
+models use) refuses all of these with a position, so every route parses through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic_core
+
+# pydantic-core's fixed nesting limit (its recursion guard); documented here for the README.
+MAX_JSON_DEPTH = 200
+MAX_INT_DIGITS = 4300
+
+JSON_RULES = (f"JSON must be UTF-8, nest at most {MAX_JSON_DEPTH} levels, hold integers of at most "
+          f"{MAX_INT_DIGITS} digits and no lone UTF-16 surrogates")
+
+
+class JSONBodyError(ValueError):
+    """The bytes are not acceptable JSON; the message says why and where (`reason`: the parser's
+    words with the rules, for callers that phrase their own message)."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what} is not JSON: {reason}")
+        self.reason = reason
+
+
+def parse_json(data: bytes | str, what: str = "body") -> Any:
+    """Parse strict JSON (no NaN/Infinity, no trailing data) or raise `JSONBodyError`."""
+    try:
+        return pydantic_core.from_json(data, allow_inf_nan=False)
+    except ValueError as err:
+        raise JSONBodyError(what, f"{err} ({JSON_RULES})") from None
