@@ -140,7 +140,8 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
-    app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, media_limits=gateway.config.media.limits())
+    app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
+                       media_limits=gateway.config.media.limits())
     native.install(app, gateway)
     app.state.cosmos_rl = cosmos
     if gateway.config.cosmos_rl.enabled:

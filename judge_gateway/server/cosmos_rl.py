@@ -38,7 +38,9 @@ from ..tensors import (
     PayloadError,
     check_image,
     check_latent,
+    check_enqueue_limits,
     check_video,
+    decoded_video_shape,
     input_info,
     load_npy,
     parse_meta,
@@ -155,6 +157,7 @@ class CosmosRLService:
             raise PayloadError(f"batch {batch} exceeds cosmos_rl.max_batch = {self.cfg.max_batch}")
         if meta.prompts is not None and len(meta.prompts) != batch:
             raise PayloadError(f"the tensor's batch is {batch} but `prompts` has {len(meta.prompts)} entries")
+        self._check_limits(batch, pixels, latents, meta.prompts)
         fps = None
         if medium == "video":
             infos = meta.video_infos
@@ -179,6 +182,19 @@ class CosmosRLService:
         if medium == "video" and meta.video_infos is not None:
             info["video_infos"] = meta.video_infos
         return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
+
+    def _check_limits(self, batch: int, pixels: np.ndarray | None, latents: np.ndarray | None,
+                      prompts: list[str] | None) -> None:
+        """Frames, pixels and prompt limits, before a uuid is given (not at pull)."""
+        limits = self.gateway.config.media.limits()
+        if latents is not None:
+            _, t, h, w = decoded_video_shape(latents.shape)
+            check_enqueue_limits(batch, t, h, w, prompts, limits, f"latents {list(latents.shape)} decode to "
+                                 f"{t} frames of {w}x{h}")
+        else:
+            assert pixels is not None
+            t, h, w = (1, *pixels.shape[1:3]) if pixels.ndim == 4 else pixels.shape[1:4]
+            check_enqueue_limits(batch, t, h, w, prompts, limits, f"tensor {list(pixels.shape)}")
 
     async def enqueue(self, body: bytes) -> str:
         """Validate, store a pending entry, start scoring in the background; the uuid."""

@@ -7,7 +7,8 @@ and a JSON 500 as the last resort for a bug.
   Uvicorn has no read timeout of its own, so a client trickling bytes held a connection forever.
   h11 bounds the header block (`server.max_header_bytes`; httptools, uvicorn's default when
   installed, does not).
-- `RequestGuardMiddleware`: refuses more than `server.max_headers` headers (431), validates the
+- `RequestGuardMiddleware`: refuses more than `server.max_headers` headers or
+  `server.max_header_bytes` of them (431), validates the
   request's media under the `[media]` budgets (`media.request_limits`), and turns an unexpected
   exception into a logged 500 with a JSON body.
 """
@@ -115,19 +116,26 @@ def uvicorn_options(cfg: ServerConfig) -> dict[str, Any]:
 class RequestGuardMiddleware:
     """Outermost middleware: header count, media budgets, and a JSON 500 for unexpected errors."""
 
-    def __init__(self, app: ASGIApp, max_headers: int, media_limits: MediaLimits) -> None:
+    def __init__(self, app: ASGIApp, max_headers: int, max_header_bytes: int, media_limits: MediaLimits) -> None:
         self.app = app
         self.max_headers = max_headers
+        self.max_header_bytes = max_header_bytes
         self.media_limits = media_limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        n = len(scope.get("headers", []))
-        if n > self.max_headers:
-            await _send_json(send, 431, _json_error(
-                "headers_too_many", f"{n} request headers, above server.max_headers = {self.max_headers}"))
+        headers = scope.get("headers", [])
+        size = sum(len(k) + len(v) + 4 for k, v in headers)  # "k: v\r\n"
+        problem = None
+        if len(headers) > self.max_headers:
+            problem = f"{len(headers)} request headers, above server.max_headers = {self.max_headers}"
+        elif size > self.max_header_bytes:
+            # h11 bounds headers still arriving; a block that arrived whole is measured here
+            problem = f"request headers of {size} bytes, above server.max_header_bytes = {self.max_header_bytes}"
+        if problem is not None:
+            await _send_json(send, 431, _json_error("headers_too_large", problem))
             return
         started = False
 
