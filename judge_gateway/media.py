@@ -48,9 +48,9 @@ from pydantic_core import core_schema
 
 __all__ = [
     "MAX_IMAGE_PIXELS",
+    "MAX_REQUEST_PIXELS",
     "MAX_VIDEO_FRAMES",
     "MAX_VIDEO_PIXELS",
-    "MAX_REQUEST_PIXELS",
     "EncodedImage",
     "EncodedVideo",
     "ImageEncoding",

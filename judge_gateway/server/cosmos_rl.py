@@ -36,9 +36,9 @@ from ..store import ResultStore, StoreError
 from ..tensors import (
     EnqueueMeta,
     PayloadError,
+    check_enqueue_limits,
     check_image,
     check_latent,
-    check_enqueue_limits,
     check_video,
     decoded_video_shape,
     input_info,

@@ -19,11 +19,17 @@ import httpx
 import numpy as np
 import pytest
 
-import judge_gateway.cli as cli
+from judge_gateway import cli
 from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.gateway import Gateway
+from judge_gateway.media import MediaLimits
 from judge_gateway.server import create_app
-from judge_gateway.tensors import PayloadError, load_npy
+from judge_gateway.tensors import (
+    PayloadError,
+    check_enqueue_limits,
+    decoded_video_shape,
+    load_npy,
+)
 from tests.support.fake_openai import free_port
 from tests.support.hostile_media import png_declaring, torch_zip_with_deflated_pickle
 
@@ -165,14 +171,14 @@ async def test_an_unexpected_exception_is_a_logged_json_500(make_client, caplog)
 @pytest.mark.parametrize("case, reason", [
     ("png_8000", "PNG image is 8000x8000 = 64000000 pixels, above the limit of 16777216 (media.max_image_pixels)"),
     ("png_8000_x8", "samples.7.image: PNG image is 8000x8000"),
-    ("mp4_160x1080p", "video is 160 frames of 1920x1080 = 331776000 decoded pixels, above the limit of 268435456 "
-                      "(media.max_video_pixels)"),
+    ("mp4_160x1080p", ("video is 160 frames of 1920x1080 = 331776000 decoded pixels, above the limit of "
+                       "268435456 (media.max_video_pixels)")),
 ])
 def test_small_requests_declaring_huge_media_are_refused_with_bounded_memory(case, reason):
     """The issue's measurements on the old code: +0.82 GB, +4.17 GB, +1.95 GB (here +856, +859, +1936 MB)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-m", "tests.support.hostile_rss", case], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["status"] == 422, result
@@ -254,7 +260,7 @@ def test_torch_zip_that_inflates_is_refused_before_torch_reads_it(tmp_path):
     payload = tmp_path / "bomb.pt"
     payload.write_bytes(torch_zip_with_deflated_pickle(256 << 20))  # ~260 KB holding a 256 MiB data.pkl
     out = subprocess.run([str(LATENTS_PYTHON), "-c", _TORCH_PROBE, str(ROOT / "judge_gateway" / "latent_worker.py"),
-                          str(payload)], capture_output=True, text=True, timeout=300)
+                          str(payload)], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     error, rss_delta_mb = eval(out.stdout.strip().splitlines()[-1])  # a repr of (str | None, float)
     assert error == ("ValueError: torch archive member 'archive/data.pkl' is compressed (method 8); "
@@ -300,7 +306,7 @@ def _read_until_closed(sock: socket.socket, deadline: float) -> tuple[bytes, boo
         sock.settimeout(max(0.05, deadline - time.monotonic()))
         try:
             chunk = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except ConnectionResetError:
             return data, True
@@ -428,3 +434,17 @@ def test_empty_api_key_is_refused_on_the_command_line(monkeypatch, capsys, key):
     assert cli.main(["serve", "--host", "0.0.0.0", "--api-key", key]) == 2
     assert served == []
     assert "--api-key is empty or whitespace" in capsys.readouterr().err
+
+
+def test_latent_limits_use_the_wan_vae_decoded_size():
+    """Latents are checked at the size they decode to, before the uuid (the decode runs later)."""
+    assert decoded_video_shape((2, 16, 21, 60, 104)) == (2, 81, 480, 832)
+    check_enqueue_limits(2, 81, 480, 832, None, MediaLimits(), "latents")  # a Wan 480p clip: fine
+    b, t, h, w = decoded_video_shape((1, 16, 2000, 8, 8))
+    with pytest.raises(PayloadError, match="latents: 7997 frames per video, above media.max_video_frames = 4096"):
+        check_enqueue_limits(b, t, h, w, None, MediaLimits(), "latents")
+    b, t, h, w = decoded_video_shape((64, 16, 21, 90, 160))  # 64 clips of 81 x 720x1280
+    with pytest.raises(PayloadError, match=r"64 samples of 74649600 pixels = 4777574400, above "
+                                           r"media.max_request_pixels = 536870912"):
+        check_enqueue_limits(b, t, h, w, None, MediaLimits(max_video_pixels=2**30, max_request_pixels=2**29),
+                             "latents")
