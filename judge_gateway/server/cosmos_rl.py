@@ -51,6 +51,7 @@ from ..tensors import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
+MAX_FORM_FIELDS = 64
 HEARTBEAT_TTL_S = 20.0
 
 
@@ -426,9 +427,12 @@ async def _fields(request: Request) -> dict[str, str]:
             raise PayloadError("JSON body must be an object")
         return {k: str(v) for k, v in data.items()}
     try:
-        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+        # pull and ping carry two fields; a bound keeps a huge form from becoming a huge dict
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
     except UnicodeDecodeError:
         raise PayloadError("form body is not UTF-8") from None
+    except ValueError as err:  # more fields than the bound
+        raise PayloadError(f"form body refused: {err} (at most {MAX_FORM_FIELDS})") from None
     return {k: v[0] for k, v in parsed.items()}
 
 

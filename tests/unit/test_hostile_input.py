@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -127,6 +128,37 @@ async def test_malformed_json_is_4xx_with_the_reason_on_every_route(make_client,
         route, lambda d: d["message"])(data)
     assert reason in message and "JSON" in message, message
     assert "uuid" not in data
+
+
+# Parsed, 64 MB of `[{},...]` took 1.6 GB (25x) and of `[0.5,...]` 0.7 GB: counted in the bytes first.
+AMPLIFYING = {
+    "objects": (b"[" + b"{}," * 1_000_000 + b"{}]", (r"it holds 100000\d '\{' and '\[' \(at most 1000000 objects and "
+                                                     r"arrays per body\); split the request")),
+    "numbers": (b"[" + b"0.5," * 4_000_001 + b"1]", (r"it holds 400000\d ',' \(at most 4000000 values per body\); "
+                                                     r"split the request")),
+}
+
+
+@pytest.mark.parametrize("family", list(AMPLIFYING))
+@pytest.mark.parametrize("route", ["native", "flow_factory", "enqueue", "pull"])
+async def test_json_that_would_blow_up_when_parsed_is_refused_unparsed(make_client, route, family):
+    client = await make_client()
+    value, reason = AMPLIFYING[family]
+    r = await client.post(ROUTES[route], content=route_body(route, value), headers=JSON)
+    expected = {"native": 422, "flow_factory": 200, "enqueue": 400, "pull": 400}[route]
+    assert r.status_code == expected, r.text[:500]
+    data = r.json()
+    message = {"native": lambda d: d["error"]["message"], "flow_factory": lambda d: d["error"]}.get(
+        route, lambda d: d["message"])(data)
+    assert re.search(reason, message), message
+
+
+async def test_form_bodies_are_bounded(make_client):
+    client = await make_client()
+    r = await client.post("/api/reward/pull", content=b"uuid=a&" * 100 + b"type=quality",
+                          headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and r.json()["message"] == ("form body refused: Max number of fields exceeded "
+                                                            "(at most 64)"), r.text
 
 
 async def test_flow_factory_bad_prompts_are_200_errors_not_500(make_client):
@@ -357,10 +389,10 @@ def test_slow_and_oversized_clients_are_cut_off(slow_client_server):
 
     started = time.monotonic()
     silent = connect()  # sends nothing at all
-    partial = [connect() for _ in range(16)]
+    partial = [connect() for _ in range(47)]  # with the silent one and 16 trickling: the 64
     for s in partial:
         s.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
-    trickling = [connect() for _ in range(4)]
+    trickling = [connect() for _ in range(16)]
     for s in trickling:
         s.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
     # trickle a byte every 0.25 s for 3 s: past body_timeout_s = 2 whatever the pace
