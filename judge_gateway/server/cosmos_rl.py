@@ -51,8 +51,8 @@ from ..tensors import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
-MAX_FORM_FIELDS = 64
 HEARTBEAT_TTL_S = 20.0
+MAX_FORM_FIELDS = 64  # pull and ping forms carry two
 
 
 @dataclass
@@ -427,7 +427,7 @@ async def _fields(request: Request) -> dict[str, str]:
             raise PayloadError("JSON body must be an object")
         return {k: str(v) for k, v in data.items()}
     try:
-        # pull and ping carry two fields; a bound keeps a huge form from becoming a huge dict
+        # a bound keeps a huge form from becoming a huge dict
         parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
     except UnicodeDecodeError:
         raise PayloadError("form body is not UTF-8") from None
