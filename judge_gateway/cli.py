@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Any
 
-from .config import ConfigError, load_config
+from .config import ConfigError, check_api_key, load_config
 from .tuning.commands import register_compare, register_tune
 
 
@@ -18,13 +18,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from .gateway import Gateway
     from .server import create_app
+    from .server.guards import uvicorn_options
 
     cfg = load_config(args.config)
     if args.host:
         cfg.server.host = args.host
     if args.port is not None:
         cfg.server.port = args.port
-    keys = cfg.server.resolved_api_keys() + list(args.api_key or [])
+    # An empty --api-key would accept requests without a key: refused (main prints the error).
+    keys = cfg.server.resolved_api_keys() + [check_api_key(k, "--api-key") for k in args.api_key or []]
     if cfg.server.host not in ("127.0.0.1", "localhost", "::1") and not keys \
             and not cfg.server.allow_unauthenticated_public:
         print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
@@ -32,7 +34,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     app = create_app(Gateway(cfg), api_keys=keys)
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
-                timeout_keep_alive=30)
+                **uvicorn_options(cfg.server))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 The shape (see README "Configuration reference"):
 
-    [server]    host, port, api_keys / api_keys_env, max_body_bytes, ...
+    [server]    host, port, api_keys / api_keys_env, max_body_bytes, timeouts, header limits, ...
+    [media]     decoded-pixel budgets per image, video and request
     [combine]   policy, on_invalid, fill_value
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
     [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
@@ -17,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .media import MAX_VIDEO_FRAMES, MediaLimits
 from .protocol_config import CosmosRLConfig, FlowFactoryConfig, StoreConfig, check_protocols
 
 if sys.version_info >= (3, 11):
@@ -55,6 +57,27 @@ class ServerConfig(_Strict):
         False,
         description="Permit a non-loopback host without API keys (refused by default).",
     )
+    # Slow or oversized clients (see README "Limits"): enforced by the HTTP protocol the CLI runs.
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
+        "(or of the connection opening); else 408 and the connection is closed."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="A request's body must arrive within this time of its headers; else "
+        "408 and the connection is closed."
+    )
+    keep_alive_s: float = Field(30.0, gt=0, description="An idle keep-alive connection is closed after this.")
+    max_header_bytes: int = Field(
+        16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 400."
+    )
+    max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys(cls, keys: list[str]) -> list[str]:
+        for i, key in enumerate(keys):
+            check_api_key(key, f"api_keys[{i}]")
+        return keys
 
     def resolved_api_keys(self) -> list[str]:
         keys = list(self.api_keys)
@@ -62,6 +85,41 @@ class ServerConfig(_Strict):
             extra = os.environ.get(self.api_keys_env, "")
             keys += [k.strip() for k in extra.split(",") if k.strip()]
         return keys
+
+
+def check_api_key(key: str, where: str = "API key") -> str:
+    """An empty key would match a request that sends none: refuse it (and keys no header can carry)."""
+    if not key.strip():
+        raise ValueError(f"{where} is empty or whitespace: it would accept requests without a key")
+    if key != key.strip():
+        raise ValueError(f"{where} has leading/trailing whitespace, which no Authorization header keeps")
+    return key
+
+
+class MediaConfig(_Strict):
+    """Decoded-size budgets, checked against declared sizes (image headers, container stream
+    info, tensor shapes) before any pixel is decoded."""
+
+    max_image_pixels: int = Field(4096 * 4096, gt=0, description="Pixels (W*H) of one image or video frame.")
+    max_video_frames: int = Field(MAX_VIDEO_FRAMES, gt=0, le=MAX_VIDEO_FRAMES, description="Frames of one video.")
+    max_video_pixels: int = Field(
+        2**28, gt=0, description="Decoded pixels (frames*W*H) of one video (2^28: ~0.8 GB of RGB)."
+    )
+    max_request_pixels: int = Field(
+        2**29, gt=0, description="Decoded pixels of all compressed media (PNG/JPEG/WebP, mp4) in one request, "
+        "and of all tensors in one cosmos-rl enqueue (2^29: ~1.6 GB of RGB)."
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> "MediaConfig":
+        if self.max_video_pixels < self.max_image_pixels:
+            raise ValueError("max_video_pixels must be >= max_image_pixels (a video holds at least one frame)")
+        if self.max_request_pixels < max(self.max_image_pixels, self.max_video_pixels):
+            raise ValueError("max_request_pixels must be >= max_image_pixels and max_video_pixels")
+        return self
+
+    def limits(self) -> MediaLimits:
+        return MediaLimits(**self.model_dump())
 
 
 class CombineConfig(_Strict):
@@ -256,6 +314,7 @@ KIND_OPTIONS.update(HEAD_KIND_OPTIONS)
 
 class GatewayConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     combine: CombineConfig = Field(default_factory=CombineConfig)
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     judges: dict[str, JudgeConfig] = Field(default_factory=dict)

@@ -18,6 +18,7 @@ import io
 import json
 import struct
 import sys
+import zipfile
 from typing import Any, BinaryIO
 
 _VAES: dict[tuple, Any] = {}
@@ -49,9 +50,42 @@ def _npy(arr: Any) -> bytes:
     return buf.getvalue()
 
 
+# A single tensor's pickle is a few hundred bytes; more means the payload is not one tensor.
+MAX_PICKLE_BYTES = 1 << 20
+MAX_ARCHIVE_MEMBERS = 64
+
+
+def check_torch_zip(payload: bytes) -> None:
+    """Refuse an archive torch.load would inflate past its own size, from the zip directory alone.
+
+    torch.save stores every member uncompressed; a deflated member (a 1 MB zip can hold a 1 GiB
+    data.pkl) is refused before torch reads it, as are members larger than the payload."""
+    try:
+        members = zipfile.ZipFile(io.BytesIO(payload)).infolist()
+    except (zipfile.BadZipFile, ValueError, OSError) as err:
+        raise ValueError(f"not a torch zip archive: {err}") from None
+    if len(members) > MAX_ARCHIVE_MEMBERS:
+        raise ValueError(f"torch archive has {len(members)} members (at most {MAX_ARCHIVE_MEMBERS} for one tensor)")
+    total = 0
+    for m in members:
+        if m.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"torch archive member {m.filename!r} is compressed (method {m.compress_type}); "
+                             "torch.save stores members uncompressed")
+        if m.file_size != m.compress_size:
+            raise ValueError(f"torch archive member {m.filename!r} declares {m.file_size} bytes but stores "
+                             f"{m.compress_size}")
+        if m.filename.endswith("data.pkl") and m.file_size > MAX_PICKLE_BYTES:
+            raise ValueError(f"torch archive's {m.filename!r} is {m.file_size} bytes (at most {MAX_PICKLE_BYTES} "
+                             "for one tensor)")
+        total += m.file_size
+    if total > len(payload):
+        raise ValueError(f"torch archive members declare {total} bytes in a {len(payload)}-byte payload")
+
+
 def load_torch(payload: bytes) -> tuple[dict[str, Any], bytes]:
     import torch
 
+    check_torch_zip(payload)  # before torch reads (and inflates) anything
     obj = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     if not isinstance(obj, torch.Tensor):
         raise TypeError(f"torch payload holds a {type(obj).__name__}, not a single tensor")

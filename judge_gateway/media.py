@@ -14,6 +14,11 @@ Three layers:
 
 Every decode/encode failure is a `MediaError` (a `ValueError`, so pydantic reports it as a 422
 with the field location).
+
+Size budgets (`MediaLimits`): declared sizes (image header, container stream info, array shape)
+are checked before any pixel is decoded: pixels per image or frame, frames and decoded pixels
+per video, and decoded pixels of all compressed media in one request (`request_limits`, which
+the server enters per request; outside it the module defaults apply and nothing is summed).
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import math
 import re
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, TypeVar
@@ -41,23 +48,30 @@ from pydantic_core import core_schema
 
 __all__ = [
     "MAX_IMAGE_PIXELS",
+    "MAX_REQUEST_PIXELS",
     "MAX_VIDEO_FRAMES",
+    "MAX_VIDEO_PIXELS",
     "EncodedImage",
     "EncodedVideo",
     "ImageEncoding",
     "ImageMedia",
     "MediaCache",
     "MediaError",
+    "MediaLimits",
     "VideoMedia",
     "VideoSampling",
     "available_video_encoders",
     "encode_image",
     "encode_video",
+    "request_limits",
     "sample_frame_indices",
 ]
 
-MAX_IMAGE_PIXELS = 64_000_000
+# Defaults of the [media] budgets (config.MediaConfig); read at each check, so tests may patch them.
+MAX_IMAGE_PIXELS = 4096 * 4096  # one image or frame: 48 MiB of RGB
 MAX_VIDEO_FRAMES = 4096
+MAX_VIDEO_PIXELS = 2**28  # frames*W*H of one video: 768 MiB of RGB
+MAX_REQUEST_PIXELS = 2**29  # decoded pixels of a request's compressed media: 1.5 GiB of RGB
 # x264 preset: measured 2.3x faster than "veryfast" on 32x256x256 at the same crf and PSNR,
 # for ~4x the bytes; the bytes cross a LAN once, the encode sits on the reward's critical path.
 X264_PRESET = "ultrafast"
@@ -70,6 +84,68 @@ T = TypeVar("T")
 
 class MediaError(ValueError):
     """A medium could not be decoded, validated or encoded. The message says why."""
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    """Decoded-size budgets (see the module docstring); `config.MediaConfig` builds one."""
+
+    max_image_pixels: int = MAX_IMAGE_PIXELS
+    max_video_frames: int = MAX_VIDEO_FRAMES
+    max_video_pixels: int = MAX_VIDEO_PIXELS
+    max_request_pixels: int = MAX_REQUEST_PIXELS
+
+
+class _PixelBudget:
+    """Decoded pixels promised so far in one request (validation may run in worker threads)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def charge(self, pixels: int, what: str) -> None:
+        with self._lock:
+            if self.used + pixels > self.limit:
+                raise MediaError(
+                    f"{what} would decode to {pixels} pixels; with the {self.used} already in this "
+                    f"request that exceeds media.max_request_pixels = {self.limit}"
+                )
+            self.used += pixels
+
+
+_LIMITS: ContextVar[MediaLimits | None] = ContextVar("media_limits", default=None)
+_BUDGET: ContextVar[_PixelBudget | None] = ContextVar("media_budget", default=None)
+
+
+def current_limits() -> MediaLimits:
+    """The limits of the request being validated, else the module defaults."""
+    limits = _LIMITS.get()
+    if limits is not None:
+        return limits
+    return MediaLimits(MAX_IMAGE_PIXELS, MAX_VIDEO_FRAMES, max(MAX_VIDEO_PIXELS, MAX_IMAGE_PIXELS),
+                       max(MAX_REQUEST_PIXELS, MAX_VIDEO_PIXELS, MAX_IMAGE_PIXELS))
+
+
+@contextmanager
+def request_limits(limits: MediaLimits) -> Iterator[None]:
+    """Validate media under `limits`, summing decoded pixels of compressed media into one budget.
+    Context variables: worker threads started inside (run_in_threadpool, to_thread) share it."""
+    t_limits = _LIMITS.set(limits)
+    t_budget = _BUDGET.set(_PixelBudget(limits.max_request_pixels))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(t_budget)
+        _LIMITS.reset(t_limits)
+
+
+def _charge(pixels: int, what: str) -> None:
+    """Count a compressed medium's decoded size against the request (raw arrays are as large as
+    the body that carried them, so only compression can amplify)."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.charge(pixels, what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,9 +281,20 @@ def sniff_image_format(data: bytes) -> str | None:
 def _check_size(w: int, h: int, what: str) -> None:
     if w <= 0 or h <= 0:
         raise MediaError(f"{what} has a zero side ({w}x{h})")
-    if w * h > MAX_IMAGE_PIXELS:
+    limit = current_limits().max_image_pixels
+    if w * h > limit:
         raise MediaError(
-            f"{what} is {w}x{h} = {w * h} pixels, above the limit of {MAX_IMAGE_PIXELS}"
+            f"{what} is {w}x{h} = {w * h} pixels, above the limit of {limit} "
+            "(media.max_image_pixels)"
+        )
+
+
+def _check_video_pixels(n: int, w: int, h: int, what: str) -> None:
+    limit = current_limits().max_video_pixels
+    if n * w * h > limit:
+        raise MediaError(
+            f"{what} is {n} frames of {w}x{h} = {n * w * h} decoded pixels, above the limit of "
+            f"{limit} (media.max_video_pixels)"
         )
 
 
@@ -225,14 +312,17 @@ def _probe_encoded_image(data: bytes) -> tuple[str, int, int]:
             f"unknown image format (first bytes {data[:8].hex()}): expected PNG, JPEG or WebP"
         )
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data)) as im:  # lazy: reads the header, decodes nothing
             w, h = im.size
+            _check_size(w, h, f"{fmt.upper()} image")
             if fmt == "png":
                 # verify() walks the chunks and checks CRCs without inflating the pixels:
                 # it catches truncated and corrupted uploads for a few ms.
                 im.verify()
     except Image.DecompressionBombError as e:
         raise MediaError(f"image too large: {e}") from None
+    except MediaError:
+        raise
     except UnidentifiedImageError:
         raise MediaError(f"corrupt or truncated {fmt.upper()} data: header unreadable") from None
     except Exception as e:  # PIL raises many types (SyntaxError, OSError, struct.error...)
@@ -327,7 +417,8 @@ _IMAGE_FORMS_DOC = (
     "An image, in one of these forms: base64 (standard or urlsafe, padding optional) of PNG, "
     "JPEG or WebP bytes; a data URL 'data:image/png;base64,...'; or the JSON form of a uint8 "
     'array {"data": base64 of the raw bytes, "shape": [H, W, 3], "dtype": "uint8"} '
-    f"(also [H, W] gray or [H, W, 4] RGBA). At most {MAX_IMAGE_PIXELS} pixels. "
+    f"(also [H, W] gray or [H, W, 4] RGBA). At most {MAX_IMAGE_PIXELS} pixels by default "
+    "(media.max_image_pixels). "
     "URLs and file paths are refused: send the bytes."
 )
 
@@ -422,6 +513,7 @@ class ImageMedia:
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> ImageMedia:
         data = _as_bytes(data)
         fmt, w, h = _probe_encoded_image(data)
+        _charge(w * h, f"{fmt.upper()} image {w}x{h}")
         return cls(format=fmt, width=w, height=h, data=data)
 
     @classmethod
@@ -565,8 +657,9 @@ def _check_fps(fps: Any, what: str = "fps") -> float:
 def _check_num_frames(n: int, what: str) -> None:
     if n < 1:
         raise MediaError(f"{what} has no frames")
-    if n > MAX_VIDEO_FRAMES:
-        raise MediaError(f"{what} has {n} frames, above the limit of {MAX_VIDEO_FRAMES}")
+    limit = current_limits().max_video_frames
+    if n > limit:
+        raise MediaError(f"{what} has {n} frames, above the limit of {limit} (media.max_video_frames)")
 
 
 def _av_message(e: Exception) -> str:
@@ -612,6 +705,12 @@ def _probe_container(data: bytes) -> _ContainerInfo:
             raise MediaError("video container has no video stream")
         stream = container.streams.video[0]
         declared = stream.frames if stream.frames and stream.frames > 0 else None
+        cc = stream.codec_context
+        if cc.width and cc.height:  # the stream header's size: refuse before decoding a frame
+            _check_size(cc.width, cc.height, "video frame")
+            if declared is not None:
+                _check_num_frames(declared, "video")
+                _check_video_pixels(declared, cc.width, cc.height, "video")
         first, counted = _first_frame_and_packet_count(container, stream, declared)
         if declared is not None and counted < declared:
             raise MediaError(
@@ -620,7 +719,6 @@ def _probe_container(data: bytes) -> _ContainerInfo:
         if first is None:
             raise MediaError("video stream has no decodable frame")
         rate = stream.average_rate or stream.guessed_rate or stream.base_rate
-        cc = stream.codec_context
         return _ContainerInfo(
             format=_short_container_name(container.format.name, data),
             codec=cc.name,
@@ -670,7 +768,8 @@ _VIDEO_FORMS_DOC = (
     "each in any image form), 'mp4' (base64 or a data: URL of an mp4/webm/mkv file) or 'array' "
     "(the JSON form of a uint8 array of shape [T, H, W, 3]), plus 'fps' (required for frames "
     "and array; for mp4 it overrides the container's rate). A bare data: URL / base64 string is "
-    f"read as 'mp4'. At most {MAX_VIDEO_FRAMES} frames. URLs and file paths are refused."
+    f"read as 'mp4'. At most {MAX_VIDEO_FRAMES} frames and {MAX_VIDEO_PIXELS} decoded pixels by "
+    "default (media.max_video_frames, media.max_video_pixels). URLs and file paths are refused."
 )
 
 
@@ -766,9 +865,10 @@ class VideoMedia:
         if isinstance(frames, np.ndarray):
             return cls.from_array(frames, fps)
         items: list[ImageMedia] = []
+        max_frames = current_limits().max_video_frames
         for i, f in enumerate(frames):
-            if len(items) >= MAX_VIDEO_FRAMES:
-                raise MediaError(f"video has more than {MAX_VIDEO_FRAMES} frames")
+            if len(items) >= max_frames:
+                raise MediaError(f"video has more than {max_frames} frames (media.max_video_frames)")
             try:
                 items.append(ImageMedia.validate(f))
             except MediaError as e:
@@ -781,6 +881,7 @@ class VideoMedia:
                     f"video frame {i} is {im.width}x{im.height} but frame 0 is {w}x{h}: "
                     "all frames must be the same size"
                 )
+        _check_video_pixels(len(items), w, h, "video 'frames' list")
         return cls(kind="frames", fps=fps, num_frames=len(items), width=w, height=h, frames=items)
 
     @classmethod
@@ -793,6 +894,7 @@ class VideoMedia:
             raise MediaError(f"video array must have shape [T, H, W, 3], got {list(arr.shape)}")
         _check_num_frames(arr.shape[0], "video array")
         _check_size(arr.shape[2], arr.shape[1], "video frame")
+        _check_video_pixels(arr.shape[0], arr.shape[2], arr.shape[1], "video array")
         snap = np.array(arr, copy=True, order="C")  # callers often reuse their buffers
         snap.flags.writeable = False
         return cls(
@@ -817,6 +919,9 @@ class VideoMedia:
             info = _probe_container(raw)
         _check_num_frames(info.num_frames, "video")
         _check_size(info.width, info.height, "video frame")
+        _check_video_pixels(info.num_frames, info.width, info.height, "video")
+        _charge(info.num_frames * info.width * info.height,
+                f"video of {info.num_frames} frames at {info.width}x{info.height}")
         if fps is None:
             if info.fps <= 0:
                 raise MediaError("video container has no frame rate; give 'fps'")

@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
+# Longest accepted generation prompt (characters); longer is bad input (422 / 400 / 200 {error}).
+MAX_PROMPT_CHARS = 100_000
 
 
 class ErrorCode(str, Enum):
@@ -204,7 +206,7 @@ class SampleInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    prompt: str = Field("", description="The generation prompt (or edit instruction).", max_length=100_000)
+    prompt: str = Field("", description="The generation prompt (or edit instruction).", max_length=MAX_PROMPT_CHARS)
     image: ImageMedia | None = Field(None, description="The generated image.")
     video: VideoMedia | None = Field(None, description="The generated video.")
     condition_images: list[ImageMedia] = Field(

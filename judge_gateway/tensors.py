@@ -7,16 +7,24 @@ Never unpickles request bytes: npy loads with allow_pickle=False; torch-saved te
 from __future__ import annotations
 
 import io
-import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from .json_body import JSONBodyError, parse_json
+from .media import MediaLimits
+from .schema import MAX_PROMPT_CHARS
+
 NPY_MAGIC = b"\x93NUMPY"
 TORCH_ZIP_MAGIC = b"PK\x03\x04"
 
 MediaType = Literal["image", "video", "latent"]
+
+# Wan VAE (Wan2.1/2.2) scale factors: T latent frames decode to 4(T-1)+1 frames of 8H x 8W.
+WAN_TEMPORAL_SCALE = 4
+WAN_SPATIAL_SCALE = 8
 
 
 class PayloadError(ValueError):
@@ -43,9 +51,9 @@ def split_body(body: bytes) -> tuple[dict[str, Any], bytes]:
     if not sep:
         raise PayloadError("no '\\n' in the body: expected one line of JSON metadata, '\\n', then tensor bytes")
     try:
-        meta = json.loads(head.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise PayloadError(f"the first line is not UTF-8 JSON: {err}") from None
+        meta = parse_json(head)
+    except JSONBodyError as err:
+        raise PayloadError(f"the first line is not UTF-8 JSON: {err.reason}") from None
     if not isinstance(meta, dict):
         raise PayloadError(f"the JSON line must be an object, got {type(meta).__name__}")
     if not tensor:
@@ -86,16 +94,35 @@ def sniff(data: bytes) -> Literal["npy", "torch"]:
     )
 
 
-def load_npy(data: bytes) -> np.ndarray:
+def read_npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """(shape, dtype, fortran_order, data offset) from the header alone; the declared size must be
+    exactly the bytes that follow, so nothing larger than the body is ever allocated."""
+    f = io.BytesIO(data)
     try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
-    except ValueError as err:
-        raise PayloadError(f"npy payload refused: {err}") from None
-    except Exception as err:  # noqa: BLE001 - truncated/corrupt npy raises many kinds; all are bad input
-        raise PayloadError(f"npy payload unreadable: {type(err).__name__}: {err}") from None
-    if not isinstance(arr, np.ndarray):
-        raise PayloadError("npy payload is not a single array")
-    return arr
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"unsupported npy version {version}")
+    except Exception as err:  # noqa: BLE001 - corrupt headers raise many kinds; all are bad input
+        raise PayloadError(f"npy header unreadable: {type(err).__name__}: {err}") from None
+    if dtype.hasobject:
+        raise PayloadError("npy payload refused: it holds Python objects (pickles); send a numeric array")
+    offset = f.tell()
+    declared = math.prod(shape) * dtype.itemsize
+    if declared != len(data) - offset:
+        raise PayloadError(f"npy header declares shape {list(shape)} of {dtype} = {declared} bytes, "
+                           f"but {len(data) - offset} bytes follow it")
+    return tuple(int(d) for d in shape), dtype, bool(fortran), offset
+
+
+def load_npy(data: bytes) -> np.ndarray:
+    """The array, viewing the body's bytes (no copy) once the header checks out."""
+    shape, dtype, fortran, offset = read_npy_header(data)
+    arr = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=offset)
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def bf16_view_to_float32(arr: np.ndarray) -> np.ndarray:
@@ -159,3 +186,31 @@ def input_info(arr: np.ndarray, dtype_name: str) -> dict[str, Any]:
     """The original's `input_info` (it logs torch dtypes; so do we, for the tensor as received)."""
     return {"shape": _shape(arr), "dtype": dtype_name,
             "min": f"{float(arr.min()):.3f}", "max": f"{float(arr.max()):.3f}"}
+
+
+def decoded_video_shape(latent_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """[B,C,T,H,W] latents -> (B, frames, height, width) of the pixels the Wan VAE decodes."""
+    b, _, t, h, w = latent_shape
+    return b, WAN_TEMPORAL_SCALE * (t - 1) + 1, WAN_SPATIAL_SCALE * h, WAN_SPATIAL_SCALE * w
+
+
+def check_enqueue_limits(batch: int, frames: int, height: int, width: int, prompts: list[str] | None,
+                         limits: MediaLimits, what: str) -> None:
+    """Every size limit a sample would meet later (media validation, the schema), checked while
+    the enqueue can still be refused: `frames` is 1 for images; sizes are of decoded pixels."""
+    if height * width > limits.max_image_pixels:
+        raise PayloadError(f"{what}: {width}x{height} = {height * width} pixels per frame, above "
+                           f"media.max_image_pixels = {limits.max_image_pixels}")
+    if frames > limits.max_video_frames:
+        raise PayloadError(f"{what}: {frames} frames per video, above media.max_video_frames = "
+                           f"{limits.max_video_frames}")
+    per_sample = frames * height * width
+    if frames > 1 and per_sample > limits.max_video_pixels:
+        raise PayloadError(f"{what}: {frames} frames of {width}x{height} = {per_sample} pixels per video, above "
+                           f"media.max_video_pixels = {limits.max_video_pixels}")
+    if batch * per_sample > limits.max_request_pixels:
+        raise PayloadError(f"{what}: {batch} samples of {per_sample} pixels = {batch * per_sample}, above "
+                           f"media.max_request_pixels = {limits.max_request_pixels}")
+    for i, prompt in enumerate(prompts or []):
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise PayloadError(f"prompts[{i}] has {len(prompt)} characters, above the limit of {MAX_PROMPT_CHARS}")

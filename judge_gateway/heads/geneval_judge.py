@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..json_body import parse_json
 from ..judges.base import JudgeFailure, ScoreContext, Verdict
 from ..schema import ErrorCode
 from . import geneval_rules as rules
@@ -56,7 +57,7 @@ def sample_metadata(metadata: Any) -> tuple[rules.Metadata, bool]:
         tag = tag[0]
     if isinstance(include, str):  # GenEval's metadata files hold JSON; some clients send it as text
         try:
-            include = json.loads(include)
+            include = parse_json(include)  # safe on deep nesting / huge ints (a ValueError)
         except ValueError:
             raise JudgeFailure(ErrorCode.bad_input, f"gen_eval metadata {inc_key}: not JSON: {include[:200]!r}") from None
     try:

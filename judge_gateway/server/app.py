@@ -10,9 +10,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..config import check_api_key
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
 from . import cosmos_rl, flow_factory, native
+from .guards import RequestGuardMiddleware
 
 # Paths that answer without a key: liveness must work for orchestrators.
 OPEN_PATHS = frozenset({"/healthz"})
@@ -94,7 +96,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     """The service for one gateway. API keys default to the config's server section; the result
     store of the async protocols to the config's [store] section."""
     cfg = gateway.config.server
-    keys = [k.encode() for k in (api_keys if api_keys is not None else cfg.resolved_api_keys())]
+    keys = [check_api_key(k).encode() for k in (api_keys if api_keys is not None else cfg.resolved_api_keys())]
     result_store = store if store is not None else make_store(gateway.config.store)
     cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl)
 
@@ -137,6 +139,9 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
             return await call_next(request)
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
+    # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
+    app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
+                       media_limits=gateway.config.media.limits())
     native.install(app, gateway)
     app.state.cosmos_rl = cosmos
     if gateway.config.cosmos_rl.enabled:

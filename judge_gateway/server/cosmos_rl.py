@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ..gateway import Gateway
+from ..json_body import JSONBodyError, parse_json
 from ..latents import TorchWorker, TorchWorkerError
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import CosmosReward, CosmosRLConfig, LegacyKey
@@ -35,9 +36,11 @@ from ..store import ResultStore, StoreError
 from ..tensors import (
     EnqueueMeta,
     PayloadError,
+    check_enqueue_limits,
     check_image,
     check_latent,
     check_video,
+    decoded_video_shape,
     input_info,
     load_npy,
     parse_meta,
@@ -49,6 +52,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
 HEARTBEAT_TTL_S = 20.0
+MAX_FORM_FIELDS = 64  # pull and ping forms carry two
 
 
 @dataclass
@@ -154,6 +158,7 @@ class CosmosRLService:
             raise PayloadError(f"batch {batch} exceeds cosmos_rl.max_batch = {self.cfg.max_batch}")
         if meta.prompts is not None and len(meta.prompts) != batch:
             raise PayloadError(f"the tensor's batch is {batch} but `prompts` has {len(meta.prompts)} entries")
+        self._check_limits(batch, pixels, latents, meta.prompts)
         fps = None
         if medium == "video":
             infos = meta.video_infos
@@ -178,6 +183,19 @@ class CosmosRLService:
         if medium == "video" and meta.video_infos is not None:
             info["video_infos"] = meta.video_infos
         return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
+
+    def _check_limits(self, batch: int, pixels: np.ndarray | None, latents: np.ndarray | None,
+                      prompts: list[str] | None) -> None:
+        """Frames, pixels and prompt limits, before a uuid is given (not at pull)."""
+        limits = self.gateway.config.media.limits()
+        if latents is not None:
+            _, t, h, w = decoded_video_shape(latents.shape)
+            check_enqueue_limits(batch, t, h, w, prompts, limits, f"latents {list(latents.shape)} decode to "
+                                 f"{t} frames of {w}x{h}")
+        else:
+            assert pixels is not None
+            t, h, w = (1, *pixels.shape[1:3]) if pixels.ndim == 4 else pixels.shape[1:4]
+            check_enqueue_limits(batch, t, h, w, prompts, limits, f"tensor {list(pixels.shape)}")
 
     async def enqueue(self, body: bytes) -> str:
         """Validate, store a pending entry, start scoring in the background; the uuid."""
@@ -402,16 +420,19 @@ async def _fields(request: Request) -> dict[str, str]:
     ctype = request.headers.get("content-type", "")
     if "json" in ctype or body.lstrip()[:1] == b"{":
         try:
-            data = json.loads(body or b"{}")
-        except json.JSONDecodeError as err:
-            raise PayloadError(f"body is not JSON: {err}") from None
+            data = parse_json(body or b"{}")
+        except JSONBodyError as err:
+            raise PayloadError(str(err)) from None
         if not isinstance(data, dict):
             raise PayloadError("JSON body must be an object")
         return {k: str(v) for k, v in data.items()}
     try:
-        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True)
+        # a bound keeps a huge form from becoming a huge dict
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
     except UnicodeDecodeError:
         raise PayloadError("form body is not UTF-8") from None
+    except ValueError as err:  # more fields than the bound
+        raise PayloadError(f"form body refused: {err} (at most {MAX_FORM_FIELDS})") from None
     return {k: v[0] for k, v in parsed.items()}
 
 

@@ -15,7 +15,6 @@ backends are down or timing out) are a 503, which the client retries.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
@@ -23,10 +22,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from ..combine import combine_sample, group_transform
 from ..config import CombineConfig
-from ..gateway import Gateway
+from ..gateway import Gateway, RequestTooLargeError
+from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import ErrorCode, RewardRequest, SampleInput
@@ -52,18 +53,20 @@ def _list_or_none(data: dict[str, Any], key: str, n: int) -> list[Any] | None:
     return value
 
 
-def parse_compute(body: bytes, profile: FlowFactoryProfile) -> list[SampleInput]:
+def parse_compute(body: bytes, profile: FlowFactoryProfile, max_samples: int | None = None) -> list[SampleInput]:
     """The five-key JSON body -> samples (run in a worker thread: JSON and PNG headers)."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BadInput(f"body is not JSON: {err}") from None
+        data = parse_json(body)
+    except JSONBodyError as err:
+        raise BadInput(str(err)) from None
     if not isinstance(data, dict):
         raise BadInput("body must be a JSON object with prompt, image, video, condition_images, condition_videos")
     prompts = data.get("prompt")
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise BadInput("`prompt` must be a non-empty list of strings")
     n = len(prompts)
+    if max_samples is not None and n > max_samples:  # before any media is decoded
+        raise BadInput(f"{n} prompts exceed server.max_samples_per_request = {max_samples}; split the request")
     images = _list_or_none(data, "image", n)
     videos = _list_or_none(data, "video", n)
     conds = _list_or_none(data, "condition_images", n)
@@ -94,10 +97,18 @@ def parse_compute(body: bytes, profile: FlowFactoryProfile) -> list[SampleInput]
                 cond_v = [VideoMedia.from_frames(v, fps=profile.video_fps) for v in cond_videos[i]]
         except (MediaError, ValueError) as err:
             raise BadInput(f"{where}: {err}") from None
-        samples.append(SampleInput(prompt=prompt, image=image, video=video, condition_images=cond,
-                                   condition_videos=cond_v,
-                                   group_id="group" if profile.mode == "groupwise" else None))
+        try:
+            samples.append(SampleInput(prompt=prompt, image=image, video=video, condition_images=cond,
+                                       condition_videos=cond_v,
+                                       group_id="group" if profile.mode == "groupwise" else None))
+        except ValidationError as err:  # e.g. a prompt over the schema's length limit
+            raise BadInput(f"sample {i}: {_first_error(err)}") from None
     return samples
+
+
+def _first_error(err: ValidationError) -> str:
+    e = err.errors(include_url=False, include_input=False)[0]
+    return f"{'.'.join(map(str, e['loc'])) or 'sample'}: {e['msg']}"
 
 
 class FlowFactoryService:
@@ -131,12 +142,16 @@ class FlowFactoryService:
     async def compute(self, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
         profile = self.cfg.profiles[name]
         try:
-            samples = await run_in_threadpool(parse_compute, body, profile)
+            samples = await run_in_threadpool(parse_compute, body, profile,
+                                              self.gateway.config.server.max_samples_per_request)
             self.check_media(name, profile, samples)
         except BadInput as err:
             return 200, {"error": str(err)}
         judges = list(profile.judges)
-        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
+        try:
+            response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
+        except RequestTooLargeError as err:  # bad input: the client must not retry it
+            return 200, {"error": str(err)}
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
         problems: list[tuple[int, str, ErrorCode]] = []

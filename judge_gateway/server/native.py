@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
+from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
 
 
@@ -32,12 +33,15 @@ def validation_errors(err: ValidationError) -> list[dict[str, Any]]:
         msg = e["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
+        if e["type"] == "json_invalid":
+            msg += f" ({JSON_RULES})"
         out.append({"field": field, "message": msg})
     return out
 
 
 def parse_reward_request(body: bytes) -> RewardRequest:
     """Validate a JSON body (run in a worker thread: media headers are sniffed here)."""
+    check_json_counts(body)  # JSONBodyError before a parse that would not fit in memory
     return RewardRequest.model_validate_json(body)
 
 
@@ -81,6 +85,9 @@ def install(app: FastAPI, gateway: Gateway) -> None:
                 errors = validation_errors(err)
                 return _error("invalid_request",
                               "; ".join(f"{e['field']}: {e['message']}" for e in errors), 422, errors=errors)
+            except JSONBodyError as err:
+                status = "invalid"
+                return _error("invalid_request", str(err), 422)
             try:
                 response = await gateway.score(reward_request)
             except UnknownJudgeError as err:

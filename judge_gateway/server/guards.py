@@ -1,0 +1,163 @@
+"""Guards every request passes, whatever its route: slow clients, header limits, media budgets,
+and a JSON 500 as the last resort for a bug.
+
+- `GuardedH11Protocol` (the HTTP protocol `judge-gateway serve` runs): a request's headers
+  must arrive within `server.header_timeout_s` of its first byte (or of the connection opening),
+  its body within `server.body_timeout_s` of its headers; else 408 and the connection closes.
+  Uvicorn has no read timeout of its own, so a client trickling bytes held a connection forever.
+  h11 bounds the header block (`server.max_header_bytes`; httptools, uvicorn's default when
+  installed, does not).
+- `RequestGuardMiddleware`: refuses more than `server.max_headers` headers or
+  `server.max_header_bytes` of them (431), validates the
+  request's media under the `[media]` budgets (`media.request_limits`), and turns an unexpected
+  exception into a logged 500 with a JSON body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import h11
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..config import ServerConfig
+from ..media import MediaLimits, request_limits
+
+log = logging.getLogger(__name__)
+
+
+def _json_error(kind: str, message: str) -> bytes:
+    return json.dumps({"error": {"type": kind, "message": message}}).encode()
+
+
+def _raw_response(status: int, reason: str, body: bytes) -> bytes:
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with deadlines on reading a request (build with `guarded_protocol`)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._read_phase: str | None = None  # "headers" | "body" | None (nothing being read)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._enter("headers")
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            self._enter("headers")  # part of a request line or headers is buffered
+        elif state is h11.SEND_BODY:
+            self._enter("body")
+        else:
+            self._enter(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._enter(None)
+        super().connection_lost(exc)
+
+    def _enter(self, phase: str | None) -> None:
+        if phase == self._read_phase:
+            return
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        self._read_phase = phase
+        if phase is not None:
+            limit = self.header_timeout_s if phase == "headers" else self.body_timeout_s
+            self._read_timer = self.loop.call_later(limit, self._read_timed_out, phase)
+
+    def _read_timed_out(self, phase: str) -> None:
+        self._read_timer = None
+        self._read_phase = None
+        if self.transport.is_closing():
+            return
+        key = "header_timeout_s" if phase == "headers" else "body_timeout_s"
+        limit = self.header_timeout_s if phase == "headers" else self.body_timeout_s
+        cycle = self.cycle if phase == "body" else None
+        if cycle is None or not cycle.response_started:
+            message = f"the request's {phase} did not arrive within server.{key} = {limit:g}s"
+            self.transport.write(_raw_response(408, "Request Timeout", _json_error("request_timeout", message)))
+        if cycle is not None:  # the app reads http.disconnect and its replies are dropped
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.logger.info("closed a connection from %s: %s not received within %gs", self.client, phase, limit)
+        self.transport.close()
+
+
+def guarded_protocol(cfg: ServerConfig) -> type[GuardedH11Protocol]:
+    """The protocol class with this config's deadlines (uvicorn instantiates it per connection)."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,),
+                {"header_timeout_s": cfg.header_timeout_s, "body_timeout_s": cfg.body_timeout_s})
+
+
+def uvicorn_options(cfg: ServerConfig) -> dict[str, Any]:
+    """Keyword arguments of `uvicorn.run`/`uvicorn.Config` that apply the [server] limits."""
+    return {
+        "http": guarded_protocol(cfg),
+        "h11_max_incomplete_event_size": cfg.max_header_bytes,
+        "timeout_keep_alive": cfg.keep_alive_s,
+    }
+
+
+class RequestGuardMiddleware:
+    """Outermost middleware: header count, media budgets, and a JSON 500 for unexpected errors."""
+
+    def __init__(self, app: ASGIApp, max_headers: int, max_header_bytes: int, media_limits: MediaLimits) -> None:
+        self.app = app
+        self.max_headers = max_headers
+        self.max_header_bytes = max_header_bytes
+        self.media_limits = media_limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers", [])
+        size = sum(len(k) + len(v) + 4 for k, v in headers)  # "k: v\r\n"
+        problem = None
+        if len(headers) > self.max_headers:
+            problem = f"{len(headers)} request headers, above server.max_headers = {self.max_headers}"
+        elif size > self.max_header_bytes:
+            # h11 bounds headers still arriving; a block that arrived whole is measured here
+            problem = f"request headers of {size} bytes, above server.max_header_bytes = {self.max_header_bytes}"
+        if problem is not None:
+            await _send_json(send, 431, _json_error("headers_too_large", problem))
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        with request_limits(self.media_limits):
+            try:
+                await self.app(scope, receive, tracking_send)
+            except Exception as err:
+                log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+                if started:
+                    raise
+                await _send_json(send, 500, _json_error(
+                    "internal_error", f"{type(err).__name__} (a bug in the gateway; logged)"))
+
+
+async def _send_json(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
