@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 import sys
 from typing import Any, BinaryIO
@@ -82,7 +83,11 @@ def _vae(h: dict[str, Any]) -> Any:
         try:
             vae = AutoencoderKLWan.from_pretrained(h["checkpoint"], torch_dtype=getattr(torch, h["dtype"]), **kwargs)
         except Exception as err:  # noqa: BLE001 - missing dir, offline hub, bad files: all a load failure
-            raise LoadError(f"cannot load AutoencoderKLWan {h['checkpoint']!r}: {type(err).__name__}: {err}") from None
+            hint = ""
+            if not os.path.isdir(h["checkpoint"]):
+                hint = (" (not a local directory: as a hub id it downloads on first use"
+                        + (", and HF_HUB_OFFLINE is set here)" if os.environ.get("HF_HUB_OFFLINE") else ")"))
+            raise LoadError(f"cannot load AutoencoderKLWan {h['checkpoint']!r}: {type(err).__name__}: {err}{hint}") from None
         if vae.config.z_dim != int(h["channels"]):
             raise LoadError(f"{h['checkpoint']!r} has z_dim {vae.config.z_dim}, but it is configured as the "
                             f"{h['decoder']} decoder of {h['channels']}-channel latents")
@@ -92,8 +97,6 @@ def _vae(h: dict[str, Any]) -> Any:
 
 def _file(spec: str) -> str:
     """A local file, or `repo_id/filename` fetched from the hub."""
-    import os
-
     if os.path.isfile(spec):
         return spec
     parts = spec.split("/")

@@ -369,7 +369,7 @@ async def test_cosmos_latents_every_encoding(vllm, tiny_vae, tmp_path):
                     assert (video["source_frames"], video["source_width"], video["source_height"]) == (9, 32, 32)
             r = await http.post("/api/reward/enqueue", headers=HDR, content=json.dumps(video_meta).encode()
                                 + b"\n" + _npy(np.zeros((2, 48, 3, 4, 4), np.float16)))
-            assert r.status_code == 400 and "[B,16,T,H,W]" in r.json()["message"]
+            assert r.status_code == 400 and "no such decoder (cosmos_rl.latents.wan2_2)" in r.json()["message"]
             # A torch.save'd object whose unpickling would run a command: refused, never executed.
             marker = tmp_path / "pwned"
             _latents_py(EVIL_SAVE, str(tmp_path / "evil.pt"), str(marker))
