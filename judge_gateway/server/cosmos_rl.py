@@ -335,7 +335,7 @@ class CosmosRLService:
 
     # ---- pull ------------------------------------------------------------------------------
 
-    async def pull(self, uid: str, reward: str) -> tuple[int, dict[str, Any]]:
+    async def pull(self, uid: str, reward: str, *, type_given: bool = True) -> tuple[int, dict[str, Any]]:
         base = {"uuid": uid, "type": reward}
         entry = await self.store.get(uid)
         if entry is None:
@@ -352,7 +352,7 @@ class CosmosRLService:
             reason = await self._stale_reason(entry)
             if reason is None:
                 if reward not in entry.get("rewards", []):
-                    return self._not_asked(base, entry, reward)
+                    return self._not_asked(base, entry, reward, type_given)
                 return 425, {**base, "status": "pending", "message": f"Not found scores for {uid}: still scoring"}
             entry = self._failed(reason)
         if entry.get("status") == "failed":
@@ -360,18 +360,19 @@ class CosmosRLService:
                          "reason": entry.get("reason")}
         results = entry.get("results", {})
         if reward not in results:
-            return self._not_asked(base, entry, reward)
+            return self._not_asked(base, entry, reward, type_given)
         await self.store.consumed(uid)  # pulled: it may now go after store.pulled_ttl_s
         return 200, results[reward]
 
-    def _not_asked(self, base: dict[str, Any], entry: dict[str, Any], reward: str) -> tuple[int, dict[str, Any]]:
+    def _not_asked(self, base: dict[str, Any], entry: dict[str, Any], reward: str,
+                   type_given: bool = True) -> tuple[int, dict[str, Any]]:
         if reward in entry.get("skipped", []):
             msg = f"reward {reward!r} had weight <= 0 in this request and was skipped"
         else:
             asked = entry.get("rewards") or list(entry.get("results", {}))
             msg = f"this request did not ask for reward {reward!r} (it asked for {', '.join(asked)})"
-            if reward == self.cfg.default_pull_type:
-                msg += (f"; {reward!r} is what a pull without a `type` field asks for "
+            if not type_given:
+                msg += (f"; the pull had no `type` field, which means {reward!r} "
                         "(cosmos_rl.default_pull_type): send `type`")
         return 404, {**base, "status": "unknown", "message": msg}
 
@@ -578,7 +579,7 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
         if not uid:
             return bad("pull needs the form field `uuid` (and `type`, the reward name)")
         try:
-            code, body = await service.pull(uid, reward)
+            code, body = await service.pull(uid, reward, type_given=bool(fields.get("type")))
         except StoreError as err:
             return JSONResponse({"uuid": uid, "type": reward, "status": "unavailable",
                                  "message": f"result store unavailable: {err}"}, status_code=503)
