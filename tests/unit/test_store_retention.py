@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from judge_gateway.config import validate_config
+from judge_gateway.config import load_config, validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.protocol_config import StoreConfig
 from judge_gateway.server import create_app
@@ -22,6 +22,8 @@ def test_defaults_outlive_a_slow_trainer():
     assert cfg.max_entries == 100000  # the original's bound
     store = make_store(cfg)
     assert isinstance(store, MemoryStore) and store.ttl_s == 86400 and store.pulled_ttl_s == 3600
+    shipped = load_config(None).store  # the embedded default config does not shorten them
+    assert (shipped.ttl_s, shipped.pulled_ttl_s, shipped.max_entries) == (86400, 3600, 100000)
 
 
 async def test_pulled_results_are_evicted_before_unpulled_ones():
