@@ -8,7 +8,7 @@ Framing on stdin/stdout, both ways: 4-byte big-endian header length, UTF-8 JSON 
   {"op": "ping"}
   {"op": "load_torch"}           payload: torch.save bytes  -> npy of the tensor (bf16 -> float32)
   {"op": "decode", "decoder", "channels", "checkpoint", "subfolder", "device", "dtype", "batch_size",
-   "denormalize", "mean_std": null | {"images": file, "video": file}}
+   "denormalize", "mean_std": null | {"images": file, "video": file}, "to_uint8": "truncate" | "round"}
                                  payload: npy float32 [B,C,T,H,W] -> npy uint8 [B,3,T',H',W']
 Replies: {"ok": true, ...} + payload, or {"ok": false, "error": "...", "stage": "load" | null} + empty
 payload ("load": the VAE or its statistics could not be loaded).
@@ -169,7 +169,10 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
             if mean is not None:
                 z = z * std + mean  # the Wan pipeline's latents / (1/std) + mean
             x = vae.decode(z.to(h["device"], dtype), return_dict=False)[0].float().cpu()
-            outs.append(((x.clamp(-1, 1) + 1) / 2 * 255).round().to(torch.uint8).numpy())
+            x = (x.clamp(-1, 1) + 1) / 2 * 255
+            if h.get("to_uint8") == "round":
+                x = x.round()
+            outs.append(x.to(torch.uint8).numpy())  # the cast truncates, as the original's does
     pixels = np.concatenate(outs, axis=0)
     return {"shape": list(pixels.shape)}, _npy(pixels)
 

@@ -131,7 +131,8 @@ class TorchWorker:
         np.save(buf, np.ascontiguousarray(latents, dtype=np.float32), allow_pickle=False)
         header = {"op": "decode", "decoder": name, "channels": channels, "checkpoint": vae.checkpoint,
                   "subfolder": vae.subfolder, "device": self.cfg.device, "dtype": self.cfg.dtype,
-                  "batch_size": self.cfg.batch_size, "denormalize": self.cfg.denormalize, "mean_std": mean_std}
+                  "batch_size": self.cfg.batch_size, "denormalize": self.cfg.denormalize, "mean_std": mean_std,
+                  "to_uint8": self.cfg.to_uint8}
         try:
             _, out = await self._call(header, buf.getvalue(), self.cfg.start_timeout_s + self.cfg.timeout_s)
         except TorchWorkerError as err:

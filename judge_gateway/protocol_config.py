@@ -168,6 +168,11 @@ class LatentDecoderConfig(_Strict):
     denormalize: bool = Field(
         True, description="Apply the VAE's latents_mean/latents_std before decoding, as Wan pipelines do."
     )
+    to_uint8: Literal["truncate", "round"] = Field(
+        "truncate",
+        description="Pixels = (x.clamp(-1, 1) + 1) / 2 * 255, then truncated to uint8 as the original's "
+        "cast does (`round`: to the nearest level).",
+    )
     start_timeout_s: float = Field(120.0, gt=0, description="Worker start, torch loads, and (on top of timeout_s) the VAE load.")
     timeout_s: float = Field(900.0, gt=0, description="Per decode call.")
     retry_failed_load_s: float = Field(

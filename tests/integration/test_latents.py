@@ -39,7 +39,8 @@ torch.save((torch.randn(16, 4, generator=g), torch.rand(16, 4, generator=g) + 0.
 
 # The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
 # decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
-# ones), then the Wan VAE's own z / (1/std) + mean, decode, ((x.clamp(-1,1)+1)/2*255) as uint8.
+# ones), then the Wan VAE's own z / (1/std) + mean, decode, ((x.clamp(-1,1)+1)/2*255) cast to uint8
+# (truncated, as the original's DecodeHandler.decode_video; also saved rounded).
 REFERENCE = """
 import json, sys, numpy as np, torch
 from diffusers import AutoencoderKLWan
@@ -56,7 +57,9 @@ mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1)
 std = torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1)
 with torch.inference_mode():
     x = vae.decode(z / (1.0 / std) + mean).sample
-np.save(out_path, ((x.clamp(-1, 1) + 1) / 2 * 255).round().to(torch.uint8).numpy())
+x = (x.clamp(-1, 1) + 1) / 2 * 255
+np.save(out_path, x.to(torch.uint8).numpy())
+np.save(out_path + ".round.npy", x.round().to(torch.uint8).numpy())
 """
 
 
@@ -78,10 +81,11 @@ def _z(channels: int, t: int, b: int = 2, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((b, channels, t, 4, 4)).astype(np.float32)
 
 
-def _reference(models: Path, vae: str, z: np.ndarray, tmp: Path, stats: bool = False) -> np.ndarray:
+def _reference(models: Path, vae: str, z: np.ndarray, tmp: Path, stats: bool = False,
+               rounded: bool = False) -> np.ndarray:
     np.save(tmp / "z.npy", z)
     _run(REFERENCE, str(models / vae), str(tmp / "z.npy"), str(tmp / "ref.npy"), str(models) if stats else "-")
-    return np.load(tmp / "ref.npy")
+    return np.load(tmp / ("ref.npy.round.npy" if rounded else "ref.npy"))
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> None:
@@ -104,12 +108,17 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
     assert got16.shape == (2, 3, 9, 32, 32)  # temporal x4 (+1), spatial x8
     assert got48.shape == (2, 3, 9, 64, 64)  # temporal x4 (+1), spatial x16
     assert got48_image.shape == (1, 3, 1, 64, 64)
-    _close(got16, _reference(models, "wan21", z16, tmp_path))
+    truncated = _reference(models, "wan21", z16, tmp_path)
+    _close(got16, truncated)
     _close(got48, _reference(models, "wan22", z48, tmp_path))
+    # truncated as the original casts, not rounded: equal to the truncated reference, often one
+    # below the rounded one
+    rounded = _reference(models, "wan21", z16, tmp_path, rounded=True)
+    assert (got16 == truncated).mean() > 0.99 and (rounded.astype(int) - got16 == 1).mean() > 0.2
 
 
 async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(models, tmp_path):
-    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "wan2_1": {
+    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "to_uint8": "round", "wan2_1": {
         "checkpoint": str(models / "wan21"), "load_mean_std": True,
         "images_mean_std": str(models / "images_mean_std.pt"), "video_mean_std": str(models / "video_mean_std.pt")}})
     worker = TorchWorker(cfg)
@@ -124,9 +133,9 @@ async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(model
             await worker.decode(_z(16, 5, b=1))
     finally:
         await worker.aclose()
-    _close(got_video, _reference(models, "wan21", video, tmp_path, stats=True))
-    _close(got_image, _reference(models, "wan21", image, tmp_path, stats=True))
-    _close(plain, _reference(models, "wan21", video, tmp_path))
+    _close(got_video, _reference(models, "wan21", video, tmp_path, stats=True, rounded=True))
+    _close(got_image, _reference(models, "wan21", image, tmp_path, stats=True, rounded=True))
+    _close(plain, _reference(models, "wan21", video, tmp_path, rounded=True))
     assert np.abs(plain.astype(int) - got_video.astype(int)).max() > 10  # the statistics did change the pixels
 
 

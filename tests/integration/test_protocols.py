@@ -274,7 +274,7 @@ vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_bloc
 vae.save_pretrained(sys.argv[1])
 """
 
-# The reference: diffusers directly, as a Wan pipeline decodes (denormalise, decode, to uint8).
+# The reference: diffusers directly, as a Wan pipeline decodes (denormalise, decode), to uint8 as the original.
 REFERENCE = """
 import sys, numpy as np, torch
 from diffusers import AutoencoderKLWan
@@ -284,7 +284,7 @@ mean = torch.tensor(vae.config.latents_mean).view(1, 16, 1, 1, 1)
 std = torch.tensor(vae.config.latents_std).view(1, 16, 1, 1, 1)
 with torch.inference_mode():
     x = vae.decode(z / (1.0 / std) + mean).sample
-np.save(sys.argv[3], ((x.clamp(-1, 1) + 1) / 2 * 255).round().to(torch.uint8).numpy())
+np.save(sys.argv[3], ((x.clamp(-1, 1) + 1) / 2 * 255).to(torch.uint8).numpy())  # truncated, as the original
 """
 
 EVIL_SAVE = """
