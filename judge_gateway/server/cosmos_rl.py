@@ -77,6 +77,7 @@ class CosmosRLService:
         self._tasks: dict[str, asyncio.Task] = {}
         self._heartbeat: asyncio.Task | None = None
         self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
+        self._failed_heads: dict[str, str] = {}  # head -> why its last load failed, until it is ready
 
     # ---- reward names ----------------------------------------------------------------------
 
@@ -110,14 +111,19 @@ class CosmosRLService:
                 cached = self._readiness[reward.judge] = (now, ok, reason)
             _, ok, reason = cached
             if ok:
+                self._failed_heads.pop(reward.judge, None)
                 continue
             why = f"reward {name!r} cannot be scored now: judge {reward.judge!r} is not ready ({reason})"
             if judge.backend_name is not None:  # a VLM backend: it may be starting; the client retries
                 raise JudgeUnready(why + "; retry when its vLLM server is up", 503)
             if (reason or "").startswith("failed"):  # a head that could not load: retrying will not help
-                raise JudgeUnready(why + "; fix the judge's model files (see /readyz) and restart or retry later",
-                                   424)
-            # a head still loading: accept; scoring waits for the load
+                self._failed_heads[reward.judge] = reason or "failed"
+            elif reward.judge in self._failed_heads:  # it failed before and is retrying its load now
+                why = (f"reward {name!r} cannot be scored now: judge {reward.judge!r} failed to load "
+                       f"({self._failed_heads[reward.judge]}) and is retrying")
+            else:
+                continue  # a head loading for the first time: accept; scoring waits for the load
+            raise JudgeUnready(why + "; fix the judge's model files (see /readyz) and restart or retry later", 424)
 
     def _check_decoder(self, channels: int) -> None:
         assert self.worker is not None

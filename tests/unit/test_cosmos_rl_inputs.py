@@ -22,9 +22,10 @@ from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch, poll
 async def serve(fake_backend):
     made = []
 
-    async def make(judges: dict | None = None, **cosmos):
+    async def make(judges: dict | None = None, server: dict | None = None, **cosmos):
         data = small_config(fake_backend.base_url, **cosmos)
         data["judges"].update(judges or {})
+        data["server"] = server or {}
         gw = Gateway(validate_config(data))
         app = create_app(gw)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
@@ -222,7 +223,8 @@ async def test_enqueue_refuses_a_judge_whose_backend_is_unreachable(serve):
 
 async def test_enqueue_refuses_a_head_that_failed_to_load(serve, tmp_path):
     missing = str(tmp_path / "no-venv" / "bin" / "python")
-    client, service = await serve(judges={"ocr": {"kind": "ocr", "default": False, "options": {"python": missing}}})
+    client, service = await serve(judges={"ocr": {"kind": "ocr", "default": False, "options": {
+        "python": missing, "retry_failed_load_s": 0.2}}}, server={"readiness_interval_s": 0.01})
     meta = {"reward_fn": {"ocr": 1.0}, "prompts": ['a sign saying "hi"', 'a sign saying "yo"'], "media_type": "image"}
     judge = service.gateway.judges["ocr"]
     for _ in range(200):  # the head starts loading at the first probe and fails
@@ -234,3 +236,7 @@ async def test_enqueue_refuses_a_head_that_failed_to_load(serve, tmp_path):
     assert r.status_code == 424 and "uuid" not in r.json(), r.text
     assert "reward 'ocr' cannot be scored now: judge 'ocr' is not ready (failed" in r.json()["message"]
     assert "no-venv" in r.json()["message"]
+    await asyncio.sleep(0.3)  # past retry_failed_load_s: the next probe starts another load
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=HEADERS)
+    assert r.status_code == 424, r.text  # not accepted while the retry runs: it failed before
+    assert "judge 'ocr' failed to load (failed: " in r.json()["message"] and "is retrying" in r.json()["message"]
