@@ -29,7 +29,13 @@ from fastapi.responses import JSONResponse
 from ..gateway import Gateway
 from ..latents import TorchWorker, TorchWorkerError
 from ..media import ImageMedia, MediaError, VideoMedia
-from ..protocol_config import WAN_CHANNELS, WAN_NAMES, CosmosReward, CosmosRLConfig, LegacyKey
+from ..protocol_config import (
+    WAN_CHANNELS,
+    WAN_NAMES,
+    CosmosReward,
+    CosmosRLConfig,
+    LegacyKey,
+)
 from ..schema import JudgeScore, RewardRequest, SampleInput
 from ..store import ResultStore, StoreError
 from ..tensors import (

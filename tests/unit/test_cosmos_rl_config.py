@@ -28,7 +28,7 @@ def _preset_ports() -> dict[str, tuple[str, int]]:
     """scripts/start_vllm.sh: preset -> (served model name, port)."""
     text = (ROOT / "scripts" / "start_vllm.sh").read_text()
     out = {}
-    for m in re.finditer(r'^\s+(\w+)\)\n\s+P_MODEL="[^"]*"; P_SERVED="([^"]*)"\n\s+P_PORT=(\d+);', text, re.M):
+    for m in re.finditer(r'^\s+(\w+)\)\n\s+P_MODEL="[^"]*"; P_SERVED="([^"]*)"\n\s+P_PORT=(\d+);', text, re.MULTILINE):
         out[m.group(1)] = (m.group(2), int(m.group(3)))
     return out
 

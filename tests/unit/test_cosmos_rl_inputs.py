@@ -4,6 +4,7 @@ enqueue gate for judges that cannot score (item 7)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 
@@ -15,7 +16,14 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.latents import TorchWorkerError
 from judge_gateway.server import create_app
-from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch, poll, small_config, video_batch
+from tests.support.cosmos_client import (
+    HEADERS,
+    enqueue_body,
+    image_batch,
+    poll,
+    small_config,
+    video_batch,
+)
 
 
 @pytest.fixture
@@ -93,11 +101,11 @@ def _capture_decodes(service) -> list[dict]:
 
     async def call(header, payload, timeout):
         headers.append(header)
-        lat = np.load(__import__("io").BytesIO(payload))
+        lat = np.load(io.BytesIO(payload))
         scale = 8 if header["channels"] == 16 else 16
         b, _, t, h, w = lat.shape
         out = np.full((b, 3, 1 + 4 * (t - 1), h * scale, w * scale), 128, np.uint8)
-        buf = __import__("io").BytesIO()
+        buf = io.BytesIO()
         np.save(buf, out)
         return {"ok": True}, buf.getvalue()
 
@@ -228,7 +236,7 @@ async def test_enqueue_refuses_a_head_that_failed_to_load(serve, tmp_path):
     meta = {"reward_fn": {"ocr": 1.0}, "prompts": ['a sign saying "hi"', 'a sign saying "yo"'], "media_type": "image"}
     judge = service.gateway.judges["ocr"]
     for _ in range(200):  # the head starts loading at the first probe and fails
-        ok, reason = await judge.probe()
+        _, reason = await judge.probe()
         if reason and reason.startswith("failed"):
             break
         await asyncio.sleep(0.05)

@@ -13,7 +13,13 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.protocol_config import StoreConfig
 from judge_gateway.server import create_app
 from judge_gateway.store import MemoryStore, make_store
-from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch, poll, small_config
+from tests.support.cosmos_client import (
+    HEADERS,
+    enqueue_body,
+    image_batch,
+    poll,
+    small_config,
+)
 
 
 def test_defaults_outlive_a_slow_trainer():
