@@ -15,6 +15,7 @@ Retention (so that a slow trainer does not outlive its results):
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import time
@@ -77,6 +78,8 @@ class MemoryStore:
         self._bytes = 0
         self._gone: OrderedDict[str, tuple[float, str]] = OrderedDict()  # key -> (forget at, why)
         self.evicted_unpulled = 0
+        self._expiries: list[tuple[float, str]] = []  # heap of (expires, key); stale items skipped
+        self._warned_at = -60.0
 
     async def put(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
         # Stored serialised so a reader never shares (or mutates) the writer's objects.
@@ -84,9 +87,10 @@ class MemoryStore:
         ttl = ttl_s or self.ttl_s
         self._drop(key)
         self._gone.pop(key, None)
-        self._data[key] = _Entry(time.monotonic() + ttl, text, ttl)
+        entry = self._data[key] = _Entry(time.monotonic() + ttl, text, ttl)
+        heapq.heappush(self._expiries, (entry.expires, key))
         self._bytes += len(text)
-        self._evict(keep=key)
+        self._expire_and_evict(keep=key)
 
     async def get(self, key: str) -> dict[str, Any] | None:
         entry = self._data.get(key)
@@ -106,6 +110,7 @@ class MemoryStore:
         entry.pulled = True
         entry.ttl_s = self.pulled_ttl_s
         entry.expires = min(entry.expires, time.monotonic() + self.pulled_ttl_s)
+        heapq.heappush(self._expiries, (entry.expires, key))
         self._pulled[key] = None
 
     async def gone(self, key: str) -> str | None:
@@ -135,14 +140,17 @@ class MemoryStore:
         while len(self._gone) > self.max_entries:  # ~100 bytes each
             self._gone.popitem(last=False)
 
-    def _evict(self, keep: str) -> None:
-        if len(self._data) <= self.max_entries and self._bytes <= self.max_bytes:
-            return
+    def _expire_and_evict(self, keep: str) -> None:
         now = time.monotonic()
-        for key in [k for k, e in self._data.items() if now >= e.expires]:
-            entry = self._data[key]
-            self._drop(key)
-            self._remember(key, _expired_reason(entry.ttl_s, entry.pulled))
+        while self._expiries and self._expiries[0][0] <= now:  # expired entries go first
+            expires, key = heapq.heappop(self._expiries)
+            entry = self._data.get(key)
+            if entry is not None and entry.expires == expires:  # else a stale heap item
+                self._drop(key)
+                self._remember(key, _expired_reason(entry.ttl_s, entry.pulled))
+        if len(self._expiries) > 2 * len(self._data) + 1024:  # stale items pile up: rebuild
+            self._expiries = [(e.expires, k) for k, e in self._data.items()]
+            heapq.heapify(self._expiries)
         while (len(self._data) > self.max_entries or self._bytes > self.max_bytes) and len(self._data) > 1:
             victim = next((k for k in self._pulled if k != keep), None)
             why = "evicted after its pull: the store was full"
@@ -150,8 +158,11 @@ class MemoryStore:
                 victim = next(k for k in self._data if k != keep)
                 why = "evicted before anyone pulled it: the store was full"
                 self.evicted_unpulled += 1
-                log.warning("result store full (store.max_entries = %d, store.max_bytes = %d): evicting "
-                            "unpulled %s", self.max_entries, self.max_bytes, victim)
+                if now - self._warned_at >= 60.0:  # once a minute, with the running count
+                    self._warned_at = now
+                    log.warning("result store full (store.max_entries = %d, store.max_bytes = %d): evicting "
+                                "unpulled results (%d so far, e.g. %s); trainers are not pulling them",
+                                self.max_entries, self.max_bytes, self.evicted_unpulled, victim)
             self._drop(victim)
             self._remember(victim, f"{why} (store.max_entries = {self.max_entries}, "
                                    f"store.max_bytes = {self.max_bytes})")

@@ -112,3 +112,16 @@ def test_store_bounds_are_validated(field, value):
 
     with pytest.raises(ConfigError, match=rf"store\.{field}"):
         validate_config({"store": {field: value}})
+
+
+async def test_expired_entries_are_freed_by_the_next_put_not_held_until_read():
+    s = MemoryStore(ttl_s=60, max_entries=1000)
+    for i in range(100):
+        await s.put(f"short{i}", {"v": i}, ttl_s=0.02)
+    await s.put("long", {"v": "long"})
+    await asyncio.sleep(0.05)
+    await s.put("next", {"v": "next"})  # frees the expired ones (a heap by expiry, no full scan)
+    assert len(s) == 2 and (await s.gone("short7")).startswith("expired")
+    for _ in range(5000):  # repeated puts of one key leave no pile of stale heap items
+        await s.put("same", {"v": 0})
+    assert len(s._expiries) < 2 * len(s) + 1100
