@@ -7,21 +7,32 @@ Framing on stdin/stdout, both ways: 4-byte big-endian header length, UTF-8 JSON 
 8-byte big-endian payload length, payload bytes. Requests:
   {"op": "ping"}
   {"op": "load_torch"}           payload: torch.save bytes  -> npy of the tensor (bf16 -> float32)
-  {"op": "decode", "checkpoint", "subfolder", "device", "dtype", "batch_size", "denormalize"}
+  {"op": "decode", "decoder", "channels", "checkpoint", "subfolder", "device", "dtype", "batch_size",
+   "denormalize", "mean_std": null | {"images": file, "video": file}, "to_uint8": "truncate" | "round"}
                                  payload: npy float32 [B,C,T,H,W] -> npy uint8 [B,3,T',H',W']
-Replies: {"ok": true, ...} + payload, or {"ok": false, "error": "..."} + empty payload.
+Replies: {"ok": true, ...} + payload, or {"ok": false, "error": "...", "stage": "load" | null} + empty
+payload ("load": the VAE or its statistics could not be loaded).
+
+Checkpoints and statistics files may be hub ids (`repo_id` / `repo_id/filename`): fetched on first
+use by huggingface_hub, which honours HF_HUB_OFFLINE.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 import sys
 import zipfile
 from typing import Any, BinaryIO
 
 _VAES: dict[tuple, Any] = {}
+_STATS: dict[tuple, Any] = {}
+
+
+class LoadError(RuntimeError):
+    """The VAE or its statistics could not be loaded (reported with stage "load")."""
 
 
 def read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
@@ -103,9 +114,67 @@ def _vae(h: dict[str, Any]) -> Any:
     key = (h["checkpoint"], h.get("subfolder"), h["device"], h["dtype"])
     if key not in _VAES:
         kwargs = {"subfolder": h["subfolder"]} if h.get("subfolder") else {}
-        vae = AutoencoderKLWan.from_pretrained(h["checkpoint"], torch_dtype=getattr(torch, h["dtype"]), **kwargs)
+        try:
+            vae = AutoencoderKLWan.from_pretrained(h["checkpoint"], torch_dtype=getattr(torch, h["dtype"]), **kwargs)
+        except Exception as err:  # noqa: BLE001 - missing dir, offline hub, bad files: all a load failure
+            hint = ""
+            if not os.path.isdir(h["checkpoint"]):
+                hint = (" (not a local directory: as a hub id it downloads on first use"
+                        + (", and HF_HUB_OFFLINE is set here)" if os.environ.get("HF_HUB_OFFLINE") else ")"))
+            raise LoadError(f"cannot load AutoencoderKLWan {h['checkpoint']!r}: {type(err).__name__}: {err}{hint}") from None
+        if vae.config.z_dim != int(h["channels"]):
+            raise LoadError(f"{h['checkpoint']!r} has z_dim {vae.config.z_dim}, but it is configured as the "
+                            f"{h['decoder']} decoder of {h['channels']}-channel latents")
         _VAES[key] = vae.to(h["device"]).eval()
     return _VAES[key]
+
+
+def _file(spec: str) -> str:
+    """A local file, or `repo_id/filename` fetched from the hub."""
+    if os.path.isfile(spec):
+        return spec
+    parts = spec.split("/")
+    if len(parts) < 3 or spec.startswith((".", "/")):
+        raise LoadError(f"{spec!r} is neither a file nor `repo_id/filename`")
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download("/".join(parts[:2]), "/".join(parts[2:]))
+
+
+def _mean_std(spec: str, channels: int, video: bool) -> tuple[Any, Any]:
+    """cosmos-rl's load_mean_std statistics: a torch-saved (mean, std) pair, as [1,C,1,1,1]
+    (images) or [1,C,T_max,1,1] (videos)."""
+    import torch
+
+    key = (spec, channels, video)
+    if key not in _STATS:
+        try:
+            pair = torch.load(_file(spec), map_location="cpu", weights_only=True)
+            mean, std = (torch.as_tensor(t, dtype=torch.float32) for t in pair)
+        except LoadError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise LoadError(f"cannot load (mean, std) from {spec!r}: {type(err).__name__}: {err}") from None
+        if mean.numel() != std.numel() or mean.numel() % channels or (not video and mean.numel() != channels):
+            raise LoadError(f"{spec!r}: mean/std of {mean.numel()}/{std.numel()} values do not fit {channels} channels"
+                            + ("" if video else " (images: one value per channel)"))
+        _STATS[key] = (mean.reshape(1, channels, -1, 1, 1), std.reshape(1, channels, -1, 1, 1))
+    return _STATS[key]
+
+
+def _undo_dataset_norm(z: Any, h: dict[str, Any]) -> Any:
+    """Undo the trainer's extra normalisation (cosmos-rl Wan2pt1VAEInterface with load_mean_std):
+    z * std + mean, the image statistics for one latent frame, else the video statistics of the
+    first T latent frames."""
+    frames = z.shape[2]
+    if frames == 1:
+        mean, std = _mean_std(h["mean_std"]["images"], z.shape[1], video=False)
+    else:
+        mean, std = _mean_std(h["mean_std"]["video"], z.shape[1], video=True)
+        if frames > mean.shape[2]:
+            raise ValueError(f"latents have {frames} frames but the video statistics cover {mean.shape[2]}")
+        mean, std = mean[:, :, :frames], std[:, :, :frames]
+    return z * std + mean
 
 
 def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
@@ -117,6 +186,10 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
     if lat.shape[1] != vae.config.z_dim:
         raise ValueError(f"latents have {lat.shape[1]} channels but the VAE's z_dim is {vae.config.z_dim}")
     dtype = getattr(torch, h["dtype"])
+    channels = vae.config.z_dim
+    if h.get("mean_std"):  # load the statistics before decoding anything: a bad file is a load failure
+        _mean_std(h["mean_std"]["images"], channels, video=False)
+        _mean_std(h["mean_std"]["video"], channels, video=True)
     mean = std = None
     if h.get("denormalize", True):
         mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
@@ -125,10 +198,15 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
     with torch.inference_mode():
         for i in range(0, lat.shape[0], int(h["batch_size"])):
             z = torch.from_numpy(lat[i: i + int(h["batch_size"])]).float()
+            if h.get("mean_std"):
+                z = _undo_dataset_norm(z, h)
             if mean is not None:
                 z = z * std + mean  # the Wan pipeline's latents / (1/std) + mean
             x = vae.decode(z.to(h["device"], dtype), return_dict=False)[0].float().cpu()
-            outs.append(((x.clamp(-1, 1) + 1) / 2 * 255).round().to(torch.uint8).numpy())
+            x = (x.clamp(-1, 1) + 1) / 2 * 255
+            if h.get("to_uint8") == "round":
+                x = x.round()
+            outs.append(x.to(torch.uint8).numpy())  # the cast truncates, as the original's does
     pixels = np.concatenate(outs, axis=0)
     return {"shape": list(pixels.shape)}, _npy(pixels)
 
@@ -154,6 +232,8 @@ def main() -> None:
             else:
                 raise ValueError(f"unknown op {op!r}")
             write_frame(stdout, {"ok": True, **reply}, out)
+        except LoadError as err:
+            write_frame(stdout, {"ok": False, "error": str(err), "stage": "load"})
         except Exception as err:  # noqa: BLE001 - one bad request must not end the worker
             write_frame(stdout, {"ok": False, "error": f"{type(err).__name__}: {err}"})
 

@@ -3,7 +3,7 @@
     [store]                          memory (default) or redis; TTL and size bound
     [cosmos_rl]                      queue bound, fill values, request timeout
     [cosmos_rl.rewards.NAME]         cosmos-rl reward name -> judge + legacy score keys
-    [cosmos_rl.latents]              Wan VAE latent decoder worker (interpreter, checkpoint)
+    [cosmos_rl.latents]              Wan VAE latent decoder worker (interpreter, one checkpoint per VAE)
     [flow_factory.profiles.NAME]     a weighted set of judges served at {path_prefix}/NAME
 
 The reward-name mapping is data: a name whose judge is not configured is refused at enqueue
@@ -28,8 +28,27 @@ class StoreConfig(_Strict):
     url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
     url_env: str | None = Field("JUDGE_GATEWAY_REDIS_URL", description="Environment variable that overrides `url`.")
     key_prefix: str = Field("judge-gateway:", description="Prefix of every key the gateway writes.")
-    ttl_s: float = Field(3600.0, gt=0, description="How long a result (or failure) can be pulled.")
-    max_entries: int = Field(10000, gt=0, description="Oldest entries are evicted beyond this many.")
+    # Retention: a trainer that falls behind must not outlive its results. The original keeps
+    # 100k results with no TTL; we keep as many, a day unpulled, and say `expired` (not
+    # `unknown`) for a key that was stored and has gone.
+    ttl_s: float = Field(86400.0, gt=0, description="How long a result (or failure) nobody has pulled stays pullable.")
+    pulled_ttl_s: float = Field(
+        3600.0, gt=0,
+        description="After its first successful pull a result stays this long (never longer than ttl_s): "
+        "re-pulls and the request's other reward types.",
+    )
+    max_entries: int = Field(
+        100000, gt=0,
+        description="Entries kept; beyond, pulled results go first (oldest first), then the oldest unpulled.",
+    )
+    max_bytes: int = Field(
+        1 << 30, gt=0,
+        description="memory: bound on the stored JSON; evicts as max_entries does (redis: use its maxmemory).",
+    )
+    forget_after_s: float = Field(
+        7 * 86400.0, gt=0,
+        description="How long a key that expired or was evicted is remembered, so a pull says `expired`, not `unknown`.",
+    )
 
     def resolved_url(self) -> str | None:
         import os
@@ -103,21 +122,83 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
 }
 
 
+class WanVaeConfig(_Strict):
+    """One Wan VAE (diffusers AutoencoderKLWan format): a local dir or a hub id, fetched on first use."""
+
+    checkpoint: str = Field(description="AutoencoderKLWan checkpoint: a local dir or a hub id (downloaded on first use).")
+    subfolder: str | None = Field(None, description="e.g. `vae` inside a full Wan pipeline checkpoint.")
+    load_mean_std: bool = Field(
+        False,
+        description="cosmos-rl's `load_mean_std`: the trainer's latents are normalised once more with "
+        "dataset statistics; undo it (z * std + mean, per channel, per latent frame for videos) before "
+        "the VAE's own denormalisation. Needs images_mean_std and video_mean_std. Settable by "
+        "POST /api/reward/latent_attr.",
+    )
+    images_mean_std: str | None = Field(
+        None, description="torch-saved (mean, std), C values each, for T=1 latents: a local file or `repo_id/filename`."
+    )
+    video_mean_std: str | None = Field(
+        None, description="torch-saved (mean, std), [C, T_max] each, for video latents: a local file or `repo_id/filename`."
+    )
+
+    @model_validator(mode="after")
+    def _stats(self) -> WanVaeConfig:
+        if self.load_mean_std and not (self.images_mean_std and self.video_mean_std):
+            raise ValueError("load_mean_std = true needs images_mean_std and video_mean_std")
+        return self
+
+
+# Latent channels -> the decoder that takes them: the original picks its decoder the same way.
+WAN_CHANNELS: dict[int, str] = {16: "wan2_1", 48: "wan2_2"}
+WAN_NAMES = {"wan2_1": "Wan2.1 (16 channels, spatial x8)", "wan2_2": "Wan2.2 (48 channels, spatial x16)"}
+
+
 class LatentDecoderConfig(_Strict):
     python: str | None = Field(
         None, description="Interpreter with torch (+ diffusers to decode), e.g. .venv-latents/bin/python. "
         "Also loads torch-saved tensors (weights_only=True). Unset: latent and torch payloads get 400."
     )
-    checkpoint: str | None = Field(None, description="AutoencoderKLWan checkpoint dir (diffusers format).")
-    subfolder: str | None = Field(None, description="e.g. `vae` inside a full Wan pipeline checkpoint.")
+    wan2_1: WanVaeConfig | None = Field(None, description="Decoder of 16-channel latents (Wan2.1 VAE).")
+    wan2_2: WanVaeConfig | None = Field(None, description="Decoder of 48-channel latents (Wan2.2 VAE).")
+    checkpoint: str | None = Field(None, description="Short for wan2_1.checkpoint.")
+    subfolder: str | None = Field(None, description="Short for wan2_1.subfolder.")
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     batch_size: int = Field(1, gt=0, description="Samples decoded per VAE call.")
     denormalize: bool = Field(
         True, description="Apply the VAE's latents_mean/latents_std before decoding, as Wan pipelines do."
     )
-    start_timeout_s: float = Field(120.0, gt=0)
+    to_uint8: Literal["truncate", "round"] = Field(
+        "truncate",
+        description="Pixels = (x.clamp(-1, 1) + 1) / 2 * 255, then truncated to uint8 as the original's "
+        "cast does (`round`: to the nearest level).",
+    )
+    start_timeout_s: float = Field(120.0, gt=0, description="Worker start, torch loads, and (on top of timeout_s) the VAE load.")
     timeout_s: float = Field(900.0, gt=0, description="Per decode call.")
+    retry_failed_load_s: float = Field(
+        60.0, ge=0, description="After a decoder failed to load, enqueues of its latents get 424 for this long."
+    )
+
+    @model_validator(mode="after")
+    def _short_form(self) -> LatentDecoderConfig:
+        if self.checkpoint is not None:
+            if self.wan2_1 is not None:
+                raise ValueError("give either checkpoint/subfolder or [cosmos_rl.latents.wan2_1], not both")
+            self.wan2_1 = WanVaeConfig(checkpoint=self.checkpoint, subfolder=self.subfolder)
+        elif self.subfolder is not None:
+            raise ValueError("subfolder without checkpoint")
+        if self.wan2_2 is not None and self.wan2_2.load_mean_std:
+            raise ValueError("wan2_2.load_mean_std: the original applies load_mean_std to Wan2.1 latents only")
+        return self
+
+    def decoders(self) -> dict[int, tuple[str, WanVaeConfig]]:
+        """Latent channels -> (decoder name, its VAE) for the configured decoders."""
+        out = {}
+        for channels, name in WAN_CHANNELS.items():
+            vae = getattr(self, name)
+            if vae is not None:
+                out[channels] = (name, vae)
+        return out
 
 
 class CosmosRLConfig(_Strict):
@@ -132,6 +213,15 @@ class CosmosRLConfig(_Strict):
     max_batch: int = Field(1024, gt=0)
     rewards: dict[str, CosmosReward] = Field(default_factory=dict)
     latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
+    default_pull_type: str = Field(
+        "dance_grpo", description="The reward a pull without a `type` field asks for (the original's default)."
+    )
+    refuse_unready: bool = Field(
+        True,
+        description="Refuse an enqueue whose judge cannot score now, before a uuid is given: 424 when a "
+        "head failed to load (a retry will not help), 503 + Retry-After when a VLM backend is unreachable. "
+        "false: accept, and the samples come back invalid.",
+    )
 
     @model_validator(mode="after")
     def _defaults(self) -> CosmosRLConfig:
@@ -192,6 +282,6 @@ def check_protocols(judges: set[str], cosmos: CosmosRLConfig, flow: FlowFactoryC
                                 f"(configured: {', '.join(sorted(judges)) or 'none'})")
     if store.kind == "redis" and not store.resolved_url():
         problems.append("store.url: required for kind = 'redis' (or set the url_env variable)")
-    if cosmos.latents.checkpoint and not cosmos.latents.python:
-        problems.append("cosmos_rl.latents.python: required with a checkpoint (an interpreter with torch + diffusers)")
+    if cosmos.latents.decoders() and not cosmos.latents.python:
+        problems.append("cosmos_rl.latents.python: required with a decoder checkpoint (an interpreter with torch + diffusers)")
     return problems

@@ -1,17 +1,33 @@
-"""Result store of the async protocols: JSON entries with a TTL and a size bound.
+"""Result store of the async protocols: JSON entries with a TTL, a size bound, and a memory of
+what has gone.
 
-`MemoryStore` (one process, LRU) is the default; `RedisStore` is shared by gateway replicas and
+`MemoryStore` (one process) is the default; `RedisStore` is shared by gateway replicas and
 survives a restart. Entries are small JSON documents (status + results), never pickles.
+
+Retention (so that a slow trainer does not outlive its results):
+- an entry lives `ttl_s` (or the ttl it was put with); after its first successful pull
+  (`consumed`) at most `pulled_ttl_s` more;
+- beyond `max_entries` (memory: or `max_bytes`), pulled entries are evicted first, oldest first;
+  an unpulled one only when no pulled one is left (logged);
+- a key that expired or was evicted is remembered for `forget_after_s`: `gone(key)` says why, so
+  a pull can answer `expired` rather than `unknown`.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
+import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .protocol_config import StoreConfig
+
+log = logging.getLogger(__name__)
+
+DAY_S = 86400.0
 
 
 class StoreError(RuntimeError):
@@ -23,34 +39,133 @@ class ResultStore(Protocol):
 
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
+    async def consumed(self, key: str) -> None:
+        """The entry was pulled: it may go after `pulled_ttl_s`, and before unpulled ones."""
+        ...
+
+    async def gone(self, key: str) -> str | None:
+        """Why a key that was stored is no longer there (expired / evicted), or None if never seen."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
-class MemoryStore:
-    """In-process LRU with per-entry expiry."""
+def _expired_reason(ttl_s: float, pulled: bool) -> str:
+    after = "after its first pull" if pulled else "unpulled"
+    return f"expired: kept {ttl_s:.0f} s {after} (store.{'pulled_ttl_s' if pulled else 'ttl_s'})"
 
-    def __init__(self, *, ttl_s: float, max_entries: int) -> None:
+
+@dataclass
+class _Entry:
+    expires: float  # monotonic
+    text: str
+    ttl_s: float
+    pulled: bool = False
+
+
+class MemoryStore:
+    """In-process store with per-entry expiry; evicts pulled entries before unpulled ones."""
+
+    def __init__(self, *, ttl_s: float, max_entries: int, pulled_ttl_s: float | None = None,
+                 max_bytes: int = 1 << 30, forget_after_s: float = 7 * DAY_S) -> None:
         self.ttl_s = ttl_s
+        self.pulled_ttl_s = min(pulled_ttl_s if pulled_ttl_s is not None else ttl_s, ttl_s)
         self.max_entries = max_entries
-        self._data: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.forget_after_s = forget_after_s
+        self._data: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
+        self._pulled: OrderedDict[str, None] = OrderedDict()  # pulled keys, first pulled first
+        self._bytes = 0
+        self._gone: OrderedDict[str, tuple[float, str]] = OrderedDict()  # key -> (forget at, why)
+        self.evicted_unpulled = 0
+        self._expiries: list[tuple[float, str]] = []  # heap of (expires, key); stale items skipped
+        self._warned_at = -60.0
 
     async def put(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
         # Stored serialised so a reader never shares (or mutates) the writer's objects.
-        self._data[key] = (time.monotonic() + (ttl_s or self.ttl_s), json.dumps(value))
-        self._data.move_to_end(key)
-        while len(self._data) > self.max_entries:
-            self._data.popitem(last=False)
+        text = json.dumps(value)
+        ttl = ttl_s or self.ttl_s
+        self._drop(key)
+        self._gone.pop(key, None)
+        entry = self._data[key] = _Entry(time.monotonic() + ttl, text, ttl)
+        heapq.heappush(self._expiries, (entry.expires, key))
+        self._bytes += len(text)
+        self._expire_and_evict(keep=key)
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        item = self._data.get(key)
-        if item is None:
+        entry = self._data.get(key)
+        if entry is None:
             return None
-        expires, text = item
-        if time.monotonic() >= expires:
-            del self._data[key]
+        if time.monotonic() >= entry.expires:
+            self._drop(key)
+            self._remember(key, _expired_reason(entry.ttl_s, entry.pulled))
             return None
         self._data.move_to_end(key)
-        return json.loads(text)
+        return json.loads(entry.text)
+
+    async def consumed(self, key: str) -> None:
+        entry = self._data.get(key)
+        if entry is None or entry.pulled:
+            return
+        entry.pulled = True
+        entry.ttl_s = self.pulled_ttl_s
+        entry.expires = min(entry.expires, time.monotonic() + self.pulled_ttl_s)
+        heapq.heappush(self._expiries, (entry.expires, key))
+        self._pulled[key] = None
+
+    async def gone(self, key: str) -> str | None:
+        item = self._gone.get(key)
+        if item is None:
+            entry = self._data.get(key)
+            if entry is not None and time.monotonic() >= entry.expires:
+                await self.get(key)  # expire it now
+                item = self._gone.get(key)
+            if item is None:
+                return None
+        forget_at, why = item
+        if time.monotonic() >= forget_at:
+            del self._gone[key]
+            return None
+        return why
+
+    def _drop(self, key: str) -> None:
+        entry = self._data.pop(key, None)
+        if entry is not None:
+            self._bytes -= len(entry.text)
+        self._pulled.pop(key, None)
+
+    def _remember(self, key: str, why: str) -> None:
+        self._gone[key] = (time.monotonic() + self.forget_after_s, why)
+        self._gone.move_to_end(key)
+        while len(self._gone) > self.max_entries:  # ~100 bytes each
+            self._gone.popitem(last=False)
+
+    def _expire_and_evict(self, keep: str) -> None:
+        now = time.monotonic()
+        while self._expiries and self._expiries[0][0] <= now:  # expired entries go first
+            expires, key = heapq.heappop(self._expiries)
+            entry = self._data.get(key)
+            if entry is not None and entry.expires == expires:  # else a stale heap item
+                self._drop(key)
+                self._remember(key, _expired_reason(entry.ttl_s, entry.pulled))
+        if len(self._expiries) > 2 * len(self._data) + 1024:  # stale items pile up: rebuild
+            self._expiries = [(e.expires, k) for k, e in self._data.items()]
+            heapq.heapify(self._expiries)
+        while (len(self._data) > self.max_entries or self._bytes > self.max_bytes) and len(self._data) > 1:
+            victim = next((k for k in self._pulled if k != keep), None)
+            why = "evicted after its pull: the store was full"
+            if victim is None:
+                victim = next(k for k in self._data if k != keep)
+                why = "evicted before anyone pulled it: the store was full"
+                self.evicted_unpulled += 1
+                if now - self._warned_at >= 60.0:  # once a minute, with the running count
+                    self._warned_at = now
+                    log.warning("result store full (store.max_entries = %d, store.max_bytes = %d): evicting "
+                                "unpulled results (%d so far, e.g. %s); trainers are not pulling them",
+                                self.max_entries, self.max_bytes, self.evicted_unpulled, victim)
+            self._drop(victim)
+            self._remember(victim, f"{why} (store.max_entries = {self.max_entries}, "
+                                   f"store.max_bytes = {self.max_bytes})")
 
     def __len__(self) -> int:
         return len(self._data)
@@ -60,9 +175,14 @@ class MemoryStore:
 
 
 class RedisStore:
-    """Entries as Redis strings with EX; a sorted set of keys by insertion time bounds their number."""
+    """Entries as Redis strings with PX; a sorted set of keys bounds their number (pulled keys
+    score below every unpulled one, so they are evicted first); a `gone:` marker per key, living
+    `forget_after_s` longer than its entry, tells an expired or evicted key from an unknown one."""
 
-    def __init__(self, url: str, *, prefix: str, ttl_s: float, max_entries: int) -> None:
+    PULLED_OFFSET = 1e12  # index score of a pulled key: its pull time minus this
+
+    def __init__(self, url: str, *, prefix: str, ttl_s: float, max_entries: int,
+                 pulled_ttl_s: float | None = None, forget_after_s: float = 7 * DAY_S) -> None:
         try:
             import redis.asyncio as aioredis
         except ImportError:  # pragma: no cover - depends on the install
@@ -70,34 +190,74 @@ class RedisStore:
         self._redis = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
         self.prefix = prefix
         self.ttl_s = ttl_s
+        self.pulled_ttl_s = min(pulled_ttl_s if pulled_ttl_s is not None else ttl_s, ttl_s)
         self.max_entries = max_entries
+        self.forget_after_s = forget_after_s
         self._index = prefix + "index"
 
+    def _marker(self, key: str) -> str:
+        return self.prefix + "gone:" + key
+
     async def put(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
-        ttl_ms = max(1, int((ttl_s or self.ttl_s) * 1000))
+        ttl = ttl_s or self.ttl_s
+        ttl_ms = max(1, int(ttl * 1000))
+        forget_ms = ttl_ms + int(self.forget_after_s * 1000)
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.set(self.prefix + key, json.dumps(value), px=ttl_ms)
+                pipe.set(self._marker(key), _expired_reason(ttl, False), px=forget_ms)
                 pipe.zadd(self._index, {key: time.time()}, nx=True)
                 pipe.zcard(self._index)
-                _, _, count = await pipe.execute()
+                *_, count = await pipe.execute()
             if count > self.max_entries:
                 evicted = await self._redis.zpopmin(self._index, count - self.max_entries)
-                names = [self.prefix + (k.decode() if isinstance(k, bytes) else k) for k, _ in evicted]
+                names = [k.decode() if isinstance(k, bytes) else k for k, _ in evicted]
                 if names:
-                    await self._redis.delete(*names)
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        pipe.delete(*[self.prefix + n for n in names])
+                        for n, (_, score) in zip(names, evicted):
+                            pulled = score < time.time() - self.PULLED_OFFSET / 2
+                            why = ("evicted after its pull" if pulled else "evicted before anyone pulled it")
+                            pipe.set(self._marker(n), f"{why}: the store was full (store.max_entries = "
+                                                      f"{self.max_entries})", px=int(self.forget_after_s * 1000))
+                        await pipe.execute()
         except Exception as err:
             raise StoreError(f"redis put failed: {type(err).__name__}: {err}") from err
 
     async def get(self, key: str) -> dict[str, Any] | None:
         try:
             text = await self._redis.get(self.prefix + key)
+            if text is None:
+                await self._redis.zrem(self._index, key)  # expired: keep the index honest
+                return None
         except Exception as err:
             raise StoreError(f"redis get failed: {type(err).__name__}: {err}") from err
-        if text is None:
-            await self._redis.zrem(self._index, key)  # expired: keep the index honest
-            return None
         return json.loads(text)
+
+    async def consumed(self, key: str) -> None:
+        ttl_ms = max(1, int(self.pulled_ttl_s * 1000))
+        try:
+            left = await self._redis.pttl(self.prefix + key)
+            if left is None or left < 0:  # gone, or no expiry
+                return
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(self._index, {key: time.time() - self.PULLED_OFFSET}, xx=True)
+                if left > ttl_ms:
+                    pipe.pexpire(self.prefix + key, ttl_ms)
+                    pipe.set(self._marker(key), _expired_reason(self.pulled_ttl_s, True),
+                             px=ttl_ms + int(self.forget_after_s * 1000))
+                await pipe.execute()
+        except Exception as err:
+            raise StoreError(f"redis update failed: {type(err).__name__}: {err}") from err
+
+    async def gone(self, key: str) -> str | None:
+        try:
+            if await self._redis.exists(self.prefix + key):
+                return None
+            why = await self._redis.get(self._marker(key))
+        except Exception as err:
+            raise StoreError(f"redis get failed: {type(err).__name__}: {err}") from err
+        return why.decode() if isinstance(why, bytes) else why
 
     async def ping(self) -> None:
         try:
@@ -114,5 +274,7 @@ def make_store(cfg: StoreConfig) -> ResultStore:
         url = cfg.resolved_url()
         if not url:
             raise StoreError("store.url is required for kind = 'redis'")
-        return RedisStore(url, prefix=cfg.key_prefix, ttl_s=cfg.ttl_s, max_entries=cfg.max_entries)
-    return MemoryStore(ttl_s=cfg.ttl_s, max_entries=cfg.max_entries)
+        return RedisStore(url, prefix=cfg.key_prefix, ttl_s=cfg.ttl_s, max_entries=cfg.max_entries,
+                          pulled_ttl_s=cfg.pulled_ttl_s, forget_after_s=cfg.forget_after_s)
+    return MemoryStore(ttl_s=cfg.ttl_s, max_entries=cfg.max_entries, pulled_ttl_s=cfg.pulled_ttl_s,
+                       max_bytes=cfg.max_bytes, forget_after_s=cfg.forget_after_s)

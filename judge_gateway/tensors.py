@@ -165,8 +165,8 @@ def check_video(arr: np.ndarray) -> np.ndarray:
     return arr.transpose(0, 2, 3, 4, 1)
 
 
-def check_latent(arr: np.ndarray, *, channels: tuple[int, ...] = (16,)) -> np.ndarray:
-    """float16/float32 (or a uint8 bf16 view) [B,C,T,H,W] -> float32."""
+def check_latent(arr: np.ndarray, *, channels: tuple[int, ...] = (16, 48)) -> np.ndarray:
+    """float16/float32 (or a uint8 bf16 view) [B,C,T,H,W] -> float32; C = 16 (Wan2.1) or 48 (Wan2.2)."""
     if arr.dtype == np.uint8:
         arr = bf16_view_to_float32(arr)
     elif arr.dtype in (np.float16, np.float32):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .geneval_rules import BOX_THRESHOLD, COLORS, MAX_OBJECTS
+from .hub import resolve_model_file
 from .models import HeadLoadError, HeadModel
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,9 @@ class GenEvalDetectorHead(HeadModel):
         device = o.get("device", "cpu")
         config = resolve_detector_config(o["detector_config"])
         checkpoint = o["detector_checkpoint"]
-        if not Path(checkpoint).is_file():
-            raise HeadLoadError(f"detector_checkpoint {checkpoint!r} does not exist")
+        # An http(s) URL (OpenMMLab's model zoo) is fetched by mmengine into torch's hub cache on first use.
+        if not checkpoint.startswith(("https://", "http://")):
+            checkpoint = str(resolve_model_file(checkpoint, "gen_eval", "detector_checkpoint"))
         try:
             self.detector = init_detector(config, checkpoint, device=device)
         except Exception as exc:

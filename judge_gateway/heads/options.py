@@ -200,7 +200,8 @@ class GenEvalOptions(HeadOptions):
         ),
     )
     detector_checkpoint: str = Field(
-        description="The detector's weights (a local .pth, e.g. mmdet's Mask2Former Swin-S COCO checkpoint)."
+        description="The detector's weights: a local .pth, `repo_id/filename` on the hub, or an http(s) URL "
+        "(OpenMMLab's model zoo; fetched on first use), e.g. mmdet's Mask2Former Swin-S COCO checkpoint."
     )
     clip_model: str = Field("ViT-L-14", description="open_clip architecture of the colour classifier.")
     clip_pretrained: str = Field(

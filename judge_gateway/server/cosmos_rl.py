@@ -1,4 +1,4 @@
-"""cosmos-rl reward service protocol: POST /api/reward/{ping,enqueue,pull} over Gateway.score.
+"""cosmos-rl reward service protocol: POST /api/reward/{ping,enqueue,pull,latent_attr} over Gateway.score.
 
 Better than the original in every failure case: an enqueue body is validated before a uuid is
 given (400 with the reason otherwise); a full queue answers 503 instead of dropping; every
@@ -30,7 +30,13 @@ from ..gateway import Gateway
 from ..json_body import JSONBodyError, parse_json
 from ..latents import TorchWorker, TorchWorkerError
 from ..media import ImageMedia, MediaError, VideoMedia
-from ..protocol_config import CosmosReward, CosmosRLConfig, LegacyKey
+from ..protocol_config import (
+    WAN_CHANNELS,
+    WAN_NAMES,
+    CosmosReward,
+    CosmosRLConfig,
+    LegacyKey,
+)
 from ..schema import JudgeScore, RewardRequest, SampleInput
 from ..store import ResultStore, StoreError
 from ..tensors import (
@@ -80,6 +86,8 @@ class CosmosRLService:
         self.worker = TorchWorker(cfg.latents) if cfg.latents.python else None
         self._tasks: dict[str, asyncio.Task] = {}
         self._heartbeat: asyncio.Task | None = None
+        self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
+        self._failed_heads: dict[str, str] = {}  # head -> why its last load failed, until it is ready
 
     # ---- reward names ----------------------------------------------------------------------
 
@@ -102,6 +110,42 @@ class CosmosRLService:
             return {reward.media}
         return {m for m in self.gateway.judges[reward.judge].media if m in ("image", "video")} or {"image"}
 
+    async def _check_ready(self, rewards: dict[str, CosmosReward]) -> None:
+        """Refuse, before a uuid is given, rewards whose judge cannot score now (see JudgeUnready)."""
+        for name, reward in rewards.items():
+            judge = self.gateway.judges[reward.judge]
+            now = time.monotonic()
+            cached = self._readiness.get(reward.judge)
+            if cached is None or now - cached[0] > self.gateway.config.server.readiness_interval_s:
+                ok, reason = await judge.probe()
+                cached = self._readiness[reward.judge] = (now, ok, reason)
+            _, ok, reason = cached
+            if ok:
+                self._failed_heads.pop(reward.judge, None)
+                continue
+            why = f"reward {name!r} cannot be scored now: judge {reward.judge!r} is not ready ({reason})"
+            if judge.backend_name is not None:  # a VLM backend: it may be starting; the client retries
+                raise JudgeUnready(why + "; retry when its vLLM server is up", 503)
+            if (reason or "").startswith("failed"):  # a head that could not load: retrying will not help
+                self._failed_heads[reward.judge] = reason or "failed"
+            elif reward.judge in self._failed_heads:  # it failed before and is retrying its load now
+                why = (f"reward {name!r} cannot be scored now: judge {reward.judge!r} failed to load "
+                       f"({self._failed_heads[reward.judge]}) and is retrying")
+            else:
+                continue  # a head loading for the first time: accept; scoring waits for the load
+            raise JudgeUnready(why + "; fix the judge's model files (see /readyz) and restart or retry later", 424)
+
+    def _check_decoder(self, channels: int) -> None:
+        assert self.worker is not None
+        if channels not in self.worker.decoders:
+            have = ", ".join(f"{WAN_NAMES[n]}" for n in self.worker.decoders.values())
+            want = WAN_CHANNELS[channels]
+            raise PayloadError(f"latents have {channels} channels ({WAN_NAMES[want]}) but this gateway has no such "
+                               f"decoder (cosmos_rl.latents.{want}); it decodes {have}")
+        failure = self.worker.load_failure(channels)
+        if failure is not None:
+            raise JudgeUnready(f"the latent decoder could not be loaded: {failure}", 424)
+
     # ---- enqueue ---------------------------------------------------------------------------
 
     async def prepare(self, body: bytes) -> Prepared:
@@ -115,6 +159,8 @@ class CosmosRLService:
             rewards[name] = self.resolve(name)
         if not rewards:
             raise PayloadError("every reward in `reward_fn` has weight <= 0: nothing to score")
+        if self.cfg.refuse_unready:
+            await self._check_ready(rewards)
         def check_medium(medium: str, what: str) -> None:
             wrong = [n for n, r in rewards.items() if medium not in self.media_of(r)]
             if wrong:
@@ -146,9 +192,10 @@ class CosmosRLService:
         else:
             if self.worker is None or not self.worker.can_decode:
                 raise PayloadError("latent input (media_type missing or 'latent') needs a latent decoder, and none is "
-                                   "configured on this gateway (cosmos_rl.latents.python + checkpoint); send "
+                                   "configured on this gateway (cosmos_rl.latents.python + wan2_1 / wan2_2); send "
                                    "media_type 'image' or 'video' with uint8 pixels")
             latents = check_latent(arr)
+            self._check_decoder(int(latents.shape[1]))
             medium = "image" if latents.shape[2] == 1 else "video"
             check_medium(medium, f"latents with T={latents.shape[2]} decode to {medium}s")
         batch = int(arr.shape[0])
@@ -166,13 +213,7 @@ class CosmosRLService:
                 raise PayloadError(f"video rewards ({', '.join(rewards)}) need `video_infos` with `video_fps` per sample")
             if len(infos) != batch:
                 raise PayloadError(f"the tensor's batch is {batch} but `video_infos` has {len(infos)} entries")
-            fps = []
-            for i, info in enumerate(infos):
-                v = info.get("video_fps")
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1000):
-                    raise PayloadError(f"video_infos[{i}].video_fps must be a number in (0, 1000], got {v!r}"
-                                       + (" (the key is `video_fps`, not `fps`)" if "fps" in info else ""))
-                fps.append(float(v))
+            fps = [_video_fps(i, info) for i, info in enumerate(infos)]
         per_sample = []
         for i in range(batch):
             md = {}
@@ -324,19 +365,24 @@ class CosmosRLService:
 
     # ---- pull ------------------------------------------------------------------------------
 
-    async def pull(self, uid: str, reward: str) -> tuple[int, dict[str, Any]]:
+    async def pull(self, uid: str, reward: str, *, type_given: bool = True) -> tuple[int, dict[str, Any]]:
         base = {"uuid": uid, "type": reward}
         entry = await self.store.get(uid)
         if entry is None:
+            gone = await self.store.gone(uid)
+            if gone is not None:  # it was here: say so, not "unknown"
+                return 410, {**base, "status": "expired", "reason": gone,
+                             "message": f"Not found scores for {uid}: the request's result is gone ({gone}); "
+                                        "enqueue it again"}
             return 404, {**base, "status": "unknown",
-                         "message": f"Not found scores for {uid}: no such request (never accepted, or expired "
-                                    f"after store.ttl_s)"}
+                         "message": f"Not found scores for {uid}: this gateway never accepted such a request "
+                                    "(or forgot it after store.forget_after_s)"}
         status = entry.get("status")
         if status == "pending":
             reason = await self._stale_reason(entry)
             if reason is None:
                 if reward not in entry.get("rewards", []):
-                    return self._not_asked(base, entry, reward)
+                    return self._not_asked(base, entry, reward, type_given)
                 return 425, {**base, "status": "pending", "message": f"Not found scores for {uid}: still scoring"}
             entry = self._failed(reason)
         if entry.get("status") == "failed":
@@ -344,15 +390,20 @@ class CosmosRLService:
                          "reason": entry.get("reason")}
         results = entry.get("results", {})
         if reward not in results:
-            return self._not_asked(base, entry, reward)
+            return self._not_asked(base, entry, reward, type_given)
+        await self.store.consumed(uid)  # pulled: it may now go after store.pulled_ttl_s
         return 200, results[reward]
 
-    def _not_asked(self, base: dict[str, Any], entry: dict[str, Any], reward: str) -> tuple[int, dict[str, Any]]:
+    def _not_asked(self, base: dict[str, Any], entry: dict[str, Any], reward: str,
+                   type_given: bool = True) -> tuple[int, dict[str, Any]]:
         if reward in entry.get("skipped", []):
             msg = f"reward {reward!r} had weight <= 0 in this request and was skipped"
         else:
             asked = entry.get("rewards") or list(entry.get("results", {}))
             msg = f"this request did not ask for reward {reward!r} (it asked for {', '.join(asked)})"
+            if not type_given:
+                msg += (f"; the pull had no `type` field, which means {reward!r} "
+                        "(cosmos_rl.default_pull_type): send `type`")
         return 404, {**base, "status": "unknown", "message": msg}
 
     async def _stale_reason(self, entry: dict[str, Any]) -> str | None:
@@ -365,6 +416,51 @@ class CosmosRLService:
         if await self.store.get(f"instance:{owner}") is None:
             return "the gateway process that accepted this request is gone (restart or crash); enqueue it again"
         return None
+
+    # ---- latent_attr -----------------------------------------------------------------------
+
+    def set_latent_attr(self, raw: str | None) -> tuple[int, dict[str, Any]]:
+        """The original's POST /api/reward/latent_attr: it rebuilds its Wan2.1 decoder from these
+        fields. Here only `load_mean_std` changes anything; a client never names files or devices
+        on the server, and the other fields do not affect decoding (each is listed with why)."""
+        if raw is None:
+            raise PayloadError("latent_attr needs the form field `fields` (a JSON object)")
+        try:
+            fields = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise PayloadError(f"`fields` is not JSON: {err}") from None
+        if not isinstance(fields, dict):
+            raise PayloadError("`fields` must be a JSON object")
+        if self.worker is None or not self.worker.can_decode:
+            raise PayloadError("this gateway has no latent decoder (cosmos_rl.latents); latent_attr has nothing to set")
+        wan21 = self.cfg.latents.wan2_1
+        applied: dict[str, Any] = {}
+        ignored: dict[str, str] = {}
+        for key, value in fields.items():
+            if key == "load_mean_std":
+                if not isinstance(value, bool):
+                    raise PayloadError(f"`load_mean_std` must be true or false, got {value!r}")
+                if value and not (wan21 and wan21.images_mean_std and wan21.video_mean_std):
+                    raise PayloadError("load_mean_std = true needs the statistics files on the gateway "
+                                       "(cosmos_rl.latents.wan2_1.images_mean_std and video_mean_std)")
+                self.worker.load_mean_std = value
+                applied[key] = value
+            elif key in ("vae_pth", "device"):
+                ignored[key] = (f"the gateway decodes with its configured decoders (cosmos_rl.latents: "
+                                f"{self._decoder_names()}, device {self.cfg.latents.device}); a client never "
+                                "chooses files or devices on the server")
+            elif key in ("chunk_duration", "temporal_window"):
+                ignored[key] = "used by the Wan2.1 encoder only; decoding does not depend on it"
+            elif key in ("fps", "num_frames", "height", "width"):
+                ignored[key] = ("stored but never used by the original; the frame rate comes with each "
+                                "request (video_infos[i].video_fps)")
+            else:
+                ignored[key] = "not a latent attribute of the original"
+        return 200, {"message": "Latent attributes set successfully", "applied": applied, "ignored": ignored,
+                     "load_mean_std": self.worker.load_mean_std}
+
+    def _decoder_names(self) -> str:
+        return ", ".join(f"{name} = {vae.checkpoint!r}" for name, vae in self.cfg.latents.decoders().values())
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -401,6 +497,30 @@ class QueueFull(RuntimeError):
     pass
 
 
+class JudgeUnready(RuntimeError):
+    """A reward's judge (or the latent decoder) cannot score now. 424 when it failed to load:
+    cosmos-rl's trainer gives up on a 4xx at once, with this message, instead of training on fills;
+    503 (+ Retry-After) while a VLM backend is unreachable: the trainer retries with backoff."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _video_fps(i: int, info: dict[str, Any]) -> float:
+    """`video_fps` (what the original's handlers read) or `fps` (what its README's example sends)."""
+    values = {k: info[k] for k in ("video_fps", "fps") if k in info}
+    if not values:
+        raise PayloadError(f"video_infos[{i}] needs `video_fps` (or `fps`): the frame rate of the video")
+    for key, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1000):
+            raise PayloadError(f"video_infos[{i}].{key} must be a number in (0, 1000], got {v!r}")
+    if len(values) == 2 and float(values["video_fps"]) != float(values["fps"]):
+        raise PayloadError(f"video_infos[{i}] has video_fps = {values['video_fps']} and fps = {values['fps']}: "
+                           "which is it?")
+    return float(next(iter(values.values())))
+
+
 def _source(cell: JudgeScore, source: str) -> Any:
     if source == "reward":
         return cell.reward
@@ -425,7 +545,7 @@ async def _fields(request: Request) -> dict[str, str]:
             raise PayloadError(str(err)) from None
         if not isinstance(data, dict):
             raise PayloadError("JSON body must be an object")
-        return {k: str(v) for k, v in data.items()}
+        return {k: json.dumps(v) if isinstance(v, (dict, list)) else str(v) for k, v in data.items()}
     try:
         # a bound keeps a huge form from becoming a huge dict
         parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
@@ -467,6 +587,12 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
                 resp = bad(str(err), 503)
                 resp.headers["Retry-After"] = "1"
                 return resp
+            except JudgeUnready as err:
+                status = "rejected"
+                resp = bad(str(err), err.status)
+                if err.status == 503:
+                    resp.headers["Retry-After"] = "10"
+                return resp
             except StoreError as err:
                 return bad(f"result store unavailable: {err}", 503)
             status = "ok"
@@ -481,12 +607,23 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
             fields = await _fields(request)
         except PayloadError as err:
             return bad(str(err))
-        uid, reward = fields.get("uuid", ""), fields.get("type", "")
-        if not uid or not reward:
-            return bad("pull needs the form fields `uuid` and `type` (the reward name)")
+        # The original defaults a missing `type` to dance_grpo (cosmos_rl.default_pull_type).
+        uid, reward = fields.get("uuid", ""), fields.get("type") or service.cfg.default_pull_type
+        if not uid:
+            return bad("pull needs the form field `uuid` (and `type`, the reward name)")
         try:
-            code, body = await service.pull(uid, reward)
+            code, body = await service.pull(uid, reward, type_given=bool(fields.get("type")))
         except StoreError as err:
             return JSONResponse({"uuid": uid, "type": reward, "status": "unavailable",
                                  "message": f"result store unavailable: {err}"}, status_code=503)
+        return JSONResponse(body, status_code=code)
+
+    @app.post("/api/reward/latent_attr",
+              summary="cosmos-rl: set latent decoder attributes (form field `fields`, a JSON object)")
+    async def latent_attr(request: Request) -> JSONResponse:
+        try:
+            fields = await _fields(request)
+            code, body = service.set_latent_attr(fields.get("fields"))
+        except PayloadError as err:
+            return bad(str(err))
         return JSONResponse(body, status_code=code)

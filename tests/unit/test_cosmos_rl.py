@@ -169,7 +169,8 @@ IMG_META = {"reward_fn": {"quality": 1.0}, "prompts": ["a", "b"], "media_type": 
     (json.dumps({**IMG_META, "media_type": "video", "reward_fn": {"cosmos_reason1": 1}}).encode() + b"\n"
      + _npy(video_batch()), "need `video_infos`"),
     (json.dumps({**IMG_META, "media_type": "video", "reward_fn": {"cosmos_reason1": 1},
-                 "video_infos": [{"fps": 16}, {"fps": 16}]}).encode() + b"\n" + _npy(video_batch()), "not `fps`"),
+                 "video_infos": [{"fps": 16}, {"fps": 16, "video_fps": 8}]}).encode() + b"\n" + _npy(video_batch()),
+     "which is it?"),  # `fps` alone is accepted (test_cosmos_rl_inputs.py); two different rates are not
     (json.dumps({**IMG_META, "reward_fn": {"cosmos_reason1": 1}}).encode() + b"\n" + _npy(image_batch(2, 16)),
      "score videos"),
     (json.dumps({"reward_fn": {"quality": 1}, "prompts": ["a", "b"]}).encode() + b"\n"
@@ -189,7 +190,7 @@ async def test_bad_enqueue_is_400_with_reason_and_no_uuid(make_client, body, rea
 
 
 async def test_invalid_samples_carry_fill_value_and_are_flagged(make_client):
-    client = await make_client(fill_value=-7.0)
+    client = await make_client(fill_value=-7.0, refuse_unready=False)  # accept, to reach the fill path
     meta = {**IMG_META, "reward_fn": {"down": 1.0, "quality": 1.0}}
     r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers())
     uid = r.json()["uuid"]
@@ -203,7 +204,7 @@ async def test_invalid_samples_carry_fill_value_and_are_flagged(make_client):
 
 
 async def test_label_fill_for_invalid_cosmos_reason1(fake_backend):
-    data = cosmos_config(fake_backend.base_url)
+    data = cosmos_config(fake_backend.base_url, refuse_unready=False)  # accept, to reach the fill path
     data["judges"]["cosmos_reason1"]["backend"] = "down"
     gw = Gateway(validate_config(data))
     app = create_app(gw)
@@ -233,8 +234,8 @@ async def test_pending_then_done_and_statuses(make_client):
     assert r.status_code == 404 and r.json()["status"] == "unknown"
     r = await client.post("/api/reward/pull", json={"uuid": uid, "type": "stalled"})  # JSON too
     assert r.status_code == 200
-    r = await client.post("/api/reward/pull", data={"uuid": uid})
-    assert r.status_code == 400 and "type" in r.json()["message"]
+    r = await client.post("/api/reward/pull", data={"uuid": uid})  # no type: the original's dance_grpo
+    assert r.status_code == 404 and r.json()["type"] == "dance_grpo" and "send `type`" in r.json()["message"]
 
 
 async def test_skipped_reward_says_so(make_client):

@@ -1,0 +1,158 @@
+"""Wan VAE latents through the torch worker (.venv-latents, scripts/setup_latents.sh), on tiny random
+AutoencoderKLWan models built locally: Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
+patchified, spatial x16) decode side by side, each by the decoder of its channel count, and
+cosmos-rl's load_mean_std statistics are undone as the original does. No vLLM needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from judge_gateway.latents import TorchWorker, TorchWorkerError
+from judge_gateway.protocol_config import LatentDecoderConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+LATENTS_PY = Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"
+
+BUILD = """
+import sys, torch
+from diffusers import AutoencoderKLWan
+torch.manual_seed(0)
+AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                 temperal_downsample=[False, True, True]).save_pretrained(sys.argv[1] + "/wan21")
+# Wan2.2's layout (residual blocks, 2x2 patchify: 12 pixel channels, 48 latent channels), tiny widths
+AutoencoderKLWan(base_dim=8, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                 temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+                 patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
+                 latents_mean=[0.05 * i - 1 for i in range(48)],
+                 latents_std=[1.5 + 0.02 * i for i in range(48)]).save_pretrained(sys.argv[1] + "/wan22")
+# cosmos-rl's load_mean_std statistics: (mean, std) pairs, 16 values for images, [16, 4] for videos
+g = torch.Generator().manual_seed(1)
+torch.save((torch.randn(16, generator=g), torch.rand(16, generator=g) + 0.5), sys.argv[1] + "/images_mean_std.pt")
+torch.save((torch.randn(16, 4, generator=g), torch.rand(16, 4, generator=g) + 0.5), sys.argv[1] + "/video_mean_std.pt")
+"""
+
+# The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
+# decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
+# ones), then the Wan VAE's own z / (1/std) + mean, decode, ((x.clamp(-1,1)+1)/2*255) cast to uint8
+# (truncated, as the original's DecodeHandler.decode_video; also saved rounded).
+REFERENCE = """
+import json, sys, numpy as np, torch
+from diffusers import AutoencoderKLWan
+vae_dir, z_path, out_path, stats_dir = sys.argv[1:5]
+vae = AutoencoderKLWan.from_pretrained(vae_dir).eval()
+z = torch.from_numpy(np.load(z_path))
+c, t = z.shape[1], z.shape[2]
+if stats_dir != "-":
+    name = "images_mean_std.pt" if t == 1 else "video_mean_std.pt"
+    mean, std = torch.load(stats_dir + "/" + name, weights_only=True)
+    mean, std = mean.reshape(1, c, -1, 1, 1)[:, :, :t], std.reshape(1, c, -1, 1, 1)[:, :, :t]
+    z = z * std + mean
+mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1)
+std = torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1)
+with torch.inference_mode():
+    x = vae.decode(z / (1.0 / std) + mean).sample
+x = (x.clamp(-1, 1) + 1) / 2 * 255
+np.save(out_path, x.to(torch.uint8).numpy())
+np.save(out_path + ".round.npy", x.round().to(torch.uint8).numpy())
+"""
+
+
+def _run(script: str, *args: str) -> None:
+    assert LATENTS_PY.exists(), "run scripts/setup_latents.sh (the torch worker venv)"
+    proc = subprocess.run([str(LATENTS_PY), "-c", script, *args], check=False, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tiny-wan")
+    _run(BUILD, str(path))
+    return path
+
+
+def _z(channels: int, t: int, b: int = 2, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((b, channels, t, 4, 4)).astype(np.float32)
+
+
+def _reference(models: Path, vae: str, z: np.ndarray, tmp: Path, stats: bool = False,
+               rounded: bool = False) -> np.ndarray:
+    np.save(tmp / "z.npy", z)
+    _run(REFERENCE, str(models / vae), str(tmp / "z.npy"), str(tmp / "ref.npy"), str(models) if stats else "-")
+    return np.load(tmp / ("ref.npy.round.npy" if rounded else "ref.npy"))
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1  # batching may move a rounding
+
+
+async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path):
+    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "batch_size": 2,
+                                              "wan2_1": {"checkpoint": str(models / "wan21")},
+                                              "wan2_2": {"checkpoint": str(models / "wan22")}})
+    worker = TorchWorker(cfg)
+    try:
+        z16, z48 = _z(16, 3), _z(48, 3, seed=1)
+        got16 = await worker.decode(z16)
+        got48 = await worker.decode(z48)
+        got48_image = await worker.decode(_z(48, 1, b=1, seed=2))
+    finally:
+        await worker.aclose()
+    assert got16.shape == (2, 3, 9, 32, 32)  # temporal x4 (+1), spatial x8
+    assert got48.shape == (2, 3, 9, 64, 64)  # temporal x4 (+1), spatial x16
+    assert got48_image.shape == (1, 3, 1, 64, 64)
+    truncated = _reference(models, "wan21", z16, tmp_path)
+    _close(got16, truncated)
+    _close(got48, _reference(models, "wan22", z48, tmp_path))
+    # truncated as the original casts, not rounded: equal to the truncated reference, often one
+    # below the rounded one
+    rounded = _reference(models, "wan21", z16, tmp_path, rounded=True)
+    assert (got16 == truncated).mean() > 0.99 and (rounded.astype(int) - got16 == 1).mean() > 0.2
+
+
+async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(models, tmp_path):
+    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "to_uint8": "round", "wan2_1": {
+        "checkpoint": str(models / "wan21"), "load_mean_std": True,
+        "images_mean_std": str(models / "images_mean_std.pt"), "video_mean_std": str(models / "video_mean_std.pt")}})
+    worker = TorchWorker(cfg)
+    try:
+        video, image = _z(16, 3, seed=3), _z(16, 1, seed=4)
+        got_video = await worker.decode(video)
+        got_image = await worker.decode(image)
+        worker.load_mean_std = False  # what POST /api/reward/latent_attr {"load_mean_std": false} does
+        plain = await worker.decode(video)
+        worker.load_mean_std = True
+        with pytest.raises(TorchWorkerError, match="latents have 5 frames but the video statistics cover 4"):
+            await worker.decode(_z(16, 5, b=1))
+    finally:
+        await worker.aclose()
+    _close(got_video, _reference(models, "wan21", video, tmp_path, stats=True, rounded=True))
+    _close(got_image, _reference(models, "wan21", image, tmp_path, stats=True, rounded=True))
+    _close(plain, _reference(models, "wan21", video, tmp_path, rounded=True))
+    assert np.abs(plain.astype(int) - got_video.astype(int)).max() > 10  # the statistics did change the pixels
+
+
+async def test_a_decoder_that_cannot_load_says_why_and_is_remembered(models, monkeypatch):
+    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "retry_failed_load_s": 60,
+                                              "wan2_1": {"checkpoint": str(models / "wan22")},  # 48 channels
+                                              "wan2_2": {"checkpoint": "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
+                                                         "subfolder": "vae"}})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # inherited by the worker: no hub here
+    worker = TorchWorker(cfg)
+    try:
+        with pytest.raises(TorchWorkerError, match="has z_dim 48, but it is configured as the wan2_1 decoder") as e1:
+            await worker.decode(_z(16, 1, b=1))
+        with pytest.raises(TorchWorkerError, match="cannot load AutoencoderKLWan 'Wan-AI/Wan2.2-TI2V-5B-Diffusers'") as e2:
+            await worker.decode(_z(48, 1, b=1))
+    finally:
+        await worker.aclose()
+    assert e1.value.stage == e2.value.stage == "load"
+    assert "Wan2.1" in worker.load_failure(16) and "Wan2.2" in worker.load_failure(48)
+    print(json.dumps({"wan2_2 offline": worker.load_failure(48)[:300]}))

@@ -1,0 +1,69 @@
+"""The cosmos-rl client side, as its example clients and remote_calculator build requests, and a
+small gateway config on the fake OpenAI backend (tests/support/fake_openai.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+
+import httpx
+import numpy as np
+
+from tests.support.fake_openai import free_port
+
+
+def npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+def enqueue_body(meta: dict, arr: np.ndarray) -> bytes:
+    """`<JSON>\\n<npy bytes>` (application/octet-stream)."""
+    return json.dumps(meta).encode("utf-8") + b"\n" + npy(arr)
+
+
+HEADERS = {"Content-Type": "application/octet-stream", "Authorization": "Bearer None"}
+
+
+async def poll(client: httpx.AsyncClient, uid: str, reward: str | None, *, timeout: float = 60.0,
+               interval: float = 0.05) -> httpx.Response:
+    """Form-encoded pulls until the reply is final (200, failed, expired, unknown)."""
+    deadline = time.monotonic() + timeout
+    data = {"uuid": uid} if reward is None else {"uuid": uid, "type": reward}
+    while True:
+        r = await client.post("/api/reward/pull", data=data)
+        body = r.json()  # every reply is JSON
+        if r.status_code == 200 or body.get("status") in ("failed", "unknown", "expired"):
+            return r
+        assert time.monotonic() < deadline, f"still {body} after {timeout}s"
+        await asyncio.sleep(interval)
+
+
+def image_batch(b: int = 2, size: int = 16) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, size=(b, size, size, 3), dtype=np.uint8)
+
+
+def video_batch(b: int = 2, t: int = 8, size: int = 32) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, 256, size=(b, 3, t, size, size), dtype=np.uint8)
+
+
+def small_config(base_url: str, **cosmos) -> dict:
+    """An image judge (`quality`), a video judge (`cosmos_reason1`) on the fake backend, one on an
+    address nothing listens on (`down`), and the given [cosmos_rl] section."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    return {
+        "backends": {
+            "yes": {"model": "fake-yes", "base_urls": [base_url], "timeout_s": 10, "max_retries": 1},
+            "down": {"model": "fake-yes", "base_urls": [dead], "timeout_s": 10, "max_retries": 1,
+                     "connect_timeout_s": 1},
+        },
+        "judges": {
+            "quality": {"kind": "yes_no", "backend": "yes", "template": "image_quality@1"},
+            "cosmos_reason1": {"kind": "yes_no", "backend": "yes", "template": "cosmos_reason1@1", "default": False},
+            "down": {"kind": "yes_no", "backend": "down", "template": "image_quality@1", "default": False},
+        },
+        "cosmos_rl": cosmos,
+    }
