@@ -18,6 +18,7 @@ import logging
 import math
 import time
 import uuid as uuidlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -44,6 +45,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
+from .disconnect import ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 
@@ -179,12 +181,16 @@ class CosmosRLService:
             info["video_infos"] = meta.video_infos
         return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
 
-    async def enqueue(self, body: bytes) -> str:
-        """Validate, store a pending entry, start scoring in the background; the uuid."""
+    async def enqueue(self, body: bytes, *,
+                      until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None) -> str:
+        """Validate, store a pending entry, start scoring in the background; the uuid.
+        `until` wraps the preparation (the server cancels it when the client leaves before it has
+        a uuid); once a uuid is given, the request is accepted and runs to its end."""
         if len(self._tasks) >= self.cfg.max_pending:
             raise QueueFull(f"{len(self._tasks)} requests are being scored (cosmos_rl.max_pending = "
                             f"{self.cfg.max_pending}); retry shortly")
-        prepared = await self.prepare(body)
+        preparing = self.prepare(body)
+        prepared = await (until(preparing) if until is not None else preparing)
         if len(self._tasks) >= self.cfg.max_pending:  # re-check: preparing awaited
             raise QueueFull(f"cosmos_rl.max_pending = {self.cfg.max_pending} requests are being scored; retry shortly")
         await self._ensure_heartbeat()
@@ -437,7 +443,11 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
         try:
             body = await request.body()
             try:
-                uid = await service.enqueue(body)
+                uid = await service.enqueue(body, until=lambda work: unless_disconnected(request, work))
+            except ClientDisconnected:
+                status = "cancelled"
+                metrics.cancelled_requests.labels("cosmos_rl").inc()
+                return bad("the client disconnected before the request was accepted", 499)
             except PayloadError as err:
                 status = "invalid"
                 return bad(str(err))

@@ -14,6 +14,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
+from .disconnect import ClientDisconnected, unless_disconnected
+
+# nginx's "client closed request": what the log says when a client left before its reply.
+CLIENT_CLOSED = 499
 
 
 class JudgeList(BaseModel):
@@ -82,7 +86,12 @@ def install(app: FastAPI, gateway: Gateway) -> None:
                 return _error("invalid_request",
                               "; ".join(f"{e['field']}: {e['message']}" for e in errors), 422, errors=errors)
             try:
-                response = await gateway.score(reward_request)
+                # A client that leaves (its timeout) takes its judge calls with it.
+                response = await unless_disconnected(request, gateway.score(reward_request))
+            except ClientDisconnected:
+                status = "cancelled"
+                metrics.cancelled_requests.labels("native").inc()
+                return Response(status_code=CLIENT_CLOSED)
             except UnknownJudgeError as err:
                 status = "invalid"
                 return _error("unknown_judge", str(err), 400, field="judges")
