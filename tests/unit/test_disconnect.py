@@ -68,7 +68,7 @@ def b64png(seed: int) -> str:
 
 
 def metric(url: str, name: str, **labels: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    text = httpx.get(f"{url}/metrics", timeout=10, headers={"Authorization": "Bearer k1"}).text
     want = ",".join(f'{k}="{v}"' for k, v in labels.items())
     match = re.search(rf"^{name}\{{{re.escape(want)}\}} ([0-9.e+-]+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
@@ -93,13 +93,15 @@ def no_errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_native_disconnect_cancels_the_backend_calls(stalling_backend, caplog):
+@pytest.mark.parametrize("api_keys", [None, ["k1"]], ids=["open", "with-api-keys"])
+def test_native_disconnect_cancels_the_backend_calls(stalling_backend, caplog, api_keys):
     caplog.set_level(logging.WARNING)
-    app = create_app(Gateway(validate_config(gateway_config(stalling_backend.base_url))))
+    app = create_app(Gateway(validate_config(gateway_config(stalling_backend.base_url))), api_keys=api_keys)
     counters = stalling_backend.counters
+    auth = {"Authorization": "Bearer k1"} if api_keys else {}
     with LiveServer(app) as live:
         body = {"samples": [{"prompt": f"p{i}", "image": b64png(i)} for i in range(3)], "judges": ["slow_judge"]}
-        hang_up("POST", f"{live.url}/v1/rewards", 1.0, json=body)
+        hang_up("POST", f"{live.url}/v1/rewards", 1.0, json=body, headers=auth)
         # The backend sees all three calls closed at once, not answered 30 s later.
         took = wait_for(lambda: counters["stall_disconnected"] == 3 and counters["inflight"] == 0)
         assert took < 5.0
