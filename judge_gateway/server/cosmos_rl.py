@@ -45,7 +45,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
-from .disconnect import ClientDisconnected, unless_disconnected
+from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 
@@ -447,7 +447,7 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
             except ClientDisconnected:
                 status = "cancelled"
                 metrics.cancelled_requests.labels("cosmos_rl").inc()
-                return bad("the client disconnected before the request was accepted", 499)
+                return bad("the client disconnected before the request was accepted", CLIENT_CLOSED)
             except PayloadError as err:
                 status = "invalid"
                 return bad(str(err))

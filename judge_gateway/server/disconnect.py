@@ -20,6 +20,9 @@ from starlette.requests import Request
 
 T = TypeVar("T")
 
+# nginx's "client closed request": the status logged for a request whose client left first.
+CLIENT_CLOSED = 499
+
 
 class ClientDisconnected(Exception):
     """The HTTP client closed the connection before the work finished; the work was cancelled."""
@@ -46,6 +49,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         task.cancel()
         raise
     finally:
+        if watcher.done() and not watcher.cancelled():
+            watcher.exception()  # retrieved: a failed watcher is not logged as unhandled
         watcher.cancel()
     if task.done():
         return task.result()

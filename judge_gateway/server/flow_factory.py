@@ -28,7 +28,7 @@ from ..gateway import Gateway
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import ErrorCode, RewardRequest, SampleInput
-from .disconnect import ClientDisconnected, unless_disconnected
+from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,8 @@ def install(app: FastAPI, service: FlowFactoryService) -> None:
         except ClientDisconnected:
             status = "cancelled"
             metrics.cancelled_requests.labels("flow_factory").inc()
-            return JSONResponse({"detail": "the client disconnected; scoring was cancelled"}, status_code=499)
+            return JSONResponse({"detail": "the client disconnected; scoring was cancelled"},
+                                status_code=CLIENT_CLOSED)
         except Exception as err:  # a bug: 500, which the client retries
             log.exception("flow-factory compute failed")
             return JSONResponse({"detail": f"{type(err).__name__}: {err}"}, status_code=500)

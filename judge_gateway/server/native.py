@@ -14,10 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
-from .disconnect import ClientDisconnected, unless_disconnected
-
-# nginx's "client closed request": what the log says when a client left before its reply.
-CLIENT_CLOSED = 499
+from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 
 class JudgeList(BaseModel):

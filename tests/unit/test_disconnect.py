@@ -191,3 +191,45 @@ def test_head_items_of_a_cancelled_request_are_not_run(stalling_backend, slow_he
         assert r.status_code == 200 and r.json()["results"][0]["scores"]["slow_head"]["raw"] == 0.5
     assert ran.read_text().split() == [*first, "later"]
     assert no_errors_logged(caplog) == []
+
+
+class FakeRequest:
+    """The part of a Starlette request the watcher uses: `receive()` after the body was read."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+
+    async def receive(self) -> dict:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+
+async def test_unless_disconnected_returns_raises_or_cancels():
+    from judge_gateway.server.disconnect import ClientDisconnected, unless_disconnected
+
+    async def answer(value: int, delay: float = 0.0) -> int:
+        await asyncio.sleep(delay)
+        return value
+
+    async def fail() -> int:
+        raise ValueError("bad judge name")
+
+    assert await unless_disconnected(FakeRequest(), answer(7)) == 7
+    with pytest.raises(ValueError, match="bad judge name"):
+        await unless_disconnected(FakeRequest(), fail())
+
+    request, cancelled = FakeRequest(), asyncio.Event()
+
+    async def slow() -> int:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return 1
+
+    asyncio.get_running_loop().call_later(0.1, request.gone.set)
+    started = time.monotonic()
+    with pytest.raises(ClientDisconnected):
+        await unless_disconnected(request, slow())
+    assert cancelled.is_set() and time.monotonic() - started < 5
