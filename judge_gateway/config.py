@@ -257,12 +257,13 @@ class RubricOptions(VLMOptions):
         "skip", description="skip: leave N/A aspects out of the mean; value: count them as na_value."
     )
     na_value: float | None = None
-    missing_policy: Literal["invalid", "skip"] = Field(
-        "invalid", description="An expected aspect absent from the reply makes the score invalid, or is skipped."
+    missing_policy: Literal["invalid", "skip"] | None = Field(
+        None, description="An expected aspect absent from the reply makes the score invalid, or is left out "
+        "of the mean (default: the template's, else invalid). A reply with no aspect score is invalid either way."
     )
     scale: tuple[float, float] | None = Field(None, description="Aspect scale (default: the template's).")
     max_tokens: int | None = Field(None, gt=0)
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
     stop: list[str] | None = None
     guided_regex: str | None = Field(
         None, description="Constrain the reply with vLLM structured outputs (a regex)."
@@ -296,7 +297,7 @@ class FinalScoreOptions(VLMOptions):
     scale: tuple[float, float] | None = None
     label: str | None = None
     max_tokens: int | None = Field(None, gt=0)
-    temperature: float = Field(0.0, ge=0.0)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
     stop: list[str] | None = None
     guided_regex: str | None = None
 

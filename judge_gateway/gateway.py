@@ -81,7 +81,11 @@ class Gateway:
         ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex)
 
         async def cell(sample_index: int, name: str) -> JudgeScore:
-            score = await self.judges[name].score(request.samples[sample_index], ctx)
+            try:
+                score = await self.judges[name].score(request.samples[sample_index], ctx)
+            except asyncio.CancelledError:  # the request was abandoned (client gone, shutdown)
+                self.metrics.cancelled_scores.labels(name).inc()
+                raise
             self._observe(score)
             return score
 

@@ -93,6 +93,12 @@ class TorchWorker:
             except TimeoutError:
                 await self._kill()
                 raise TorchWorkerError(f"torch worker gave no answer within {timeout:.0f}s (restarted)") from None
+            except asyncio.CancelledError:
+                # Cancelled mid-exchange (its client left): the next call would read this reply.
+                if proc.returncode is None:
+                    proc.kill()
+                self._proc = None
+                raise
             except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError) as err:
                 await self._kill()
                 raise TorchWorkerError(f"torch worker died ({type(err).__name__}); it restarts on the next call") from None

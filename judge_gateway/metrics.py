@@ -34,5 +34,16 @@ class Metrics:
             ["judge", "code"], registry=self.registry,
         )
 
+        self.cancelled_requests = Counter(
+            "judge_gateway_cancelled_requests_total",
+            "Requests whose scoring was cancelled because the HTTP client disconnected first.",
+            ["api"], registry=self.registry,
+        )
+        self.cancelled_scores = Counter(
+            "judge_gateway_cancelled_scores_total",
+            "Judge scores (sample x judge) cancelled before they finished, by judge.",
+            ["judge"], registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Create (idempotently) the project venv .venv with judge-gateway installed editable, plus dev
-# tools. Re-runs are fast: nothing happens while pyproject.toml is unchanged and the venv imports.
+# tools and the OCR head's RapidOCR + onnxruntime (the embedded default config's `ocr` judge runs
+# its worker under this venv's interpreter; its models ship in the wheel). Re-runs are fast:
+# nothing happens while pyproject.toml is unchanged and the venv imports.
 #
-# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune,redis)
+# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune,redis,ocr)
 #   JG_VENV    venv path (default: <repo>/.venv)
 #   JG_PYTHON  interpreter used to create it (default: python3, must be >= 3.11)
 set -euo pipefail
@@ -10,12 +12,12 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${JG_VENV:-$REPO_ROOT/.venv}"
 BASE_PYTHON="${JG_PYTHON:-python3}"
-EXTRAS="dev,tune,redis"
+EXTRAS="dev,tune,redis,ocr"
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --extras) EXTRAS="$2"; shift 2 ;;
-        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bootstrap: unknown argument: $1" >&2; exit 2 ;;
     esac
 done

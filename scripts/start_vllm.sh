@@ -43,7 +43,11 @@ Options:
   --no-prefix-caching            disable prefix caching (on by default) JG_VLLM_PREFIX_CACHING=0
   --gpu-memory-utilization F     GPU memory fraction                    JG_VLLM_GPU_MEM_UTIL
   --tensor-parallel-size N       tensor parallel size                   JG_VLLM_TP
-  --data-parallel-size N         data parallel size                     JG_VLLM_DP
+  --data-parallel auto|N         vLLM's --data-parallel-size: N, or auto = one replica per
+                                 GPU in CUDA_VISIBLE_DEVICES (its comma-separated entries,
+                                 divided by --tensor-parallel-size; 1 when it is unset or
+                                 empty, as Flow-Factory's launcher counts)   JG_VLLM_DP
+  --data-parallel-size N         the same as --data-parallel N
   --cpu                          CPU mode (vLLM CPU build from the venv JG_VLLM_VENV, default
                                  <repo>/.venv-vllm, see scripts/setup_vllm_cpu.sh): offline,
                                  --enforce-eager, no GPU flags          JG_VLLM_CPU=1
@@ -68,6 +72,7 @@ status 0 running and healthy, 1 running but not healthy, 3 stopped.
 
 Examples:
   $PROG start --preset cosmos_reason1 --gpu-memory-utilization 0.45
+  CUDA_VISIBLE_DEVICES=0,1,2,3 $PROG start --preset cosmos_reason1 --data-parallel auto   # 4 replicas
   $PROG start --cpu --model /tmp/tiny-vlm --served-model-name nvidia/Cosmos-Reason1-7B-Reward --port 8101
   $PROG status --preset cosmos_reason1
   $PROG stop --preset cosmos_reason1
@@ -105,7 +110,7 @@ while [[ $# -gt 0 ]]; do
         --prefix-caching) OPT_PREFIX=1; shift ;;
         --gpu-memory-utilization) need_value "$@"; OPT_GPU_UTIL="$2"; shift 2 ;;
         --tensor-parallel-size) need_value "$@"; OPT_TP="$2"; shift 2 ;;
-        --data-parallel-size) need_value "$@"; OPT_DP="$2"; shift 2 ;;
+        --data-parallel|--data-parallel-size) need_value "$@"; OPT_DP="$2"; shift 2 ;;
         --cpu) OPT_CPU=1; shift ;;
         --python) need_value "$@"; OPT_PYTHON="$2"; shift 2 ;;
         --run-dir) need_value "$@"; OPT_RUN_DIR="$2"; shift 2 ;;
@@ -178,6 +183,24 @@ VENV="${JG_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 [[ "$WAIT_TIMEOUT" =~ ^[0-9]+$ ]] || die "--wait-timeout must be a whole number of seconds"
 [[ "$STOP_TIMEOUT" =~ ^[0-9]+$ ]] || die "--stop-timeout must be a whole number of seconds"
 [[ "$CPU_MODE" == 1 || "$CPU_MODE" == 0 ]] || die "JG_VLLM_CPU must be 0 or 1"
+[[ -z "$TP" || "$TP" =~ ^[1-9][0-9]*$ ]] || die "--tensor-parallel-size must be a positive whole number, got '$TP'"
+
+# --data-parallel auto: one replica per visible GPU (per TP group of them). Flow-Factory's
+# launcher counts the comma-separated entries of CUDA_VISIBLE_DEVICES, 1 when it is unset.
+if [[ "$DP" == auto ]]; then
+    visible=0
+    IFS=',' read -r -a devices <<<"${CUDA_VISIBLE_DEVICES:-}"
+    for device in ${devices[@]+"${devices[@]}"}; do
+        [[ -n "${device// /}" ]] && visible=$((visible + 1))
+    done
+    [[ $visible -gt 0 ]] || visible=1
+    tp_size="${TP:-1}"
+    (( visible % tp_size == 0 )) \
+        || die "--data-parallel auto: $visible GPU(s) in CUDA_VISIBLE_DEVICES='${CUDA_VISIBLE_DEVICES:-}' do not split into tensor-parallel groups of $tp_size"
+    DP=$((visible / tp_size))
+    echo "$PROG: --data-parallel auto: $DP replica(s) (CUDA_VISIBLE_DEVICES='${CUDA_VISIBLE_DEVICES:-}', tensor parallel ${tp_size})" >&2
+fi
+[[ -z "$DP" || "$DP" =~ ^[1-9][0-9]*$ ]] || die "--data-parallel must be 'auto' or a positive whole number, got '$DP'"
 
 if [[ -n "${OPT_NAME:-${JG_VLLM_NAME:-}}" ]]; then
     NAME="${OPT_NAME:-${JG_VLLM_NAME:-}}"

@@ -147,6 +147,12 @@ class HeadWorker:
             proc.stdin.write(encode_frame({**header, "id": msg_id}, payload))
             await proc.stdin.drain()
             return await fut
+        except asyncio.CancelledError:
+            # Its request was abandoned (client gone): the worker drops the item if still queued;
+            # a result that comes anyway finds no future and is discarded.
+            if header.get("op") == "score" and proc.returncode is None and not proc.stdin.is_closing():
+                proc.stdin.write(encode_frame({"op": "cancel", "id": msg_id}))
+            raise
         except (ConnectionError, RuntimeError) as exc:
             raise HeadError(f"head {self.name!r}: lost the worker while sending ({exc})") from None
         finally:

@@ -5,6 +5,8 @@ Protocol (frames from protocol.py) on stdin/stdout:
   gateway -> worker  {"op": "init", "kind", "name", "options"}   then scoring messages:
                      {"op": "score", "id", "prompt", "shape", "dtype"} + uint8 frames
                      {"op": "stats", "id"}
+                     {"op": "cancel", "id"}   the request of a queued score message was abandoned:
+                                              drop it (no result is sent for it)
   worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error"}
                      {"op": "result", "id", "ok": true, "outputs": [...]}
                      {"op": "result", "id", "ok": false, "error"}
@@ -53,7 +55,37 @@ def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
     return sys.stdin.buffer, out
 
 
-def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer) -> None:
+class _Cancels:
+    """Score messages the gateway cancelled while they waited in the queue (thread-safe: the
+    reader thread marks them, the batching thread drops them when it collects them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queued: set[int] = set()
+        self._cancelled: set[int] = set()
+        self.dropped = 0
+
+    def queued(self, msg_id: int) -> None:
+        with self._lock:
+            self._queued.add(msg_id)
+
+    def cancel(self, msg_id: Any) -> None:
+        with self._lock:
+            if msg_id in self._queued:  # one already collected runs; its result is discarded
+                self._cancelled.add(msg_id)
+
+    def keep(self, jobs: list[Job]) -> list[Job]:
+        """The collected jobs still wanted; they leave the queue either way."""
+        with self._lock:
+            kept = [job for job in jobs if job.msg_id not in self._cancelled]
+            for job in jobs:
+                self._queued.discard(job.msg_id)
+                self._cancelled.discard(job.msg_id)
+            self.dropped += len(jobs) - len(kept)
+        return kept
+
+
+def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer, cancels: _Cancels | None = None) -> None:
     try:
         while True:
             frame = read_frame(stream)
@@ -70,7 +102,12 @@ def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer) -> None:
                 except ProtocolError as exc:
                     writer.send({"op": "result", "id": msg_id, "ok": False, "error": str(exc)})
                     continue
+                if cancels is not None:
+                    cancels.queued(msg_id)
                 q.put(Job(msg_id=msg_id, frames=frames, prompt=prompt))
+            elif op == "cancel":
+                if cancels is not None:
+                    cancels.cancel(msg_id)
             elif op == "stats":
                 q.put(Control(msg_id=msg_id, op="stats"))
             elif op == "shutdown":
@@ -112,11 +149,12 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
-    threading.Thread(target=_reader, args=(stdin, q, writer), daemon=True, name="head-reader").start()
+    cancels = _Cancels()
+    threading.Thread(target=_reader, args=(stdin, q, writer, cancels), daemon=True, name="head-reader").start()
     overlap = options.get("overlap_preprocessing")
     if overlap is None:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
-    items = _batches(batcher, q)
+    items = _batches(batcher, q, cancels)
     if overlap and batcher.prepare is not None:
         # One batch ahead: the stager thread collects and preprocesses batch k+1 while this
         # thread runs batch k on the device; maxsize=1 keeps at most one prepared batch waiting.
@@ -140,7 +178,8 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         elif item is _STAGER_DIED:
             return 4
         elif isinstance(item, Control) and item.op == "stats":
-            writer.send({"op": "stats", "id": item.msg_id, "stats": {**batcher.stats(), **head.stats()}})
+            writer.send({"op": "stats", "id": item.msg_id,
+                         "stats": {**batcher.stats(), **head.stats(), "cancelled_jobs": cancels.dropped}})
 
 
 @dataclass
@@ -149,11 +188,13 @@ class _Batch:
     staged: Staged | None
 
 
-def _batches(batcher: MicroBatcher, q: "queue.Queue[Any]") -> Iterator[Any]:
+def _batches(batcher: MicroBatcher, q: "queue.Queue[Any]", cancels: _Cancels | None = None) -> Iterator[Any]:
     """Collected batches with their CPU preparation done, then the messages that came after
-    them (controls, the end of stream), in arrival order."""
+    them (controls, the end of stream), in arrival order. Cancelled jobs are dropped unrun."""
     while True:
         jobs, others = batcher.collect(q)
+        if cancels is not None:
+            jobs = cancels.keep(jobs)
         if jobs:
             yield _Batch(jobs, batcher.stage(jobs))  # stage keeps a failed slice's exception
         yield from others

@@ -27,11 +27,18 @@ MAX_REPLY_CHARS = 8000
 class _GenerativeJudge(VLMJudge):
     options: RubricOptions | FinalScoreOptions
 
+    @property
+    def temperature(self) -> float:
+        """The judge's option, else the template's (RationalRewards@2: 0.1, as its README), else 0."""
+        if self.options.temperature is not None:
+            return self.options.temperature
+        return self.template.temperature if self.template.temperature is not None else 0.0
+
     def _request_params(self) -> dict[str, Any]:
         opts = self.options
         params: dict[str, Any] = {
             "max_tokens": opts.max_tokens or self.template.max_tokens or DEFAULT_MAX_TOKENS,
-            "temperature": opts.temperature,
+            "temperature": self.temperature,
         }
         stop = opts.stop if opts.stop is not None else list(self.template.stop)
         if stop:
@@ -50,6 +57,7 @@ class _GenerativeJudge(VLMJudge):
             raise JudgeFailure(ErrorCode.parse_error, "the backend returned an empty reply", details=media_facts)
         facts = {
             **media_facts,
+            "temperature": self.temperature,
             "finish_reason": choices[0].get("finish_reason"),
             "reply": text[:MAX_REPLY_CHARS],
             "reply_truncated_in_details": len(text) > MAX_REPLY_CHARS,
@@ -75,6 +83,8 @@ class RubricJudge(_GenerativeJudge):
         self.scale = (float(scale[0]), float(scale[1]))
         self.na_policy: str = self.options.na_policy
         self.na_value = self.options.na_value
+        # What an aspect absent from the reply does: the option, else the template's default.
+        self.missing_policy: str = self.options.missing_policy or t.missing_policy or "invalid"
         self.profile = None
         if self.options.aggregation_profile:
             # A tuned profile (validated by the config loader) replaces weights and N/A policy.
@@ -88,9 +98,8 @@ class RubricJudge(_GenerativeJudge):
 
     def aggregate(self, scores: dict[str, float | None], missing: list[str]) -> tuple[float, dict[str, Any]]:
         """Weighted mean of the aspect scores on the native scale, per the configured policies."""
-        opts = self.options
         relevant_missing = [m for m in missing if self.weights.get(m, 0.0) > 0]
-        if relevant_missing and opts.missing_policy == "invalid":
+        if relevant_missing and self.missing_policy == "invalid":
             raise JudgeFailure(
                 ErrorCode.parse_error,
                 f"no score for aspect(s) {', '.join(relevant_missing)} in the reply",
@@ -136,6 +145,7 @@ class RubricJudge(_GenerativeJudge):
             **parsed.details(),
             "weights": used,
             "na_policy": self.na_policy,
+            "missing_policy": self.missing_policy,
             "scale": list(self.scale),
         }
         if self.profile is not None:

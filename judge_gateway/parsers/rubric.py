@@ -286,7 +286,10 @@ def _first_score(blocks: list[list[str]], hi: float) -> object:
 
 
 def _section_score(lines: list[str], hi: float) -> object:
-    """The value of a section's first Score line, or _NO_SCORE when it has none."""
+    """The value of a section's first readable Score line (as the RationalRewards reference
+    parser, an unreadable one is passed over for a later one), else the first unreadable value,
+    else _NO_SCORE when the section has no Score line."""
+    unreadable: Unreadable | None = None
     for index, line in enumerate(lines):
         match = _SCORE_LINE.match(line)
         if match is None:
@@ -295,6 +298,10 @@ def _section_score(lines: list[str], hi: float) -> object:
         if not raw.strip(_VALUE_WRAPPERS):
             # `## Score:` with the number alone on the next non-blank line.
             following = next((later for later in lines[index + 1 :] if later.strip()), "")
-            return read_score_value(following, hi=hi, whole=True)
-        return read_score_value(raw, hi=hi)
-    return _NO_SCORE
+            value = read_score_value(following, hi=hi, whole=True)
+        else:
+            value = read_score_value(raw, hi=hi)
+        if not isinstance(value, Unreadable):
+            return value
+        unreadable = unreadable or value
+    return unreadable if unreadable is not None else _NO_SCORE

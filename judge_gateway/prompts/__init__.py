@@ -62,12 +62,13 @@ _MARKER_LIKE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
 _COMMON_FIELDS = {"id", "version", "description", "kind", "system", "user", "source"}
 _KIND_FIELDS: dict[str, set[str]] = {
     "yes_no": {"answer", "verbatim"},
-    "rubric": {"aspects", "scale", "stop", "max_tokens"},
-    "final_score": {"scale", "label", "stop", "max_tokens"},
+    "rubric": {"aspects", "scale", "stop", "max_tokens", "temperature", "missing_policy"},
+    "final_score": {"scale", "label", "stop", "max_tokens", "temperature"},
 }
 _ANSWER_FIELDS = {"positive", "yes_words", "no_words"}
 _ASPECT_FIELDS = {"name", "weight", "na_allowed"}
 _SCALE_FIELDS = {"min", "max"}
+MISSING_POLICIES = ("invalid", "skip")
 
 
 class TemplateError(ValueError):
@@ -104,6 +105,10 @@ class Template:
     max_tokens: int | None
     source: str | None
     path: Path
+    # Defaults for the judge's options (a judge's own options win): the sampling temperature,
+    # and what an aspect absent from the reply does to the score (rubric).
+    temperature: float | None = None
+    missing_policy: str | None = None
 
     @property
     def ref(self) -> str:
@@ -469,6 +474,8 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
     label: str | None = None
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None
+    temperature: float | None = None
+    missing_policy: str | None = None
 
     if kind == "yes_no":
         positive, yes_words, no_words = _parse_answer(raw, fail)
@@ -492,7 +499,11 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
         scale = _parse_scale(raw, fail)
         stop = _parse_stop(raw, fail)
         max_tokens = _parse_max_tokens(raw, fail)
+        temperature = _parse_temperature(raw, fail)
         if kind == "rubric":
+            missing_policy = raw.get("missing_policy")
+            if missing_policy is not None and missing_policy not in MISSING_POLICIES:
+                raise fail("missing_policy", f"must be one of {list(MISSING_POLICIES)}, got {missing_policy!r}")
             aspects = _parse_aspects(raw, fail)
             for aspect in aspects:
                 # The parser finds aspects by name; a name the prompt never asks for is a typo.
@@ -523,6 +534,8 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
         max_tokens=max_tokens,
         source=source,
         path=path,
+        temperature=temperature,
+        missing_policy=missing_policy,
     )
 
 
@@ -647,6 +660,15 @@ def _parse_stop(raw: Mapping[str, Any], fail: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
         raise fail("stop", f"must be a list of non-empty strings, got {value!r}")
     return tuple(value)
+
+
+def _parse_temperature(raw: Mapping[str, Any], fail: Any) -> float | None:
+    value = raw.get("temperature")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
+        raise fail("temperature", f"must be a number in [0, 2], got {value!r}")
+    return float(value)
 
 
 def _parse_max_tokens(raw: Mapping[str, Any], fail: Any) -> int | None:

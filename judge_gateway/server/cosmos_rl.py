@@ -18,6 +18,7 @@ import logging
 import math
 import time
 import uuid as uuidlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -53,6 +54,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
+from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 
@@ -238,12 +240,16 @@ class CosmosRLService:
             t, h, w = (1, *pixels.shape[1:3]) if pixels.ndim == 4 else pixels.shape[1:4]
             check_enqueue_limits(batch, t, h, w, prompts, limits, f"tensor {list(pixels.shape)}")
 
-    async def enqueue(self, body: bytes) -> str:
-        """Validate, store a pending entry, start scoring in the background; the uuid."""
+    async def enqueue(self, body: bytes, *,
+                      until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None) -> str:
+        """Validate, store a pending entry, start scoring in the background; the uuid.
+        `until` wraps the preparation (the server cancels it when the client leaves before it has
+        a uuid); once a uuid is given, the request is accepted and runs to its end."""
         if len(self._tasks) >= self.cfg.max_pending:
             raise QueueFull(f"{len(self._tasks)} requests are being scored (cosmos_rl.max_pending = "
                             f"{self.cfg.max_pending}); retry shortly")
-        prepared = await self.prepare(body)
+        preparing = self.prepare(body)
+        prepared = await (until(preparing) if until is not None else preparing)
         if len(self._tasks) >= self.cfg.max_pending:  # re-check: preparing awaited
             raise QueueFull(f"cosmos_rl.max_pending = {self.cfg.max_pending} requests are being scored; retry shortly")
         await self._ensure_heartbeat()
@@ -578,7 +584,11 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
         try:
             body = await request.body()
             try:
-                uid = await service.enqueue(body)
+                uid = await service.enqueue(body, until=lambda work: unless_disconnected(request, work))
+            except ClientDisconnected:
+                status = "cancelled"
+                metrics.cancelled_requests.labels("cosmos_rl").inc()
+                return bad("the client disconnected before the request was accepted", CLIENT_CLOSED)
             except PayloadError as err:
                 status = "invalid"
                 return bad(str(err))

@@ -31,6 +31,7 @@ from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import ErrorCode, RewardRequest, SampleInput
+from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 
@@ -211,9 +212,16 @@ def install(app: FastAPI, service: FlowFactoryService) -> None:
         started = time.perf_counter()
         status = "error"
         try:
-            code, body = await service.compute(profile, await request.body())
+            raw = await request.body()
+            # The client gives up after its timeout and retries: stop scoring the abandoned copy.
+            code, body = await unless_disconnected(request, service.compute(profile, raw))
             status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
             return JSONResponse(body, status_code=code)
+        except ClientDisconnected:
+            status = "cancelled"
+            metrics.cancelled_requests.labels("flow_factory").inc()
+            return JSONResponse({"detail": "the client disconnected; scoring was cancelled"},
+                                status_code=CLIENT_CLOSED)
         except Exception as err:  # a bug: 500, which the client retries
             log.exception("flow-factory compute failed")
             return JSONResponse({"detail": f"{type(err).__name__}: {err}"}, status_code=500)

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
+from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 
 class JudgeList(BaseModel):
@@ -89,7 +90,12 @@ def install(app: FastAPI, gateway: Gateway) -> None:
                 status = "invalid"
                 return _error("invalid_request", str(err), 422)
             try:
-                response = await gateway.score(reward_request)
+                # A client that leaves (its timeout) takes its judge calls with it.
+                response = await unless_disconnected(request, gateway.score(reward_request))
+            except ClientDisconnected:
+                status = "cancelled"
+                metrics.cancelled_requests.labels("native").inc()
+                return Response(status_code=CLIENT_CLOSED)
             except UnknownJudgeError as err:
                 status = "invalid"
                 return _error("unknown_judge", str(err), 400, field="judges")

@@ -172,7 +172,7 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     print(f"data: {data.path} ({len(data.pairs)} pairs, sha256 {data.sha256[:16]})", file=out)
     table = score_table(data, cfg, [judge], opts, out)
     features = rubric_features(data, table, judge, aspects, (lo, hi),
-                               missing_invalid=options.missing_policy == "invalid")
+                               missing_invalid=(options.missing_policy or template.missing_policy or "invalid") == "invalid")
     _print_excluded(features, out, unit="pairs")
     policies = policy_candidates(features.pairs, (default.na_policy, default.na_value), (0.0, 0.5, 1.0))
     folds, summary, final = _run(features, default, policies, k=k, seed=seed, out=out)

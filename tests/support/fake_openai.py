@@ -10,7 +10,8 @@ backends at once. Real scoring is tested against the real vLLM (tests/integratio
 - `fake-rubric-garbage`: a reply with no rubric in it.
 - `fake-rubric-ok`: a well-formed RationalRewards-style reply (3 aspects).
 - `fake-final-4`: a reply ending in `Final Score: 4`.
-- `fake-stall`: answers only after `stall_s` seconds.
+- `fake-stall`: answers only after `stall_s` seconds; a caller that hangs up first is counted in
+  `counters["stall_disconnected"]` (and the handler stops), one that waits in `stall_answered`.
 - `fake-flaky`: fails with 503 the first `flaky_failures` times per process, then answers like fake-yes.
 - `fake-400`: a 400 error.
 
@@ -72,7 +73,8 @@ MODELS = ["fake-yes", "fake-no", "fake-sure-no", "fake-no-answer", "fake-no-logp
 
 def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
     app = FastAPI()
-    state: dict[str, Any] = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0, "bodies": []}
+    state: dict[str, Any] = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0, "bodies": [],
+                             "stall_disconnected": 0, "stall_answered": 0}
     app.state.counters = state
 
     @app.get("/v1/models")
@@ -89,9 +91,15 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
             state["inflight"] += 1
             state["max_inflight"] = max(state["max_inflight"], state["inflight"])
             try:
-                await asyncio.sleep(stall_s)
+                deadline = time.monotonic() + stall_s
+                while time.monotonic() < deadline:
+                    if await request.is_disconnected():  # the caller cancelled its request
+                        state["stall_disconnected"] += 1
+                        return JSONResponse({"error": {"message": "client gone"}}, status_code=499)
+                    await asyncio.sleep(0.02)
             finally:
                 state["inflight"] -= 1
+            state["stall_answered"] += 1
             return _completion(model, "Yes", _logprob_content([("Yes", 0.9), ("No", 0.1)]))
         if model == "fake-flaky":
             if state["flaky"] < flaky_failures:

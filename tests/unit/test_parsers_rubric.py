@@ -552,3 +552,20 @@ def test_degenerate_long_line_parses_in_linear_time(filler):
     result = parse_rubric(reply, T2I)
     assert time.perf_counter() - started < 2.0
     assert result.scores == {TF: 3.0}
+
+
+def test_an_unreadable_score_line_gives_way_to_a_later_one_in_its_section():
+    """As the RationalRewards reference parser: the first Score line it can read counts."""
+    reply = """\
+# Detailed Judgement
+1. Text Faithfulness:
+## Score: [ float score ]
+## Justification: the car is red, the lake is there.
+## Score: 3.25
+2. Physical and Visual Quality:
+## Score: good
+"""
+    result = parse_rubric(reply, T2I)
+    assert result.scores == {TF: 3.25}
+    assert result.unreadable == {PVQ: "good"}
+    assert result.missing == ["Physical and Visual Quality", "Text Rendering"]

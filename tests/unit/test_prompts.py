@@ -22,7 +22,11 @@ from judge_gateway.prompts import (
 )
 
 # CI checks out `shared/` beside the repository root.
-REFERENCE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "prompts"
+REFERENCE_DIR = next(
+    (p / "shared" / "reference" / "prompts" for p in Path(__file__).resolve().parents[2].parents
+     if (p / "shared" / "reference" / "prompts").is_dir()),
+    Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "prompts",
+)
 
 SHIPPED = [
     "cosmos_reason1@1",
@@ -30,7 +34,9 @@ SHIPPED = [
     "flow_factory_quality@1",
     "image_quality@1",
     "rational_rewards_edit@1",
+    "rational_rewards_edit@2",
     "rational_rewards_t2i@1",
+    "rational_rewards_t2i@2",
     "unified_reward@1",
     "video_edit@1",
     "vqa_alignment@1",

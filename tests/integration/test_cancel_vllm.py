@@ -1,0 +1,71 @@
+"""A client that disconnects stops the generation in the real vLLM server, not only in the
+gateway: the gateway closes its backend request and vLLM's OpenAI server aborts it (its chat
+route watches for the disconnect). RationalRewards@2 sends no stop sequence, so an abandoned
+critique would otherwise run to max_tokens."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+import httpx
+import pytest
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.server import create_app
+from tests.conftest import png_bytes
+from tests.support.live_server import LiveServer
+
+pytestmark = pytest.mark.integration
+
+MAX_TOKENS = 400
+
+
+def vllm_metric(base_url: str, name: str) -> float:
+    """Sum of a Prometheus series of the vLLM server over its labels."""
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
+
+
+def wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def test_disconnect_aborts_the_generation_in_vllm(vllm):
+    config = {
+        "backends": {"rr": {"model": "RationalRewards-8B-T2I", "base_urls": [vllm.base_url], "timeout_s": 600,
+                            "max_retries": 0}},
+        "judges": {"rr": {"kind": "rubric", "backend": "rr", "template": "rational_rewards_t2i@2",
+                          "options": {"max_tokens": MAX_TOKENS}}},
+    }
+    body = {"samples": [{"prompt": "a red car", "image": base64.b64encode(png_bytes(3)).decode()}],
+            "judges": ["rr"]}
+    tokens = "vllm:generation_tokens_total"
+    running = "vllm:num_requests_running"
+    with LiveServer(create_app(Gateway(validate_config(config)))) as live:
+        # Control: left alone, the tiny model's critique runs to max_tokens (no stop sequence).
+        before = vllm_metric(vllm.base_url, tokens)
+        started = time.monotonic()
+        full = httpx.post(f"{live.url}/v1/rewards", json=body, timeout=600).json()["results"][0]["scores"]["rr"]
+        full_s = time.monotonic() - started
+        assert full["details"]["finish_reason"] == "length", full
+        assert vllm_metric(vllm.base_url, tokens) - before == MAX_TOKENS
+
+        # The same request, from a client that gives up after a quarter of that time.
+        before = vllm_metric(vllm.base_url, tokens)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{live.url}/v1/rewards", json=body, timeout=max(0.5, full_s / 4))
+        wait_for(lambda: vllm_metric(vllm.base_url, running) == 0, timeout=full_s / 2)
+        generated = vllm_metric(vllm.base_url, tokens) - before
+        time.sleep(1.0)
+        assert vllm_metric(vllm.base_url, tokens) - before == generated  # nothing more generated
+        print(f"control: {MAX_TOKENS} tokens in {full_s:.1f} s; client gone after {max(0.5, full_s / 4):.1f} s: "
+              f"vLLM generated {generated:.0f} tokens")
+        assert generated < MAX_TOKENS * 0.9, (generated, full_s)  # stopped, well short of max_tokens
+        assert httpx.get(f"{live.url}/metrics", timeout=10).text.count(
+            'judge_gateway_cancelled_requests_total{api="native"} 1.0') == 1
