@@ -22,7 +22,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol_config import SENTINEL_LABEL, SENTINEL_VALUE, CosmosReward, InvalidFill, LegacyKey
+from ..protocol_config import (
+    SENTINEL_LABEL,
+    SENTINEL_VALUE,
+    CosmosReward,
+    InvalidFill,
+    LegacyKey,
+)
 from ..schema import JudgeScore
 
 

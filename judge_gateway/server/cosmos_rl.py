@@ -37,7 +37,6 @@ from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import CosmosReward, CosmosRLConfig, LegacyKey
 from ..schema import ErrorCode, JudgeScore, RewardRequest, SampleInput
 from ..store import ResultStore, StoreError
-from .cosmos_legacy import legacy_lists, source_value
 from ..tensors import (
     EnqueueMeta,
     PayloadError,
@@ -50,6 +49,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
+from .cosmos_legacy import legacy_lists, source_value
 
 log = logging.getLogger(__name__)
 

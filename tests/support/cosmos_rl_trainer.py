@@ -51,7 +51,7 @@ class _BarePackages:
 
 def load_calculator():
     sys.meta_path.insert(0, _BarePackages())
-    import cosmos_rl.dispatcher.data.packer as packer
+    from cosmos_rl.dispatcher.data import packer
 
     packer.BaseDataPacker = type("BaseDataPacker", (), {})  # only in setup()'s annotations
     from cosmos_rl.dispatcher.data.schema import RLPayload

@@ -20,8 +20,8 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.protocol_config import CosmosReward, CosmosRLConfig, InvalidFill
 from judge_gateway.schema import ErrorCode, JudgeScore
 from judge_gateway.server import create_app
-from judge_gateway.store import MemoryStore
 from judge_gateway.server.cosmos_legacy import legacy_lists
+from judge_gateway.store import MemoryStore
 from judge_gateway.tensors import bf16_view_to_float32
 from tests.unit.test_gateway_faults import fault_config
 
