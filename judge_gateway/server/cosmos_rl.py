@@ -12,8 +12,8 @@ policy (cosmos_rl.on_invalid; default group_mean, which leaves its advantage at 
 
 Pending entries live in the store too. Each gateway process writes a heartbeat; a pending entry
 whose owner's heartbeat is gone (the process died or restarted) reads as failed at once, and
-any pending entry past cosmos_rl.request_timeout_s reads as failed (500 with the reason: the
-trainer's client retries the pull, so such a request is lost to it; enqueue it again by hand).
+any pending entry past cosmos_rl.request_timeout_s reads as failed (500 with the reason).
+cosmos-rl's trainer client does not enqueue again: it keeps retrying the pull of that uuid.
 """
 
 from __future__ import annotations
