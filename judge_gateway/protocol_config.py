@@ -1,8 +1,8 @@
 """Config sections of the drop-in protocol adapters and the result store.
 
     [store]                          memory (default) or redis; TTL and size bound
-    [cosmos_rl]                      queue bound, fill values, request timeout
-    [cosmos_rl.rewards.NAME]         cosmos-rl reward name -> judge + legacy score keys
+    [cosmos_rl]                      queue bound, invalid-sample policy, transient retries, request timeout
+    [cosmos_rl.rewards.NAME]         cosmos-rl reward name -> judge + legacy score keys (+ its own invalid policy)
     [cosmos_rl.latents]              Wan VAE latent decoder worker (interpreter, one checkpoint per VAE)
     [flow_factory.profiles.NAME]     a weighted set of judges served at {path_prefix}/NAME
 
@@ -61,6 +61,28 @@ class StoreConfig(_Strict):
 _SOURCE_RE = re.compile(r"^(reward|raw|details\.[A-Za-z0-9_.-]+)$")
 
 
+class TagSplit(_Strict):
+    """A per-tag legacy key: one list per tag; a sample's value goes in its own tag's list."""
+
+    tag: str = Field(description="`details.<key>` holding the sample's tag.")
+    tags: tuple[str, ...] = Field(min_length=1, description="Every tag, in the original's order.")
+    not_applicable: float = Field(-10.0, description="Value in the other tags' lists (the original's -10.0).")
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if not v.startswith("details."):
+            raise ValueError(f"{v!r} is not `details.<key>`")
+        return v
+
+
+# What an invalid sample's legacy value is. cosmos-rl's trainer reads only `scores` (never
+# `valid`) and never re-enqueues, so a fill is trained on: it must not move GRPO advantages.
+InvalidPolicy = Literal["group_mean", "value", "sentinel"]
+SENTINEL_VALUE = -1.0  # what the original service writes for a failed sample
+SENTINEL_LABEL = "Error"
+
+
 class LegacyKey(_Strict):
     """Where one legacy score key's value comes from in a JudgeScore."""
 
@@ -69,6 +91,10 @@ class LegacyKey(_Strict):
         None, description="Emit a label instead of the number: [below threshold, at or above]."
     )
     threshold: float = 0.5
+    scale: float = Field(1.0, description="Multiply the number by this (the original's unified_reward is score / 5).")
+    by_tag: TagSplit | None = Field(
+        None, description="Emit a dict of lists, one per tag (the original's gen_eval_group) instead of a list."
+    )
 
     @field_validator("source")
     @classmethod
@@ -77,6 +103,20 @@ class LegacyKey(_Strict):
             raise ValueError(f"{v!r} is not `reward`, `raw` or `details.<key>`")
         return v
 
+    @model_validator(mode="after")
+    def _one_shape(self) -> LegacyKey:
+        if self.labels is not None and self.by_tag is not None:
+            raise ValueError("a key is either labels or by_tag, not both")
+        return self
+
+
+class InvalidFill(_Strict):
+    """One reward's resolved invalid-sample policy."""
+
+    policy: InvalidPolicy
+    value: float
+    label: str
+
 
 class CosmosReward(_Strict):
     judge: str = Field(description="The configured judge that scores this cosmos-rl reward.")
@@ -84,6 +124,9 @@ class CosmosReward(_Strict):
     media: Literal["image", "video"] | None = Field(
         None, description="Medium the reward needs; default: the judge's own (a video judge needs video)."
     )
+    on_invalid: InvalidPolicy | None = Field(None, description="Overrides cosmos_rl.on_invalid for this reward.")
+    fill_value: float | None = Field(None, description="Overrides cosmos_rl.fill_value for this reward.")
+    fill_label: str | None = Field(None, description="Overrides cosmos_rl.fill_label for this reward.")
 
     @field_validator("keys", mode="before")
     @classmethod
@@ -92,6 +135,9 @@ class CosmosReward(_Strict):
         if isinstance(v, dict):
             return {k: ({"source": s} if isinstance(s, str) else s) for k, s in v.items()}
         return v
+
+
+GENEVAL_TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
 
 
 def _r(judge: str, media: str | None = None, **keys: Any) -> dict[str, Any]:
@@ -116,9 +162,14 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
     "ocr": _r("ocr", ocr_reward="reward"),
     # The original: gen_eval_score = the partial score, gen_eval_reward = GenEval's correct (0/1),
     # gen_eval_strict = strict (0/1), whatever `options.reward` makes raw.
+    # gen_eval_group: the original's dict of the six tags' lists, GenEval's correct (0/1) in the
+    # sample's own tag and -10.0 in the others.
     "gen_eval": _r("gen_eval", gen_eval_score="details.score", gen_eval_reward="details.correct",
-                   gen_eval_strict="details.strict", gen_eval_group="details.group"),
-    "unified_reward": _r("unified_reward", unified_reward="raw"),
+                   gen_eval_strict="details.strict",
+                   gen_eval_group={"source": "details.correct", "by_tag": {
+                       "tag": "details.tag", "tags": list(GENEVAL_TAGS), "not_applicable": -10.0}}),
+    # The original: the 1-5 "Final Score" / 5.
+    "unified_reward": _r("unified_reward", unified_reward={"source": "raw", "scale": 0.2}),
 }
 
 
@@ -208,8 +259,21 @@ class CosmosRLConfig(_Strict):
         1800.0, gt=0,
         description="An accepted request ends by then; a pending entry older than this (its gateway died) reads as failed.",
     )
-    fill_value: float = Field(0.0, description="Legacy list value of an invalid sample (flagged in `valid`).")
-    fill_label: str = Field("Invalid", description="Legacy label value (e.g. `prediction`) of an invalid sample.")
+    on_invalid: InvalidPolicy = Field(
+        "group_mean",
+        description="An invalid sample's legacy value (the trainer trains on it): group_mean (the mean of the "
+        "valid values of that key among the request's samples with the same prompt, i.e. its GRPO group; "
+        "a group with none valid gets one constant), value (fill_value / fill_label), sentinel (the "
+        "original's -1.0 / \"Error\").",
+    )
+    fill_value: float = Field(0.0, description="on_invalid = value: the number; group_mean: the constant of an all-invalid request.")
+    fill_label: str = Field("Invalid", description="Label (e.g. `prediction`) for fill_value.")
+    retry_attempts: int = Field(
+        2, ge=0, description="Re-scores of a sample whose judge failed transiently (timeout, backend_unavailable, "
+        "backend_error), within request_timeout_s, before it is filled."
+    )
+    retry_backoff_s: float = Field(0.5, gt=0, description="First wait before a re-score; doubles each time.")
+    retry_backoff_max_s: float = Field(8.0, gt=0, description="Longest wait between re-scores.")
     max_batch: int = Field(1024, gt=0)
     rewards: dict[str, CosmosReward] = Field(default_factory=dict)
     latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
@@ -222,6 +286,14 @@ class CosmosRLConfig(_Strict):
         "head failed to load (a retry will not help), 503 + Retry-After when a VLM backend is unreachable. "
         "false: accept, and the samples come back invalid.",
     )
+
+    def fill_of(self, reward: CosmosReward) -> InvalidFill:
+        """The reward's own policy where it sets one, else this section's."""
+        return InvalidFill(
+            policy=reward.on_invalid or self.on_invalid,
+            value=self.fill_value if reward.fill_value is None else reward.fill_value,
+            label=self.fill_label if reward.fill_label is None else reward.fill_label,
+        )
 
     @model_validator(mode="after")
     def _defaults(self) -> CosmosRLConfig:

@@ -15,6 +15,7 @@ scripts/setup_hpsv3.sh  # .venv-hpsv3: the hpsv3 package under its transformers 
 scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-payload tests
 scripts/setup_geneval.sh   # .venv-geneval: mmdet + mmcv (built once per machine, ~10-20 min) for the gen_eval head
 scripts/setup_imagereward.sh   # .venv-imagereward: the image-reward package (transformers 4.45 stack), ~2.5 min
+scripts/setup_cosmos_rl_client.sh   # .venv-cosmosrl: cosmos-rl's real trainer reward client (--no-deps + CPU torch), ~2.5 min
 # The Redis result-store tests start their own redis-server (a missing one is a failure).
 if ! command -v redis-server >/dev/null 2>&1; then
     echo "== installing redis-server (Debian)"

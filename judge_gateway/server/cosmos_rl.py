@@ -2,12 +2,18 @@
 
 Better than the original in every failure case: an enqueue body is validated before a uuid is
 given (400 with the reason otherwise); a full queue answers 503 instead of dropping; every
-accepted request ends in a result or an explicit failure; invalid samples carry the configured
-fill value in the legacy lists *and* valid=false next to them.
+accepted request ends in a result or an explicit failure.
+
+cosmos-rl's trainer reads only the legacy `scores` lists (never `valid`) and never re-enqueues:
+a sample's value there is trained on, fill or not. So transient judge faults are scored again
+within the request's deadline first, and what is still invalid gets the reward's configured
+policy (cosmos_rl.on_invalid; default group_mean, which leaves its advantage at zero), with
+`valid`, `errors` and `filled_by` next to the lists for clients that look.
 
 Pending entries live in the store too. Each gateway process writes a heartbeat; a pending entry
 whose owner's heartbeat is gone (the process died or restarted) reads as failed at once, and
-any pending entry past cosmos_rl.request_timeout_s reads as failed: the client re-enqueues.
+any pending entry past cosmos_rl.request_timeout_s reads as failed (500 with the reason).
+cosmos-rl's trainer client does not enqueue again: it keeps retrying the pull of that uuid.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
@@ -38,7 +43,7 @@ from ..protocol_config import (
     CosmosRLConfig,
     LegacyKey,
 )
-from ..schema import JudgeScore, RewardRequest, SampleInput
+from ..schema import ErrorCode, JudgeScore, RewardRequest, SampleInput
 from ..store import ResultStore, StoreError
 from ..tensors import (
     EnqueueMeta,
@@ -54,6 +59,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
+from .cosmos_legacy import legacy_lists, source_value
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
@@ -269,9 +275,10 @@ class CosmosRLService:
         return float(getattr(self.store, "ttl_s", 3600.0))
 
     async def _run(self, uid: str, p: Prepared) -> None:
+        deadline = time.monotonic() + self.cfg.request_timeout_s
         try:
             async with asyncio.timeout(self.cfg.request_timeout_s):
-                entry = await self._score(uid, p)
+                entry = await self._score(uid, p, deadline)
         except TimeoutError:
             entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s")
         except asyncio.CancelledError:
@@ -289,7 +296,7 @@ class CosmosRLService:
     def _failed(self, reason: str) -> dict[str, Any]:
         return {"status": "failed", "reason": reason, "finished_at": time.time()}
 
-    async def _score(self, uid: str, p: Prepared) -> dict[str, Any]:
+    async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
@@ -302,13 +309,52 @@ class CosmosRLService:
         assert pixels is not None
         samples = await asyncio.to_thread(self._samples, p, pixels)
         judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
-        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid))
+        if deadline is None:
+            deadline = time.monotonic() + self.cfg.request_timeout_s
+        cells = await self._scored(uid, samples, judges, deadline)
         duration = time.perf_counter() - started
         results = {}
         for name, reward in p.rewards.items():
-            cells = [r.scores[reward.judge] for r in response.results]
-            results[name] = self.envelope(name, reward, cells, p, duration, decoded_s)
+            results[name] = self.envelope(name, reward, cells[reward.judge], p, duration, decoded_s)
         return {"status": "done", "results": results, "skipped": p.skipped, "finished_at": time.time()}
+
+    async def _scored(self, uid: str, samples: list[SampleInput], judges: list[str],
+                      deadline: float) -> dict[str, list[JudgeScore]]:
+        """Every judge's cell per sample; cells that failed transiently are scored again (bounded
+        backoff, cosmos_rl.retry_*) while the request's deadline allows, since whatever is left
+        invalid gets filled and the trainer trains on the fill."""
+        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid))
+        cells = {j: [r.scores[j] for r in response.results] for j in judges}
+        delay = self.cfg.retry_backoff_s
+        reserve = min(1.0, 0.05 * self.cfg.request_timeout_s)  # finish (and fill) before the request times out
+        for attempt in range(2, self.cfg.retry_attempts + 2):
+            todo = {j: [i for i, c in enumerate(cs) if _transient(c)] for j, cs in cells.items()}
+            todo = {j: idx for j, idx in todo.items() if idx}
+            if not todo:
+                break
+            budget = deadline - time.monotonic() - delay - reserve
+            if budget <= 0:
+                log.info("cosmos-rl %s: no time left to re-score %d transient failures", uid,
+                         sum(map(len, todo.values())))
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.cfg.retry_backoff_max_s)
+
+            async def again(judge: str, idx: list[int], attempt: int = attempt, budget: float = budget) -> None:
+                request = RewardRequest(samples=[samples[i] for i in idx], judges=[judge],
+                                        request_id=f"{uid}:attempt{attempt}")
+                try:
+                    async with asyncio.timeout(budget):
+                        retried = await self.gateway.score(request)
+                except TimeoutError:
+                    return
+                for i, result in zip(idx, retried.results):
+                    cell = result.scores[judge]
+                    cell.details["attempts"] = attempt
+                    cells[judge][i] = cell
+
+            await asyncio.gather(*(again(j, idx) for j, idx in todo.items()))
+        return cells
 
     def _samples(self, p: Prepared, pixels: np.ndarray) -> list[SampleInput]:
         out = []
@@ -328,43 +374,29 @@ class CosmosRLService:
 
     def envelope(self, name: str, reward: CosmosReward, cells: list[JudgeScore], p: Prepared,
                  duration: float, decoded_s: float) -> dict[str, Any]:
-        """The original's result envelope, plus per-sample `valid`, `errors` and full JudgeScores."""
-        scores: dict[str, list[Any]] = {k: [] for k in reward.keys}
-        valid, errors = [], []
-        for cell in cells:
-            values, problem = {}, None
-            if not cell.valid:
-                problem = f"{cell.error.code.value}: {cell.error.message}" if cell.error else "invalid"
-            else:
-                for key, spec in reward.keys.items():
-                    value = _source(cell, spec.source)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
-                        value = None
-                    if value is None:
-                        problem = f"judge {cell.judge!r} gave no {spec.source} for legacy key {key!r}"
-                        break
-                    if spec.labels is not None:
-                        value = spec.labels[1] if float(value) >= spec.threshold else spec.labels[0]
-                    values[key] = value
-            for key, spec in reward.keys.items():
-                if problem is None:
-                    scores[key].append(values[key])
-                else:
-                    scores[key].append(self.cfg.fill_label if spec.labels is not None else self.cfg.fill_value)
-            valid.append(problem is None)
-            errors.append(problem)
+        """The original's result envelope, plus per-sample `valid`, `errors`, `filled_by` and JudgeScores.
+
+        cosmos-rl's trainer reads only `scores`: an invalid sample's legacy values there are what
+        the reward's invalid policy fills in (see cosmos_legacy), and it trains on them; `valid`,
+        `errors` and `filled_by` say which they are for anyone who looks.
+        """
+        fill = self.cfg.fill_of(reward)
+        prompts = p.meta.prompts if p.meta.prompts is not None else [""] * len(cells)
+        lists = legacy_lists(reward, fill, cells, prompts)
         return {
-            "scores": scores,
+            "scores": lists.scores,
             "input_info": p.info,
             "duration": f"{duration:.2f}",
             "decoded_duration": f"{decoded_s:.2f}",
             "type": name,
-            # Ours, next to the legacy keys: a fill value is never mistaken for a score.
+            # Ours, next to the legacy keys.
             "status": "done",
             "judge": reward.judge,
-            "valid": valid,
-            "errors": errors,
-            "fill_value": self.cfg.fill_value,
+            "valid": lists.valid,
+            "errors": lists.errors,
+            "on_invalid": fill.policy,
+            "filled_by": lists.filled_by,
+            "fill_value": fill.value,
             # via JSON: pydantic writes inf/nan as null, which the store and the reply can carry
             "judge_scores": [json.loads(c.model_dump_json()) for c in cells],
         }
@@ -527,17 +559,13 @@ def _video_fps(i: int, info: dict[str, Any]) -> float:
     return float(next(iter(values.values())))
 
 
-def _source(cell: JudgeScore, source: str) -> Any:
-    if source == "reward":
-        return cell.reward
-    if source == "raw":
-        return cell.raw
-    value: Any = cell.details
-    for part in source.split(".")[1:]:
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
+_source = source_value  # the legacy-key reader, under its old name
+
+TRANSIENT = frozenset({ErrorCode.timeout, ErrorCode.backend_unavailable, ErrorCode.backend_error})
+
+
+def _transient(cell: JudgeScore) -> bool:
+    return not cell.valid and cell.error is not None and cell.error.code in TRANSIENT
 
 
 async def _fields(request: Request) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import time
 
 import httpx
@@ -16,7 +17,10 @@ import pytest
 
 from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.gateway import Gateway
+from judge_gateway.protocol_config import CosmosReward, CosmosRLConfig, InvalidFill
+from judge_gateway.schema import ErrorCode, JudgeScore
 from judge_gateway.server import create_app
+from judge_gateway.server.cosmos_legacy import legacy_lists
 from judge_gateway.store import MemoryStore
 from judge_gateway.tensors import bf16_view_to_float32
 from tests.unit.test_gateway_faults import fault_config
@@ -113,9 +117,11 @@ async def test_image_request_like_the_example_client(make_client):
                                       "min": "0.000", "max": "255.000"}
         float(body["duration"]), float(body["decoded_duration"])
         assert len(body["judge_scores"]) == 2 and body["judge_scores"][0]["valid"]
-    # unified_reward's legacy key holds the raw final score (fake: "Final Score: 4")
+    # unified_reward's legacy key is the original's score / 5 (fake: "Final Score: 4"); this test
+    # asserted the raw 4.0 before, 5x the original's value
     res = (await poll(client, uid, "unified_reward")).json()
-    assert res["scores"]["unified_reward"] == [4.0, 4.0]
+    assert res["scores"]["unified_reward"] == [pytest.approx(0.8), pytest.approx(0.8)]
+    assert [s["raw"] for s in res["judge_scores"]] == [4.0, 4.0]
     # a custom judge by its own name: the normalised reward
     q = (await poll(client, uid, "quality")).json()
     assert q["scores"]["quality"] == [pytest.approx(s["reward"]) for s in q["judge_scores"]]
@@ -345,3 +351,136 @@ def test_config_names_bad_keys():
         validate_config({"store": {"kind": "redis", "url_env": None}})
     with pytest.raises(ConfigError, match=r"cosmos_rl\.latents\.python"):
         validate_config({"cosmos_rl": {"latents": {"checkpoint": "/x"}}})
+
+
+# ---- invalid-sample policy (the trainer trains on `scores`, never reads `valid`) ---------------
+
+
+def _cr1_cell(p_no: float | None) -> JudgeScore:
+    """A cosmos_reason1 verdict (p_no = its reward), or a parse failure when None."""
+    if p_no is None:
+        return JudgeScore.failure("cosmos_reason1", ErrorCode.answer_missing, "no Yes/No in the top-K")
+    return JudgeScore(judge="cosmos_reason1", reward=p_no, raw=p_no, valid=True,
+                      details={"logprob_yes": math.log(1 - p_no), "logprob_no": math.log(p_no)})
+
+
+def _advantages(rewards: list[float]) -> list[float]:
+    """cosmos-rl remote_calculator's legacy advantage: (r - mean) / (std + 1e-4), torch's unbiased std."""
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+def _cr1(**policy) -> tuple[CosmosReward, InvalidFill]:
+    cfg = CosmosRLConfig.model_validate(policy)
+    return cfg.rewards["cosmos_reason1"], cfg.fill_of(cfg.rewards["cosmos_reason1"])
+
+
+def test_group_mean_fills_the_mean_of_the_samples_with_the_same_prompt():
+    reward, fill = _cr1()  # the default policy
+    assert fill.policy == "group_mean"
+    cells = [_cr1_cell(v) for v in (0.9, 0.3, None, 0.2, None, None)]
+    prompts = ["a", "a", "a", "b", "b", "c"]
+    out = legacy_lists(reward, fill, cells, prompts)
+    s = out.scores
+    assert s["no_score"] == [0.9, 0.3, pytest.approx(0.6), 0.2, pytest.approx(0.2), pytest.approx(1.4 / 3)]
+    # a label key gets the label of the filled number
+    assert s["prediction"] == ["Good", "Bad", "Good", "Bad", "Bad", "Bad"]
+    assert s["yes_logit"][2] == pytest.approx((math.log(0.1) + math.log(0.7)) / 2)
+    assert out.valid == [True, True, False, True, False, False]
+    assert out.filled_by == [None, None, "group_mean", None, "group_mean", "request_mean"]
+    assert out.errors[2].startswith("answer_missing")
+    # what the trainer computes for group "a": the filled sample's advantage is zero
+    assert _advantages(s["no_score"][:3])[2] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_group_mean_of_an_all_invalid_request_is_one_constant():
+    reward, fill = _cr1(fill_value=0.25, fill_label="Unscored")
+    out = legacy_lists(reward, fill, [_cr1_cell(None)] * 3, ["a", "a", "b"])
+    assert out.scores["no_score"] == [0.25, 0.25, 0.25] and out.scores["prediction"] == ["Unscored"] * 3
+    assert out.filled_by == ["fill_value"] * 3
+    assert _advantages(out.scores["no_score"]) == [0.0, 0.0, 0.0]
+
+
+def test_value_and_sentinel_policies():
+    cells = [_cr1_cell(0.9), _cr1_cell(None)]
+    reward, fill = _cr1(on_invalid="value", fill_value=-3.0)
+    out = legacy_lists(reward, fill, cells, ["a", "a"])
+    assert out.scores["no_score"] == [0.9, -3.0] and out.scores["prediction"] == ["Good", "Invalid"]
+    assert out.filled_by == [None, "fill_value"]
+    reward, fill = _cr1(on_invalid="sentinel")
+    out = legacy_lists(reward, fill, cells, ["a", "a"])
+    assert out.scores["no_score"] == [0.9, -1.0] and out.scores["prediction"] == ["Good", "Error"]
+    assert out.scores["yes_logit"][1] == -1.0 and out.filled_by == [None, "sentinel"]
+
+
+def test_gen_eval_group_of_an_invalid_sample_is_not_applicable_in_every_tag():
+    cfg = CosmosRLConfig()
+    reward = cfg.rewards["gen_eval"]
+    ok = JudgeScore(judge="gen_eval", reward=1.0, raw=1.0, valid=True,
+                    details={"tag": "colors", "correct": 1.0, "strict": 0.0, "score": 0.75})
+    bad = JudgeScore.failure("gen_eval", ErrorCode.head_error, "worker died")
+    out = legacy_lists(reward, cfg.fill_of(reward), [ok, bad], ["p", "p"])
+    assert out.scores["gen_eval_group"] == {"single_object": [-10.0, -10.0], "two_object": [-10.0, -10.0],
+                                            "counting": [-10.0, -10.0], "colors": [1.0, -10.0],
+                                            "position": [-10.0, -10.0], "color_attr": [-10.0, -10.0]}
+    assert out.scores["gen_eval_score"] == [0.75, 0.75] and out.filled_by == [None, "group_mean"]
+
+
+async def test_per_reward_policy_overrides_the_global_one(make_client):
+    client = await make_client(on_invalid="value", fill_value=-7.0, rewards={
+        "down_sentinel": {"judge": "down", "keys": {"down": "reward"}, "on_invalid": "sentinel"},
+        "down_mean": {"judge": "down", "keys": {"down": "reward"}, "on_invalid": "group_mean",
+                      "fill_value": 0.5}})
+    meta = {**IMG_META, "reward_fn": {"down": 1.0, "down_sentinel": 1.0, "down_mean": 1.0}}
+    uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                             headers=headers())).json()["uuid"]
+    body = (await poll(client, uid, "down")).json()
+    assert body["scores"]["down"] == [-7.0, -7.0] and body["on_invalid"] == "value"
+    body = (await poll(client, uid, "down_sentinel")).json()
+    assert body["scores"]["down"] == [-1.0, -1.0] and body["filled_by"] == ["sentinel", "sentinel"]
+    body = (await poll(client, uid, "down_mean")).json()  # nothing valid: one constant, fill_value
+    assert body["scores"]["down"] == [0.5, 0.5] and body["filled_by"] == ["fill_value", "fill_value"]
+    assert body["valid"] == [False, False] and body["on_invalid"] == "group_mean"
+
+
+def test_invalid_policy_is_validated_at_load_naming_the_key():
+    with pytest.raises(ConfigError, match=r"cosmos_rl\.on_invalid"):
+        validate_config({"cosmos_rl": {"on_invalid": "zero"}})
+    with pytest.raises(ConfigError, match=r"cosmos_rl\.rewards\.x\.on_invalid"):
+        validate_config({"cosmos_rl": {"rewards": {"x": {"judge": "j", "keys": {"k": "raw"}, "on_invalid": "mean"}}}})
+
+
+async def test_transient_faults_are_scored_again_before_anything_is_filled():
+    """A backend that answers 503 twice, with no retries of its own: the third try is scored."""
+    from tests.support.fake_openai import FakeOpenAIServer
+
+    server = FakeOpenAIServer(flaky_failures=2).start()
+    try:
+        data = cosmos_config(server.base_url, retry_attempts=2, retry_backoff_s=0.05)
+        data["backends"]["flaky"]["max_retries"] = 0
+        gw = Gateway(validate_config(data))
+        app = create_app(gw)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            meta = {**IMG_META, "prompts": ["a"], "reward_fn": {"flaky": 1.0}}
+            uid = (await c.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(1, 16)),
+                                headers=headers())).json()["uuid"]
+            body = (await poll(c, uid, "flaky")).json()
+        await app.state.cosmos_rl.aclose()
+        await gw.aclose()
+    finally:
+        server.stop()
+    assert body["valid"] == [True] and body["filled_by"] == [None]
+    assert body["judge_scores"][0]["details"]["attempts"] == 3
+    assert body["scores"]["flaky"] == [pytest.approx(0.7 / 0.9)]
+
+
+async def test_retries_stop_at_the_request_deadline_and_the_sample_is_filled(make_client):
+    client = await make_client(request_timeout_s=2.0, retry_attempts=50, retry_backoff_s=0.2)
+    meta = {**IMG_META, "reward_fn": {"down": 1.0}}
+    started = time.monotonic()
+    uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                             headers=headers())).json()["uuid"]
+    r = await poll(client, uid, "down")
+    assert r.status_code == 200 and r.json()["filled_by"] == ["fill_value", "fill_value"]  # done, not failed
+    assert time.monotonic() - started < 2.5

@@ -145,16 +145,19 @@ def test_gen_eval_config_validated_naming_the_key():
 
 async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
     """The original's keys: gen_eval_score = partial score, gen_eval_reward = correct (0/1),
-    gen_eval_strict = strict, whichever number `options.reward` makes raw."""
+    gen_eval_strict = strict, whichever number `options.reward` makes raw; gen_eval_group = the
+    original's dict of the six tags' lists: correct in the sample's tag, -10.0 in the others."""
     from judge_gateway import protocol_config
-    from judge_gateway.server.cosmos_rl import _source
+    from judge_gateway.server.cosmos_legacy import legacy_lists
 
-    mapping = protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"]
-    assert mapping["judge"] == "gen_eval"
+    reward = protocol_config.CosmosReward.model_validate(protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"])
+    fill = protocol_config.InvalidFill(policy="group_mean", value=0.0, label="Invalid")
+    assert reward.judge == "gen_eval"
     meta = {"tag": "counting", "include": [{"class": "dog", "count": 2}]}
-    for reward in ("score", "correct", "strict"):
-        s, _ = await score(dogs(3), meta, {"reward": reward})
-        got = {key: _source(s, src) for key, src in mapping["keys"].items()}
-        assert 0 < got["gen_eval_score"] < 1, (reward, got)
-        assert got["gen_eval_reward"] == 0.0 and got["gen_eval_strict"] == 0.0, (reward, got)
-        assert got["gen_eval_group"]["counting"] is not None
+    for option in ("score", "correct", "strict"):
+        s, _ = await score(dogs(3), meta, {"reward": option})
+        got = legacy_lists(reward, fill, [s], [""]).scores
+        assert 0 < got["gen_eval_score"][0] < 1, (option, got)
+        assert got["gen_eval_reward"] == [0.0] and got["gen_eval_strict"] == [0.0], (option, got)
+        assert got["gen_eval_group"] == {"single_object": [-10.0], "two_object": [-10.0], "counting": [0.0],
+                                         "colors": [-10.0], "position": [-10.0], "color_attr": [-10.0]}

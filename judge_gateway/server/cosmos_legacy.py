@@ -1,0 +1,133 @@
+"""cosmos-rl legacy score lists from JudgeScores, with the configured invalid-sample policy.
+
+cosmos-rl's trainer (`cosmos_rl/reward/remote_calculator.py`) reads only `scores[key]`, never
+`valid`, and never re-enqueues: whatever stands in an invalid sample's place is trained on. The
+policy decides what that is (`cosmos_rl.on_invalid`, per reward `on_invalid`):
+
+- `group_mean`: the mean of the valid values of that key among the request's samples with the
+  same prompt (the trainer repeats a payload's prompt for each of its completions, so that is the
+  GRPO group): the filled sample's advantage is zero. A group with no valid sample gets the
+  request's valid mean, and a request with none valid gets `fill_value`: either way one constant
+  over the whole group, which also gives zero advantage.
+- `value`: `fill_value` (labels: `fill_label`).
+- `sentinel`: the original service's -1.0 (labels: "Error").
+
+Per-tag keys (`by_tag`, gen_eval_group) give an invalid sample the not-applicable value in every
+tag under every policy: it was scored in none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol_config import (
+    SENTINEL_LABEL,
+    SENTINEL_VALUE,
+    CosmosReward,
+    InvalidFill,
+    LegacyKey,
+)
+from ..schema import JudgeScore
+
+
+@dataclass
+class LegacyLists:
+    scores: dict[str, Any]  # key -> list (or, for by_tag keys, tag -> list)
+    valid: list[bool]
+    errors: list[str | None]
+    filled_by: list[str | None]  # None (valid), group_mean, request_mean, fill_value, sentinel, not_applicable
+
+
+def source_value(cell: JudgeScore, source: str) -> Any:
+    """`reward`, `raw` or `details.a.b` of one JudgeScore (None when absent)."""
+    if source == "reward":
+        return cell.reward
+    if source == "raw":
+        return cell.raw
+    value: Any = cell.details
+    for part in source.split(".")[1:]:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _read(cell: JudgeScore, reward: CosmosReward) -> tuple[dict[str, Any], str | None]:
+    """The sample's value per key before labelling (tag, value for by_tag keys), or the problem."""
+    if not cell.valid:
+        return {}, (f"{cell.error.code.value}: {cell.error.message}" if cell.error else "invalid")
+    values: dict[str, Any] = {}
+    for key, spec in reward.keys.items():
+        value = source_value(cell, spec.source)
+        if _number(value):
+            value = float(value) * spec.scale if math.isfinite(value) else None
+        if value is None:
+            return {}, f"judge {cell.judge!r} gave no {spec.source} for legacy key {key!r}"
+        if spec.by_tag is not None:
+            tag = source_value(cell, spec.by_tag.tag)
+            if tag not in spec.by_tag.tags:
+                return {}, f"judge {cell.judge!r} gave tag {tag!r} for legacy key {key!r}, not one of {spec.by_tag.tags}"
+            value = (tag, value)
+        values[key] = value
+    return values, None
+
+
+def _label(spec: LegacyKey, value: Any) -> Any:
+    return spec.labels[1] if float(value) >= spec.threshold else spec.labels[0]
+
+
+def _mean(values: list[Any]) -> float | None:
+    numbers = [v for v in values if _number(v)]
+    return sum(numbers) / len(numbers) if numbers and len(numbers) == len(values) else None
+
+
+def legacy_lists(reward: CosmosReward, fill: InvalidFill, cells: list[JudgeScore],
+                 prompts: list[str]) -> LegacyLists:
+    read = [_read(cell, reward) for cell in cells]
+    valid = [problem is None for _, problem in read]
+    filled_by: list[str | None] = [None] * len(cells)
+    scores: dict[str, Any] = {}
+    for key, spec in reward.keys.items():
+        if spec.by_tag is not None:
+            split = spec.by_tag
+            scores[key] = {t: [split.not_applicable] * len(cells) for t in split.tags}
+            for i, (values, problem) in enumerate(read):
+                if problem is None:
+                    tag, value = values[key]
+                    scores[key][tag][i] = value
+            continue
+        column: list[Any] = []
+        for i, (values, problem) in enumerate(read):
+            if problem is None:
+                value = values[key]
+                column.append(_label(spec, value) if spec.labels is not None else value)
+                continue
+            value, filled_by[i] = _fill(fill, key, i, read, prompts)
+            if spec.labels is not None:  # a label key: the label of the filled number, or the fill's label
+                value = (SENTINEL_LABEL if filled_by[i] == "sentinel" else fill.label
+                         if filled_by[i] == "fill_value" else _label(spec, value))
+            column.append(value)
+        scores[key] = column
+    filled_by = [None if ok else (f or "not_applicable") for ok, f in zip(valid, filled_by)]
+    return LegacyLists(scores, valid, [p for _, p in read], filled_by)
+
+
+def _fill(fill: InvalidFill, key: str, i: int, read: list[tuple[dict[str, Any], str | None]],
+          prompts: list[str]) -> tuple[Any, str]:
+    """(the number, or label, for invalid sample i's key; where it came from)."""
+    if fill.policy == "sentinel":
+        return SENTINEL_VALUE, "sentinel"
+    if fill.policy == "group_mean":
+        group = _mean([v[key] for j, (v, p) in enumerate(read) if p is None and prompts[j] == prompts[i]])
+        if group is not None:
+            return group, "group_mean"
+        request = _mean([v[key] for v, p in read if p is None])
+        if request is not None:
+            return request, "request_mean"
+    return fill.value, "fill_value"

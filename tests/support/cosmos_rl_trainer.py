@@ -1,0 +1,95 @@
+"""cosmos-rl's real trainer-side reward client against a reward service, as a script.
+
+Runs under .venv-cosmosrl (scripts/setup_cosmos_rl_client.sh), never in the gateway's venv:
+reads a JSON spec on stdin, enqueues its payloads through
+`cosmos_rl.reward.remote_calculator.RemoteRewardCalculator.compute_rewards`, pulls through
+`get_results` (which calls `fetch_reward`), and writes what the trainer got as JSON to the
+spec's `out` path (cosmos-rl logs to stdout).
+
+Two shims, nothing else:
+- Import: cosmos_rl's package `__init__` files import the whole trainer (vLLM, diffusers, CUDA
+  kernels). Four packages are loaded bare (their `__init__` not run): `cosmos_rl`,
+  `cosmos_rl.dispatcher.data`, `cosmos_rl.dispatcher.data.packer` and `cosmos_rl.dispatcher.algo`;
+  every module remote_calculator.py imports is the real one. `packer.BaseDataPacker` is a
+  placeholder class: only `setup()`'s annotations name it.
+- Setup: `setup()` needs a full trainer Config, an RL algorithm and the Wan VAE (videos only), so
+  the script sets what compute_rewards / fetch_reward / get_results read instead: `train_config`
+  and `val_config` (the real `RemoteRewardConfig` with real `RewardFunctionConfig`s),
+  `enqueue_url`, `fetch_url`, `token`, the five `uuid2*` dicts, and
+  `minimum_trainable_completions` (1; get_results only checks it is >= 1 unless a payload sets
+  `completion_trainable`, which these do not, so `rl_algo` is never used).
+
+Spec: {"out", "enqueue_url", "fetch_url", "token", "step", "remote_reward": {RemoteRewardConfig fields},
+       "payloads": [{"prompt": str, "images_npy": path to uint8 [n, H, W, 3]}]}
+Output: {"uuid", "is_validation", "step", "payloads": [{"prompt_idx", "rewards", "advantages"}]}
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import sys
+from queue import Queue
+
+BARE_PACKAGES = {"cosmos_rl", "cosmos_rl.dispatcher.data", "cosmos_rl.dispatcher.data.packer",
+                 "cosmos_rl.dispatcher.algo"}
+
+
+class _BarePackages:
+    """A meta path finder: the packages above as namespaces over their real directories."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in BARE_PACKAGES:
+            return None
+        real = importlib.machinery.PathFinder.find_spec(name, path)
+        if real is None:
+            return None
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = real.submodule_search_locations
+        return spec
+
+
+def load_calculator():
+    sys.meta_path.insert(0, _BarePackages())
+    from cosmos_rl.dispatcher.data import packer
+
+    packer.BaseDataPacker = type("BaseDataPacker", (), {})  # only in setup()'s annotations
+    from cosmos_rl.dispatcher.data.schema import RLPayload
+    from cosmos_rl.policy.config import RemoteRewardConfig
+    from cosmos_rl.reward.remote_calculator import RemoteRewardCalculator
+
+    return RemoteRewardCalculator, RemoteRewardConfig, RLPayload
+
+
+def main() -> None:
+    import numpy as np
+    import torch
+
+    spec = json.load(sys.stdin)
+    calculator_cls, config_cls, payload_cls = load_calculator()
+    calc = calculator_cls()
+    calc.train_config = calc.val_config = config_cls.model_validate(spec["remote_reward"])
+    calc.enqueue_url, calc.fetch_url, calc.token = spec["enqueue_url"], spec["fetch_url"], spec["token"]
+    calc.uuid2payload, calc.uuid2replica, calc.uuid2stage = {}, {}, {}
+    calc.uuid2step, calc.uuid2completions_per_payload = {}, {}
+    calc.minimum_trainable_completions = 1
+
+    payloads = []
+    for i, p in enumerate(spec["payloads"]):
+        images = np.load(p["images_npy"])  # uint8 [n, H, W, 3]
+        # the trainer's image completions: float [n, 3, H, W] in [0, 1] (x / 255 comes back exactly)
+        completions = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0
+        payloads.append(payload_cls(prompt={"prompt": p["prompt"]}, prompt_idx=i, completions=completions,
+                                    extra_info={"modality": "image"}))
+    uuid = calc.compute_rewards(payloads, is_validation=False, step=spec["step"])
+    queue: Queue[str] = Queue()
+    queue.put(uuid)
+    results, is_validation, step = calc.get_results(queue)
+    with open(spec["out"], "w") as out:
+        json.dump({"uuid": uuid, "is_validation": is_validation, "step": step,
+                   "payloads": [{"prompt_idx": r.prompt_idx, "rewards": r.rewards, "advantages": r.advantages}
+                                for r in results]}, out)
+
+
+if __name__ == "__main__":
+    main()

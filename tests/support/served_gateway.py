@@ -1,0 +1,39 @@
+"""A gateway app served over real HTTP (uvicorn in a thread), for clients in other processes."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+import uvicorn
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.server import create_app
+from tests.support.fake_openai import free_port
+
+
+class ServedGateway:
+    """stop() runs the app's shutdown (lifespan), as a real stop does."""
+
+    def __init__(self, data: dict) -> None:
+        self.gateway = Gateway(validate_config(copy.deepcopy(data)))
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(create_app(self.gateway), host="127.0.0.1", port=self.port,
+                                                    log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.02)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
