@@ -275,6 +275,13 @@ class CosmosRLConfig(_Strict):
     retry_backoff_s: float = Field(0.5, gt=0, description="First wait before a re-score; doubles each time.")
     retry_backoff_max_s: float = Field(8.0, gt=0, description="Longest wait between re-scores.")
     max_batch: int = Field(1024, gt=0)
+    on_failed: Literal["fill", "error"] = Field(
+        "fill",
+        description="A pull of a request that failed as a whole (deadline passed, latent decoding failed, its "
+        "gateway died): fill = 200 with every sample invalid and its legacy values filled by the reward's "
+        "on_invalid policy (cosmos-rl's trainer never drops a uuid it cannot pull: an error stalls its "
+        "training on it); error = 500 {status: failed, reason}.",
+    )
     rewards: dict[str, CosmosReward] = Field(default_factory=dict)
     latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
     default_pull_type: str = Field(

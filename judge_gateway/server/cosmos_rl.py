@@ -12,8 +12,11 @@ policy (cosmos_rl.on_invalid; default group_mean, which leaves its advantage at 
 
 Pending entries live in the store too. Each gateway process writes a heartbeat; a pending entry
 whose owner's heartbeat is gone (the process died or restarted) reads as failed at once, and
-any pending entry past cosmos_rl.request_timeout_s reads as failed (500 with the reason).
-cosmos-rl's trainer client does not enqueue again: it keeps retrying the pull of that uuid.
+any pending entry past cosmos_rl.request_timeout_s reads as failed. cosmos-rl's trainer client
+does not enqueue again: it keeps retrying the pull of that uuid (a 5xx for ~50 min inside each
+fetch, a 4xx at each later step) and trains on nothing behind it. So a failed request's pull
+answers 200 with every sample invalid and filled by the reward's policy (cosmos_rl.on_failed =
+fill, the default; `status: failed` and the reason beside the lists), or 500 (on_failed = error).
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class CosmosRLService:
         self.instance = uuidlib.uuid4().hex
         self.worker = TorchWorker(cfg.latents) if cfg.latents.python else None
         self._tasks: dict[str, asyncio.Task] = {}
+        self._accepted: dict[str, dict[str, Any]] = {}  # uid -> _accepted_of(prepared), while it runs
         self._heartbeat: asyncio.Task | None = None
         self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
         self._failed_heads: dict[str, str] = {}  # head -> why its last load failed, until it is ready
@@ -263,12 +267,12 @@ class CosmosRLService:
         now = time.time()
         await self.store.put(uid, {
             "status": "pending", "owner": self.instance, "accepted_at": now,
-            "deadline": now + self.cfg.request_timeout_s, "rewards": list(prepared.rewards),
-            "skipped": prepared.skipped,
+            "deadline": now + self.cfg.request_timeout_s, **self._accepted_of(prepared),
         }, ttl_s=self.cfg.request_timeout_s + self._ttl())
+        self._accepted[uid] = self._accepted_of(prepared)
         task = asyncio.create_task(self._run(uid, prepared))
         self._tasks[uid] = task
-        task.add_done_callback(lambda _t, u=uid: self._tasks.pop(u, None))
+        task.add_done_callback(lambda _t, u=uid: (self._tasks.pop(u, None), self._accepted.pop(u, None)))
         return uid
 
     def _ttl(self) -> float:
@@ -280,21 +284,51 @@ class CosmosRLService:
             async with asyncio.timeout(self.cfg.request_timeout_s):
                 entry = await self._score(uid, p, deadline)
         except TimeoutError:
-            entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s")
+            entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s",
+                                 self._accepted_of(p), ErrorCode.timeout)
         except asyncio.CancelledError:
             raise
         except TorchWorkerError as err:
-            entry = self._failed(f"latent decoding failed: {err}")
+            entry = self._failed(f"latent decoding failed: {err}", self._accepted_of(p))
         except Exception as err:
             log.exception("cosmos-rl request %s failed", uid)
-            entry = self._failed(f"{type(err).__name__}: {err}")
+            entry = self._failed(f"{type(err).__name__}: {err}", self._accepted_of(p))
         try:
             await self.store.put(uid, entry)
         except StoreError:
             log.exception("cannot store the result of %s", uid)
 
-    def _failed(self, reason: str) -> dict[str, Any]:
-        return {"status": "failed", "reason": reason, "finished_at": time.time()}
+    @staticmethod
+    def _accepted_of(p: Prepared) -> dict[str, Any]:
+        """What an accepted request's entry keeps from enqueue to its end: the rewards it asked for,
+        and one prompt per sample (a failed request's filled lists are grouped by them)."""
+        prompts = list(p.meta.prompts) if p.meta.prompts is not None else [""] * p.batch
+        return {"rewards": list(p.rewards), "skipped": p.skipped, "prompts": prompts}
+
+    def _failed(self, reason: str, accepted: dict[str, Any] | None,
+                code: ErrorCode = ErrorCode.backend_error) -> dict[str, Any]:
+        return {**(accepted or {}), "status": "failed", "reason": reason, "code": code.value,
+                "finished_at": time.time()}
+
+    def _failed_envelope(self, name: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """A failed request's pull under on_failed = fill: every sample invalid, its legacy values
+        what the reward's on_invalid policy fills (one constant per request: zero advantage)."""
+        prompts = entry.get("prompts")
+        if self.cfg.on_failed != "fill" or not prompts or name not in entry.get("rewards", []):
+            return None
+        reward = self.resolve(name)
+        reason = f"the request failed: {entry.get('reason')}"
+        cell = JudgeScore.failure(reward.judge, ErrorCode(entry.get("code", ErrorCode.backend_error.value)), reason)
+        fill = self.cfg.fill_of(reward)
+        lists = legacy_lists(reward, fill, [cell] * len(prompts), prompts)
+        return {
+            "scores": lists.scores, "input_info": {}, "duration": "0.00", "decoded_duration": "0.00",
+            "type": name, "status": "failed", "reason": entry.get("reason"),
+            "message": f"{reason}; every sample is invalid, its legacy values filled by on_invalid = {fill.policy}",
+            "judge": reward.judge,
+            "valid": lists.valid, "errors": lists.errors, "on_invalid": fill.policy,
+            "filled_by": lists.filled_by, "fill_value": fill.value, "judge_scores": [],
+        }
 
     async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()
@@ -422,8 +456,11 @@ class CosmosRLService:
                 if reward not in entry.get("rewards", []):
                     return self._not_asked(base, entry, reward, type_given)
                 return 425, {**base, "status": "pending", "message": f"Not found scores for {uid}: still scoring"}
-            entry = self._failed(reason)
+            entry = self._failed(reason, {k: entry[k] for k in ("rewards", "skipped", "prompts") if k in entry})
         if entry.get("status") == "failed":
+            filled = self._failed_envelope(reward, entry)
+            if filled is not None:
+                return 200, filled
             return 500, {**base, "status": "failed", "message": f"request {uid} failed: {entry.get('reason')}",
                          "reason": entry.get("reason")}
         results = entry.get("results", {})
@@ -520,7 +557,8 @@ class CosmosRLService:
         for uid, task in list(self._tasks.items()):
             task.cancel()
             try:
-                await self.store.put(uid, self._failed("the gateway shut down before finishing; enqueue it again"))
+                await self.store.put(uid, self._failed("the gateway shut down before finishing; enqueue it again",
+                                                       self._accepted.get(uid)))
             except StoreError:
                 pass
         if self._tasks:

@@ -254,9 +254,9 @@ async def test_skipped_reward_says_so(make_client):
     assert r.status_code == 404 and "weight <= 0" in r.json()["message"]
 
 
-async def test_request_timeout_is_an_explicit_failure(fake_backend):
+async def _pull_after_request_timeout(base_url: str, **cosmos) -> httpx.Response:
     meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
-    data = cosmos_config(fake_backend.base_url, request_timeout_s=0.3)
+    data = cosmos_config(base_url, request_timeout_s=0.3, **cosmos)
     data["judges"]["stalled"]["deadline_s"] = 30  # the fake stalls 20 s: the request timeout ends it first
     gw = Gateway(validate_config(data))
     app = create_app(gw)
@@ -266,6 +266,24 @@ async def test_request_timeout_is_an_explicit_failure(fake_backend):
         r = await poll(c2, uid, "stalled")
     await app.state.cosmos_rl.aclose()
     await gw.aclose()
+    return r
+
+
+async def test_request_timeout_is_an_explicit_failure_the_trainer_can_pull(fake_backend):
+    """cosmos-rl's trainer never drops a uuid it cannot pull (a 500 stalls it there): a failed
+    request answers 200, every sample invalid, each legacy value the reward's policy's fill."""
+    r = await _pull_after_request_timeout(fake_backend.base_url, fill_value=0.25)
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "failed" and "request_timeout_s" in body["reason"]
+    assert body["scores"]["stalled"] == [0.25, 0.25]  # group_mean with nothing valid: one constant
+    assert body["valid"] == [False, False] and body["filled_by"] == ["fill_value", "fill_value"]
+    assert all("timeout" in e for e in body["errors"])
+    r = await _pull_after_request_timeout(fake_backend.base_url, on_invalid="sentinel")
+    assert r.status_code == 200 and r.json()["scores"]["stalled"] == [-1.0, -1.0]
+
+
+async def test_request_timeout_is_a_500_with_on_failed_error(fake_backend):
+    r = await _pull_after_request_timeout(fake_backend.base_url, on_failed="error")
     assert r.status_code == 500 and r.json()["status"] == "failed"
     assert "request_timeout_s" in r.json()["message"]
 
@@ -293,6 +311,14 @@ async def test_pending_entry_of_a_dead_process_reads_failed(make_client):
                             "rewards": ["quality"], "skipped": []})
     r = await client.post("/api/reward/pull", data={"uuid": "old", "type": "quality"})
     assert r.status_code == 500 and "request_timeout_s" in r.json()["message"]
+    # An entry that kept its prompts (every entry this version writes) is filled per prompt group.
+    await store.put("orphan2", {"status": "pending", "owner": "dead-instance", "accepted_at": now,
+                                "deadline": now + 600, "rewards": ["quality"], "skipped": [],
+                                "prompts": ["a", "a", "b"]})
+    r = await client.post("/api/reward/pull", data={"uuid": "orphan2", "type": "quality"})
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "failed" and "gone" in body["reason"]
+    assert body["scores"]["quality"] == [0.0, 0.0, 0.0] and body["valid"] == [False] * 3
 
 
 async def test_bearer_none_refused_with_clear_message_when_keys_configured(make_client):
@@ -320,6 +346,7 @@ async def test_shutdown_stores_unfinished_as_failed(fake_backend):
     await gw.aclose()
     entry = await store.get(uid)
     assert entry["status"] == "failed" and "shut down" in entry["reason"]
+    assert entry["prompts"] == ["a", "b"] and entry["rewards"] == ["stalled"]  # a pull can still be filled
 
 
 # ---- store, tensors, config ------------------------------------------------------------------
