@@ -22,9 +22,10 @@ TORCH_ZIP_MAGIC = b"PK\x03\x04"
 
 MediaType = Literal["image", "video", "latent"]
 
-# Wan VAE (Wan2.1/2.2) scale factors: T latent frames decode to 4(T-1)+1 frames of 8H x 8W.
+# Wan VAE scale factors: T latent frames decode to 4(T-1)+1 frames; H x W latents to 8H x 8W
+# pixels for Wan2.1 (16 channels), 16H x 16W for Wan2.2 (48 channels).
 WAN_TEMPORAL_SCALE = 4
-WAN_SPATIAL_SCALE = 8
+WAN_SPATIAL_SCALE = {16: 8, 48: 16}
 
 
 class PayloadError(ValueError):
@@ -190,8 +191,9 @@ def input_info(arr: np.ndarray, dtype_name: str) -> dict[str, Any]:
 
 def decoded_video_shape(latent_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     """[B,C,T,H,W] latents -> (B, frames, height, width) of the pixels the Wan VAE decodes."""
-    b, _, t, h, w = latent_shape
-    return b, WAN_TEMPORAL_SCALE * (t - 1) + 1, WAN_SPATIAL_SCALE * h, WAN_SPATIAL_SCALE * w
+    b, c, t, h, w = latent_shape
+    scale = WAN_SPATIAL_SCALE.get(c, max(WAN_SPATIAL_SCALE.values()))  # unknown: the larger, never under-count
+    return b, WAN_TEMPORAL_SCALE * (t - 1) + 1, scale * h, scale * w
 
 
 def check_enqueue_limits(batch: int, frames: int, height: int, width: int, prompts: list[str] | None,

@@ -501,9 +501,9 @@ class CosmosRLService:
         if raw is None:
             raise PayloadError("latent_attr needs the form field `fields` (a JSON object)")
         try:
-            fields = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise PayloadError(f"`fields` is not JSON: {err}") from None
+            fields = parse_json(raw, "`fields`")  # the safe parser: depth, digits, UTF-8 bounded
+        except JSONBodyError as err:
+            raise PayloadError(str(err)) from None
         if not isinstance(fields, dict):
             raise PayloadError("`fields` must be a JSON object")
         if self.worker is None or not self.worker.can_decode:

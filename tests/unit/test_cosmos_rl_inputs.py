@@ -195,7 +195,9 @@ async def test_latent_attr_sets_load_mean_std_and_lists_what_it_ignores(serve):
 
 @pytest.mark.parametrize("latents, data, reason", [
     (STATS, {}, "needs the form field `fields`"),
-    (STATS, {"fields": "{not json"}, "not JSON"),
+    (STATS, {"fields": "{not json"}, "`fields` is not JSON"),
+    (STATS, {"fields": "[" * 50_000 + "]" * 50_000}, "`fields` is not JSON"),  # was a 500 (RecursionError)
+    (STATS, {"fields": "1" * 5_000}, "`fields` is not JSON"),  # was a 500 (ValueError: int digits)
     (STATS, {"fields": "[1, 2]"}, "must be a JSON object"),
     (STATS, {"fields": json.dumps({"load_mean_std": "yes"})}, "must be true or false"),
     (LATENTS, {"fields": json.dumps({"load_mean_std": True})}, "needs the statistics files"),

@@ -216,3 +216,16 @@ async def test_malformed_condition_videos_are_an_error(ff, value, reason):
     payload = {**ff_payload(["a"], video=[pil_images(2)]), "condition_videos": value}
     r = await client.post("/flow-factory/video_edit/compute", json=payload)
     assert r.status_code == 200 and reason in r.json()["error"]
+
+
+def test_shipped_vllm_evaluate_asks_what_flow_factory_sends():
+    """Flow-Factory's VLMEvaluateRewardModel (6f3a641) reassigns EVALUATE_PROMPT to this question
+    after the five-criteria text: the second assignment is what it sends."""
+    from judge_gateway.config import load_config
+    from judge_gateway.prompts import load_template
+
+    judge = load_config().judges["vllm_evaluate"]
+    messages = load_template(judge.template).render("any prompt", {"image": [{"type": "image_url",
+                                                                              "image_url": {"url": "u"}}]})
+    assert messages == [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}},
+                                                     {"type": "text", "text": "Is it a beautiful image?"}]}]

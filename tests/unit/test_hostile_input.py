@@ -471,6 +471,7 @@ def test_empty_api_key_is_refused_on_the_command_line(monkeypatch, capsys, key):
 def test_latent_limits_use_the_wan_vae_decoded_size():
     """Latents are checked at the size they decode to, before the uuid (the decode runs later)."""
     assert decoded_video_shape((2, 16, 21, 60, 104)) == (2, 81, 480, 832)
+    assert decoded_video_shape((2, 48, 21, 30, 52)) == (2, 81, 480, 832)  # Wan2.2: spatial x16, not x8
     check_enqueue_limits(2, 81, 480, 832, None, MediaLimits(), "latents")  # a Wan 480p clip: fine
     b, t, h, w = decoded_video_shape((1, 16, 2000, 8, 8))
     with pytest.raises(PayloadError, match="latents: 7997 frames per video, above media.max_video_frames = 4096"):
