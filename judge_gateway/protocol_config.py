@@ -148,8 +148,9 @@ def _r(judge: str, media: str | None = None, **keys: Any) -> dict[str, Any]:
 # (the original's lists held native numbers; trainers clip and weight them on their side).
 DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
     # Our yes/no judges read logprobs, not logits: yes_logit/no_logit carry log P(yes) and
-    # log P(no) (each summed over the word's case/space variants); their difference is the
-    # original's logit difference, so a softmax over the pair gives the same no_score.
+    # log P(no). With the judge's counting = "exact" (configs/cosmos_rl.toml) their difference is
+    # the original's logit difference, so a softmax over the pair gives its no_score; with
+    # "variants" each also sums the word's case/space variants.
     "cosmos_reason1": _r("cosmos_reason1", "video",
                          prediction={"source": "reward", "labels": ["Bad", "Good"], "threshold": 0.5},
                          no_score="reward", yes_logit="details.logprob_yes", no_logit="details.logprob_no"),

@@ -198,13 +198,17 @@ class RedisStore:
     def _marker(self, key: str) -> str:
         return self.prefix + "gone:" + key
 
+    def _entry(self, key: str) -> str:
+        # Entries in their own namespace: no key a client names can read a marker or the index.
+        return self.prefix + "entry:" + key
+
     async def put(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
         ttl = ttl_s or self.ttl_s
         ttl_ms = max(1, int(ttl * 1000))
         forget_ms = ttl_ms + int(self.forget_after_s * 1000)
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(self.prefix + key, json.dumps(value), px=ttl_ms)
+                pipe.set(self._entry(key), json.dumps(value), px=ttl_ms)
                 pipe.set(self._marker(key), _expired_reason(ttl, False), px=forget_ms)
                 pipe.zadd(self._index, {key: time.time()}, nx=True)
                 pipe.zcard(self._index)
@@ -214,7 +218,7 @@ class RedisStore:
                 names = [k.decode() if isinstance(k, bytes) else k for k, _ in evicted]
                 if names:
                     async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.delete(*[self.prefix + n for n in names])
+                        pipe.delete(*[self._entry(n) for n in names])
                         for n, (_, score) in zip(names, evicted):
                             pulled = score < time.time() - self.PULLED_OFFSET / 2
                             why = ("evicted after its pull" if pulled else "evicted before anyone pulled it")
@@ -226,24 +230,27 @@ class RedisStore:
 
     async def get(self, key: str) -> dict[str, Any] | None:
         try:
-            text = await self._redis.get(self.prefix + key)
+            text = await self._redis.get(self._entry(key))
             if text is None:
                 await self._redis.zrem(self._index, key)  # expired: keep the index honest
                 return None
         except Exception as err:
             raise StoreError(f"redis get failed: {type(err).__name__}: {err}") from err
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            raise StoreError(f"redis entry {key!r} is not JSON (written by something else?): {err}") from err
 
     async def consumed(self, key: str) -> None:
         ttl_ms = max(1, int(self.pulled_ttl_s * 1000))
         try:
-            left = await self._redis.pttl(self.prefix + key)
+            left = await self._redis.pttl(self._entry(key))
             if left is None or left < 0:  # gone, or no expiry
                 return
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.zadd(self._index, {key: time.time() - self.PULLED_OFFSET}, xx=True)
                 if left > ttl_ms:
-                    pipe.pexpire(self.prefix + key, ttl_ms)
+                    pipe.pexpire(self._entry(key), ttl_ms)
                     pipe.set(self._marker(key), _expired_reason(self.pulled_ttl_s, True),
                              px=ttl_ms + int(self.forget_after_s * 1000))
                 await pipe.execute()
@@ -252,7 +259,7 @@ class RedisStore:
 
     async def gone(self, key: str) -> str | None:
         try:
-            if await self._redis.exists(self.prefix + key):
+            if await self._redis.exists(self._entry(key)):
                 return None
             why = await self._redis.get(self._marker(key))
         except Exception as err:

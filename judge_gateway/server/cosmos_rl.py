@@ -439,6 +439,9 @@ class CosmosRLService:
 
     async def pull(self, uid: str, reward: str, *, type_given: bool = True) -> tuple[int, dict[str, Any]]:
         base = {"uuid": uid, "type": reward}
+        if not _is_uuid(uid):  # only uuids this service gave out name entries: no other store key
+            return 404, {**base, "status": "unknown",
+                         "message": f"Not found scores for {uid[:80]!r}: not a uuid this gateway gave out"}
         entry = await self.store.get(uid)
         if entry is None:
             gone = await self.store.gone(uid)
@@ -567,6 +570,13 @@ class CosmosRLService:
             self._heartbeat.cancel()
         if self.worker is not None:
             await self.worker.aclose()
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        return str(uuidlib.UUID(text)) == text
+    except ValueError:
+        return False
 
 
 class QueueFull(RuntimeError):

@@ -237,14 +237,19 @@ async def test_results_survive_a_gateway_restart_with_redis(vllm, fake_backend, 
             after = await http.post("/api/reward/pull", data={"uuid": uid, "type": "alignment"})
             assert after.status_code == 200 and after.json() == before
             r = await http.post("/api/reward/pull", data={"uuid": slow, "type": "slow"})
-            assert r.status_code == 500 and r.json()["status"] == "failed" and "shut down" in r.json()["message"]
+            # Failed, and filled so that the trainer (which never drops a uuid) can go on: one
+            # constant per group, every sample flagged invalid (cosmos_rl.on_failed = fill).
+            body = r.json()
+            assert r.status_code == 200 and body["status"] == "failed" and "shut down" in body["message"]
+            assert body["valid"] == [False] * len(body["valid"]) and len(set(body["scores"]["slow"])) == 1
             # A pending entry whose process died without a shutdown (no heartbeat): failed at once.
             store = RedisStore(redis_server.url, prefix=data["store"]["key_prefix"], ttl_s=60, max_entries=100)
             now = time.time()
-            await store.put("orphan", {"status": "pending", "owner": "killed", "accepted_at": now,
+            orphan = "00000000-0000-4000-8000-0000000000aa"  # a uuid: pull refuses any other key
+            await store.put(orphan, {"status": "pending", "owner": "killed", "accepted_at": now,
                                        "deadline": now + 600, "rewards": ["alignment"], "skipped": []})
             await store.aclose()
-            r = await http.post("/api/reward/pull", data={"uuid": "orphan", "type": "alignment"})
+            r = await http.post("/api/reward/pull", data={"uuid": orphan, "type": "alignment"})
             assert r.status_code == 500 and "gone" in r.json()["message"]
     finally:
         second.stop()

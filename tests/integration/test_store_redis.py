@@ -43,3 +43,18 @@ async def test_redis_pulled_first_eviction_and_gone_reasons(redis_url):
         assert await store.gone("short") == "expired: kept 0 s unpulled (store.ttl_s)"
     finally:
         await store.aclose()
+
+
+async def test_redis_keys_a_client_names_never_reach_markers_or_the_index(redis_url):
+    """A pull's uuid was once read at the store's own keys: `index` gave WRONGTYPE (503) and
+    `gone:<key>` a marker's text that failed to parse (500). Entries have their own namespace."""
+    store = RedisStore(redis_url, prefix="jg-ns:", ttl_s=60, max_entries=10)
+    try:
+        await store.put("a", {"v": "a"})
+        store.max_entries = 0
+        await store.put("b", {"v": "b"})  # evicts: markers for a and b, an index
+        for key in ("index", "gone:a", "gone:b", "entry:a"):
+            assert await store.get(key) is None, key
+            assert await store.gone(key) is None, key
+    finally:
+        await store.aclose()

@@ -303,19 +303,19 @@ async def test_pending_entry_of_a_dead_process_reads_failed(make_client):
     store = MemoryStore(ttl_s=60, max_entries=100)
     client = await make_client(store=store)
     now = time.time()
-    await store.put("orphan", {"status": "pending", "owner": "dead-instance", "accepted_at": now,
+    await store.put("00000000-0000-4000-8000-000000000001", {"status": "pending", "owner": "dead-instance", "accepted_at": now,
                                "deadline": now + 600, "rewards": ["quality"], "skipped": []})
-    r = await client.post("/api/reward/pull", data={"uuid": "orphan", "type": "quality"})
+    r = await client.post("/api/reward/pull", data={"uuid": "00000000-0000-4000-8000-000000000001", "type": "quality"})
     assert r.status_code == 500 and r.json()["status"] == "failed" and "gone" in r.json()["message"]
-    await store.put("old", {"status": "pending", "owner": "x", "accepted_at": now - 10, "deadline": now - 1,
+    await store.put("00000000-0000-4000-8000-000000000002", {"status": "pending", "owner": "x", "accepted_at": now - 10, "deadline": now - 1,
                             "rewards": ["quality"], "skipped": []})
-    r = await client.post("/api/reward/pull", data={"uuid": "old", "type": "quality"})
+    r = await client.post("/api/reward/pull", data={"uuid": "00000000-0000-4000-8000-000000000002", "type": "quality"})
     assert r.status_code == 500 and "request_timeout_s" in r.json()["message"]
     # An entry that kept its prompts (every entry this version writes) is filled per prompt group.
-    await store.put("orphan2", {"status": "pending", "owner": "dead-instance", "accepted_at": now,
+    await store.put("00000000-0000-4000-8000-000000000003", {"status": "pending", "owner": "dead-instance", "accepted_at": now,
                                 "deadline": now + 600, "rewards": ["quality"], "skipped": [],
                                 "prompts": ["a", "a", "b"]})
-    r = await client.post("/api/reward/pull", data={"uuid": "orphan2", "type": "quality"})
+    r = await client.post("/api/reward/pull", data={"uuid": "00000000-0000-4000-8000-000000000003", "type": "quality"})
     body = r.json()
     assert r.status_code == 200 and body["status"] == "failed" and "gone" in body["reason"]
     assert body["scores"]["quality"] == [0.0, 0.0, 0.0] and body["valid"] == [False] * 3
@@ -515,3 +515,11 @@ async def test_retries_stop_at_the_request_deadline_and_the_sample_is_filled(mak
     # leave room for a handful of attempts at most).
     attempts = [cell["details"]["attempts"] for cell in r.json()["judge_scores"]]
     assert all(1 <= a < 10 for a in attempts), attempts
+
+
+@pytest.mark.parametrize("uid", ["index", "gone:00000000-0000-4000-8000-000000000001", "instance:x",
+                                 "00000000-0000-4000-8000-000000000001 ", "x" * 10_000])
+async def test_pull_of_anything_but_a_uuid_is_unknown(make_client, uid):
+    client = await make_client()
+    r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "quality"})
+    assert r.status_code == 404 and r.json()["status"] == "unknown" and "not a uuid" in r.json()["message"]

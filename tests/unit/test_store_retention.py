@@ -98,7 +98,7 @@ async def test_pull_says_expired_for_a_result_that_has_gone_and_unknown_for_a_st
             r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "quality"})
             assert r.status_code == 410 and r.json()["status"] == "expired"
             assert "store.pulled_ttl_s" in r.json()["message"] and "enqueue it again" in r.json()["message"]
-            r = await client.post("/api/reward/pull", data={"uuid": "f00", "type": "quality"})
+            r = await client.post("/api/reward/pull", data={"uuid": "00000000-0000-4000-8000-00000000f000", "type": "quality"})
             assert r.status_code == 404 and r.json()["status"] == "unknown"
             assert "never accepted" in r.json()["message"]
     finally:
