@@ -62,9 +62,6 @@ def _ordinal_ranks(values: Sequence[float]) -> list[int]:
     return ranks
 
 
-GROUP_TRANSFORMS = ("none", "rank", "ordinal_rank", "zscore")
-
-
 def group_transform(rewards: Sequence[float | None], group_ids: Sequence[str | None],
                     kind: str) -> list[float | None]:
     """Transform each reward within its group:

@@ -237,6 +237,7 @@ class LatentDecoderConfig(_Strict):
             if self.wan2_1 is not None:
                 raise ValueError("give either checkpoint/subfolder or [cosmos_rl.latents.wan2_1], not both")
             self.wan2_1 = WanVaeConfig(checkpoint=self.checkpoint, subfolder=self.subfolder)
+            self.checkpoint = self.subfolder = None  # moved: a dump of this config loads again
         elif self.subfolder is not None:
             raise ValueError("subfolder without checkpoint")
         if self.wan2_2 is not None and self.wan2_2.load_mean_std:

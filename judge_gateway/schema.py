@@ -29,6 +29,10 @@ class ErrorCode(str, Enum):
     not_applicable = "not_applicable"
 
 
+# Faults of the moment, not of the sample: scoring the same sample again may give a number.
+TRANSIENT_ERRORS = frozenset({ErrorCode.timeout, ErrorCode.backend_unavailable, ErrorCode.backend_error})
+
+
 class ScoreError(BaseModel):
     """The reason a score is invalid."""
 

@@ -46,7 +46,7 @@ from ..protocol_config import (
     CosmosRLConfig,
     LegacyKey,
 )
-from ..schema import ErrorCode, JudgeScore, RewardRequest, SampleInput
+from ..schema import TRANSIENT_ERRORS, ErrorCode, JudgeScore, RewardRequest, SampleInput
 from ..store import ResultStore, StoreError
 from ..tensors import (
     EnqueueMeta,
@@ -62,7 +62,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
-from .cosmos_legacy import legacy_lists, source_value
+from .cosmos_legacy import legacy_lists
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
@@ -607,13 +607,10 @@ def _video_fps(i: int, info: dict[str, Any]) -> float:
     return float(next(iter(values.values())))
 
 
-_source = source_value  # the legacy-key reader, under its old name
-
-TRANSIENT = frozenset({ErrorCode.timeout, ErrorCode.backend_unavailable, ErrorCode.backend_error})
 
 
 def _transient(cell: JudgeScore) -> bool:
-    return not cell.valid and cell.error is not None and cell.error.code in TRANSIENT
+    return not cell.valid and cell.error is not None and cell.error.code in TRANSIENT_ERRORS
 
 
 async def _fields(request: Request) -> dict[str, str]:

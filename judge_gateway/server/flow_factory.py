@@ -30,12 +30,11 @@ from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
-from ..schema import ErrorCode, RewardRequest, SampleInput
+from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = {ErrorCode.backend_unavailable, ErrorCode.timeout, ErrorCode.backend_error}
 MEDIA_FIELD = {"image": "image", "video": "video", "condition_image": "condition_images",
                "condition_video": "condition_videos"}
 
@@ -170,7 +169,7 @@ class FlowFactoryService:
         flags = [v is not None for v in rewards]
         if problems:
             first = f"sample {problems[0][0]}: {problems[0][1]}"
-            if not valid and any(code in TRANSIENT for _, _, code in problems):
+            if not valid and any(code in TRANSIENT_ERRORS for _, _, code in problems):
                 # Retrying may help (backends down or slow): the client retries 5xx.
                 return 503, {"detail": f"no sample could be scored ({len(problems)} failed judge scores), "
                                        f"e.g. {first}"}

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import GatewayConfig
-from ..schema import JudgeScore
+from ..schema import TRANSIENT_ERRORS, JudgeScore
 
-TRANSIENT_CODES = frozenset({"timeout", "backend_unavailable", "backend_error"})
+TRANSIENT_CODES = frozenset(code.value for code in TRANSIENT_ERRORS)
 
 
 class ScoreCacheError(ValueError):

@@ -250,3 +250,12 @@ async def test_enqueue_refuses_a_head_that_failed_to_load(serve, tmp_path):
     r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=HEADERS)
     assert r.status_code == 424, r.text  # not accepted while the retry runs: it failed before
     assert "judge 'ocr' failed to load (failed: " in r.json()["message"] and "is retrying" in r.json()["message"]
+
+
+def test_latents_short_form_round_trips():
+    """`checkpoint` is short for wan2_1.checkpoint: a dump of the loaded config loads again."""
+    from judge_gateway.protocol_config import LatentDecoderConfig
+
+    cfg = LatentDecoderConfig(python="p", checkpoint="/vae", subfolder="vae")
+    again = LatentDecoderConfig.model_validate(cfg.model_dump())
+    assert again.wan2_1 is not None and (again.wan2_1.checkpoint, again.wan2_1.subfolder) == ("/vae", "vae")
