@@ -2,14 +2,19 @@
 the head's dependencies and can import judge_gateway).
 
 Protocol (frames from protocol.py) on stdin/stdout:
-  gateway -> worker  {"op": "init", "kind", "name", "options"}   then scoring messages:
-                     {"op": "score", "id", "prompt", "shape", "dtype"} + uint8 frames
+  gateway -> worker  {"op": "init", "kind", "name", "options", "arena"?: {"fd", "size"}}
+                     then scoring messages:
+                     {"op": "score", "via", "region"?, "jobs": [...]} (+ uint8 frames via the pipe)
                      {"op": "stats", "id"}
   worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error"}
                      {"op": "result", "id", "ok": true, "outputs": [...]}
                      {"op": "result", "id", "ok": false, "error"}
                      {"op": "stats", "id", "stats"}
 End of stdin (the gateway closed the pipe or died) ends the worker.
+With an `arena` (a shared-memory fd the gateway passed at spawn, shm.py) the pixels of a score
+frame are read from it in place; `info.transport` says whether the worker mapped it ("shm") or
+takes pixels from the pipe only ("pipe"). A job's result is its region's release: the worker
+never reads a job's pixels after answering it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import Any, BinaryIO
 
 from .batcher import Control, Job, MicroBatcher, Staged
 from .models import HeadLoadError, build_head
-from .protocol import ProtocolError, encode_frame, images_from_payload, read_frame
+from .protocol import ProtocolError, encode_frame, jobs_from_frame, read_frame
+from .shm import ArenaView
 
 log = logging.getLogger("judge_gateway.heads.worker")
 _EOF = object()
@@ -53,7 +59,17 @@ def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
     return sys.stdin.buffer, out
 
 
-def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer) -> None:
+def _attach_arena(spec: Any) -> tuple[ArenaView | None, str | None]:
+    """Map the gateway's shared-memory arena, or say why the pipe must carry the pixels."""
+    if spec is None:
+        return None, None
+    try:
+        return ArenaView(int(spec["fd"]), int(spec["size"])), None
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        return None, f"cannot map the shared-memory arena ({type(exc).__name__}: {exc})"
+
+
+def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer, arena: ArenaView | None = None) -> None:
     try:
         while True:
             frame = read_frame(stream)
@@ -62,15 +78,12 @@ def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer) -> None:
             header, payload = frame
             op, msg_id = header.get("op"), header.get("id")
             if op == "score":
-                try:
-                    frames = images_from_payload(header, payload)
-                    prompt = header.get("prompt", "")
-                    if not isinstance(prompt, str):
-                        raise ProtocolError("prompt must be a string")
-                except ProtocolError as exc:
-                    writer.send({"op": "result", "id": msg_id, "ok": False, "error": str(exc)})
-                    continue
-                q.put(Job(msg_id=msg_id, frames=frames, prompt=prompt))
+                region = header.get("region", 0)
+                jobs, bad = jobs_from_frame(header, payload, arena, region if isinstance(region, int) else -1)
+                for bad_id, why in bad:
+                    writer.send({"op": "result", "id": bad_id, "ok": False, "error": why})
+                for job in jobs:
+                    q.put(Job(msg_id=job.msg_id, frames=job.frames, prompt=job.prompt))
             elif op == "stats":
                 q.put(Control(msg_id=msg_id, op="stats"))
             elif op == "shutdown":
@@ -93,6 +106,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         writer.send({"op": "fatal", "error": f"expected an init message, got {header.get('op')!r}"})
         return 2
     kind, options = header["kind"], header.get("options", {})
+    arena, arena_error = _attach_arena(header.get("arena"))
+    if arena_error:
+        log.warning("%s; pixels come through the pipe", arena_error)
     try:
         head = build_head(kind, options)
         info = head.load()
@@ -109,10 +125,13 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         batcher = make_batcher(max_batch, max_wait)
     else:
         batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare)
-    writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
+    transport = {"transport": "shm" if arena is not None else "pipe"}
+    if arena_error:
+        transport["transport_error"] = arena_error
+    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
-    threading.Thread(target=_reader, args=(stdin, q, writer), daemon=True, name="head-reader").start()
+    threading.Thread(target=_reader, args=(stdin, q, writer, arena), daemon=True, name="head-reader").start()
     overlap = options.get("overlap_preprocessing")
     if overlap is None:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
