@@ -128,7 +128,7 @@ def jobs_header(jobs: list[tuple[int, str, tuple[int, ...]]], via: str) -> tuple
     return {"op": "score", "dtype": "uint8", "via": via, "jobs": described}, offset
 
 
-def jobs_from_frame(header: dict[str, Any], payload: bytes, arena: "ArenaView | None",
+def jobs_from_frame(header: dict[str, Any], payload: bytes, arena: ArenaView | None,
                     base: int = 0) -> tuple[list[ScoreJob], list[tuple[Any, str]]]:
     """The jobs of a score frame, and (id, reason) for each job that is malformed. Raises
     ProtocolError when the frame as a whole cannot be read. `base`: the region's start in the
