@@ -18,7 +18,7 @@ import asyncio
 import bisect
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -82,8 +82,10 @@ class Arena:
         if self.released is not None:
             self.released.set()
 
-    def write(self, offset: int, arrays: Sequence[np.ndarray]) -> int:
-        """Write C-contiguous uint8 arrays back to back at `offset`; returns the bytes written."""
+    def write(self, offset: int, arrays: Sequence[np.ndarray], fd: int | None = None) -> int:
+        """Write C-contiguous uint8 arrays back to back at `offset` (through `fd`, a dup of the
+        arena's, when given); returns the bytes written."""
+        fd = self.fd if fd is None else fd
         views = [memoryview(a).cast("B") for a in arrays]
         total = sum(v.nbytes for v in views)
         if offset < 0 or offset + total > self.size:
@@ -92,12 +94,25 @@ class Arena:
         for i in range(0, len(views), _IOV_MAX):
             chunk = views[i : i + _IOV_MAX]
             want = sum(v.nbytes for v in chunk)
-            wrote = os.pwritev(self.fd, chunk, offset + done)
+            wrote = os.pwritev(fd, chunk, offset + done)
             while wrote < want:  # a short write (signals): finish it byte-exactly
                 flat = b"".join(chunk)[wrote:]
-                wrote += os.pwrite(self.fd, flat, offset + done + wrote)
+                wrote += os.pwrite(fd, flat, offset + done + wrote)
             done += want
         return done
+
+    def write_on_own_fd(self, offset: int, arrays: Sequence[np.ndarray]) -> tuple[int, Callable[[], int]]:
+        """A write to run on another thread: it holds its own dup of the fd (closed when it ends),
+        so closing the arena meanwhile can never make it write into a reused fd number."""
+        fd = os.dup(self.fd)
+
+        def run() -> int:
+            try:
+                return self.write(offset, arrays, fd)
+            finally:
+                os.close(fd)
+
+        return fd, run
 
     def close(self) -> None:
         if self.fd >= 0:

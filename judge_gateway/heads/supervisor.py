@@ -58,6 +58,8 @@ class _Outgoing:
 
 # The pipe carries at most this much per frame; bigger batches go as several frames.
 PIPE_FRAME_BYTES = 64 * 1024 * 1024
+# Frames at least this large are written into the arena on a thread (pwritev drops the GIL).
+THREAD_WRITE_BYTES = 8 * 1024 * 1024
 
 
 class HeadWorker:
@@ -136,7 +138,8 @@ class HeadWorker:
     def transport_stats(self) -> dict[str, Any]:
         arena = self._arena
         return {"transport": self.transport, **self.transport_counts,
-                "arena_bytes": arena.size if arena else 0, "arena_high_water": arena.high_water if arena else 0}
+                "arena_bytes": arena.size if arena else 0, "arena_in_use": arena.in_use if arena else 0,
+                "arena_high_water": arena.high_water if arena else 0}
 
     async def infer(self, frames: np.ndarray, prompt: str) -> list[dict[str, Any]]:
         """Per-frame outputs of the model for uint8 [n, H, W, 3] frames and one prompt."""
@@ -243,8 +246,20 @@ class HeadWorker:
             if arena is not None and sum(o.frames.nbytes for o in items) <= arena.size:
                 header, total = jobs_header(described, "shm")
                 start = await self._alloc(arena, total)
-                if arena.write(start, [o.frames for o in items]) != total:
-                    raise RuntimeError("short write into the arena")
+                arrays = [o.frames for o in items]
+                try:
+                    if total >= THREAD_WRITE_BYTES:  # keep the loop serving while pages are copied
+                        wrote = await asyncio.to_thread(arena.write_on_own_fd(start, arrays)[1])
+                    else:
+                        wrote = arena.write(start, arrays)
+                    if wrote != total:
+                        raise RuntimeError("short write into the arena")
+                except BaseException:
+                    if arena is self._arena:
+                        arena.free(start)  # nobody will answer for it
+                    raise
+                if arena is not self._arena:
+                    raise RuntimeError("the worker ended while the frame was written")
                 self._region_refs[start] = len(items)
                 for o in items:
                     self._job_region[o.msg_id] = start

@@ -130,10 +130,13 @@ def test_score_frame_carries_several_jobs_and_refuses_bad_ones_one_by_one():
 @needs_memfd
 @pytest.mark.parametrize("transport", ["shm", "pipe"])
 async def test_a_request_goes_out_as_one_frame_and_arrives_bit_exactly(tmp_path, transport):
-    """Eight concurrent infer calls (a request's samples, images of different sizes) reach the
-    worker in one frame, byte for byte, by shared memory or by the pipe."""
+    """Ten concurrent infer calls (a request's samples, images of different sizes, 9 MB in all:
+    the arena write runs on a thread) reach the worker in one frame, byte for byte, by shared
+    memory or by the pipe."""
     w = _worker(tmp_path, transport=transport)
-    imgs = _images(3, [(64, 48), (31, 17), (64, 48), (2, 3), (128, 96), (64, 48), (7, 7), (300, 200)])
+    imgs = _images(3, [(64, 48), (31, 17), (64, 48), (2, 3), (128, 96), (64, 48), (7, 7), (300, 200),
+                       (1200, 1200), (1201, 1199)])
+    assert sum(im.nbytes for im in imgs) > supervisor.THREAD_WRITE_BYTES
     try:
         await w.wait_ready()
         outs = await asyncio.gather(*(w.infer(im[None], f"p{i}") for i, im in enumerate(imgs)))
@@ -320,3 +323,30 @@ print("ok")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run([str(python), "-c", code], check=False, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@needs_memfd
+async def test_a_caller_that_gives_up_leaves_its_region_to_the_worker_until_it_answers(tmp_path):
+    """A request cancelled (its deadline) after its frame went out: the worker may still be reading
+    the pixels, so the region stays reserved until the worker answers, then is free again."""
+    w = _worker(tmp_path, max_wait_ms=0)
+    w.options.env["JG_FAKE_HEAD_SLEEP_S"] = "0.5"
+    try:
+        await w.wait_ready()
+        call = asyncio.ensure_future(w.infer(_images(11, [(100, 100)])[0][None], "slow"))
+        for _ in range(100):
+            if w.transport_counts["frames_shm"]:
+                break
+            await asyncio.sleep(0.01)
+        call.cancel()
+        await asyncio.sleep(0.05)
+        assert w.transport_stats()["arena_in_use"] == 30016  # 100 x 100 x 3, 64-byte aligned
+        for _ in range(300):
+            if w.transport_stats()["arena_in_use"] == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert w.transport_stats()["arena_in_use"] == 0  # released by the worker's (unread) answer
+        im = _images(12, [(20, 20)])[0]
+        assert (await w.infer(im[None], "p"))[0]["sha256"] == _sha(im)
+    finally:
+        await w.aclose()
