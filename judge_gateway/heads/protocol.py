@@ -144,8 +144,6 @@ def jobs_from_frame(header: dict[str, Any], payload: bytes, arena: ArenaView | N
     jobs, via = header.get("jobs"), header.get("via")
     if not isinstance(jobs, list) or via not in ("shm", "pipe"):
         raise ProtocolError(f"bad score frame: via={via!r}, jobs is {type(jobs).__name__}")
-    if via == "shm" and arena is None:
-        raise ProtocolError("a shared-memory frame, but this worker has no arena")
     good: list[ScoreJob] = []
     bad: list[tuple[Any, str]] = []
     for job in jobs:
@@ -153,6 +151,8 @@ def jobs_from_frame(header: dict[str, Any], payload: bytes, arena: ArenaView | N
         try:
             if not isinstance(job, dict) or not isinstance(msg_id, int):
                 raise ProtocolError("a job needs an integer id")
+            if via == "shm" and arena is None:
+                raise ProtocolError("a shared-memory frame, but this worker has no arena")
             prompt, offset = job.get("prompt", ""), job.get("offset")
             if not isinstance(prompt, str):
                 raise ProtocolError("prompt must be a string")

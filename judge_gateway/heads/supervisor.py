@@ -4,9 +4,10 @@ The worker runs `python -m judge_gateway.heads.worker` under the head's configur
 Requests go out as frames on its stdin; results come back on its stdout and resolve futures by
 id. Score requests are coalesced: every `infer` call made in one turn of the event loop (a
 request's samples) goes out in one frame, the pixels written into the worker's shared-memory
-arena (shm.py) with one `pwritev`, or through the pipe where no arena could be had. When the worker dies, every in-flight request fails with HeadError (never hangs) and the
-worker is restarted with an exponential back-off. A model that fails to load marks the head
-failed with the worker's reason; the next request after `retry_failed_load_s` tries again.
+arena (shm.py) with one `pwritev`, or through the pipe where no arena could be had. When the
+worker dies, every in-flight request fails with HeadError (never hangs) and the worker is
+restarted with an exponential back-off. A model that fails to load marks the head failed with
+the worker's reason; the next request after `retry_failed_load_s` tries again.
 """
 
 from __future__ import annotations

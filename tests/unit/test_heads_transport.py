@@ -120,8 +120,10 @@ def test_score_frame_carries_several_jobs_and_refuses_bad_ones_one_by_one():
     header["jobs"].append({"id": 3, "prompt": 7, "shape": [1, 1, 1, 3], "offset": 0})
     got, bad = jobs_from_frame(header, payload, None)
     assert [j.msg_id for j in got] == [1] and [i for i, _ in bad] == [2, 3]
-    with pytest.raises(ProtocolError):  # a shared-memory frame to a worker without an arena
-        jobs_from_frame({**header, "via": "shm"}, b"", None)
+    got, bad = jobs_from_frame({**header, "via": "shm"}, b"", None)  # a worker without an arena
+    assert not got and [i for i, _ in bad] == [1, 2, 3] and "no arena" in bad[0][1]
+    with pytest.raises(ProtocolError):  # the frame itself is unreadable
+        jobs_from_frame({**header, "via": "carrier pigeon"}, b"", None)
 
 
 # -- a real worker process ---------------------------------------------------------------------
