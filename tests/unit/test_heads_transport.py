@@ -275,58 +275,6 @@ async def test_a_gateway_request_of_32_images_is_one_shared_memory_frame_and_say
     assert stats["frames_shm"] == 1 and stats["bytes_shm"] == 32 * 64 * 48 * 3
 
 
-# -- the worker's batch of pixels --------------------------------------------------------------
-
-
-@needs_memfd
-def test_frames_written_together_are_one_batch_view_of_the_arena_without_a_copy():
-    from judge_gateway.heads.staging import batch_view
-
-    arena = Arena(1 << 20)
-    try:
-        imgs = _images(10, [(16, 12)] * 5)
-        start = arena.alloc(sum(im.nbytes for im in imgs))
-        arena.write(start, imgs)
-        view = ArenaView(os.dup(arena.fd), arena.size)
-        frames = [view.array(start + i * imgs[0].nbytes, (1, 16, 12, 3)) for i in range(5)]
-        batch = batch_view(frames)
-        assert batch is not None and batch.shape == (5, 16, 12, 3) and not batch.flags.writeable
-        assert np.array_equal(batch, np.stack(imgs)) and np.shares_memory(batch, frames[0])
-        assert batch_view([frames[0], frames[2]]) is None  # not back to back
-        assert batch_view([frames[0], np.zeros((1, 16, 13, 3), np.uint8)]) is None  # shapes differ
-    finally:
-        arena.close()
-
-
-def test_pixel_stager_gives_one_tensor_per_batch_on_the_cpu():
-    """Under the heads venv (torch): one tensor per slice, over the arena without a copy when the
-    frames are back to back, stacked otherwise; equal to the frames byte for byte."""
-    import subprocess
-
-    from tests.support.heads_env import heads_python
-
-    try:
-        python = heads_python()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    code = """
-import numpy as np, torch
-from judge_gateway.heads.staging import PixelStager
-rng = np.random.default_rng(0)
-buf = rng.integers(0, 256, (4, 8, 6, 3), dtype=np.uint8)
-stager = PixelStager("cpu")
-together = stager.stage([buf[i:i + 1] for i in range(4)])
-apart = stager.stage([buf[0], buf[2]])
-assert not together.copied and together.ready().data_ptr() == buf.ctypes.data
-assert torch.equal(together.ready(), torch.from_numpy(buf.copy()))
-assert apart.copied and torch.equal(apart.ready(), torch.from_numpy(buf[[0, 2]].copy()))
-print("ok")
-"""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([str(python), "-c", code], check=False, capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
-
-
 @needs_memfd
 async def test_a_caller_that_gives_up_leaves_its_region_to_the_worker_until_it_answers(tmp_path):
     """A request cancelled (its deadline) after its frame went out: the worker may still be reading
