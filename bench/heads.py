@@ -72,6 +72,8 @@ def judge_config(head: str, models: Path | None, batch: int, args: argparse.Name
         common["preprocess_threads"] = args.preprocess_threads
     if args.overlap is not None:
         common["overlap_preprocessing"] = args.overlap == "on"
+    if args.transport is not None:
+        common["transport"] = args.transport
     if head == "ocr":
         return {"kind": "ocr", "options": {"python": str(heads_python()), **common}}
     if head == "hpsv3":
@@ -126,15 +128,17 @@ async def measure(head: str, models: Path | None, batch: int, args: argparse.Nam
         rates, cpu = [], []
         for round_ in range(args.rounds + 1):  # round 0 warms up
             t0, c0 = time.perf_counter(), time.process_time()
+            per = args.images_per_request
             responses = await asyncio.gather(*(
-                gw.score(RewardRequest(samples=[s], judges=[head])) for s in samples))
+                gw.score(RewardRequest(samples=samples[i : i + per], judges=[head]))
+                for i in range(0, len(samples), per)))
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             bad = [r for resp in responses for r in resp.results if not r.valid]
             if bad:
                 raise RuntimeError(f"{head}: invalid scores in the benchmark: {bad[0].scores}")
             if round_:
                 rates.append(len(samples) / dt)
-                cpu.append(dc / len(samples))
+                cpu.append(dc / len(responses))
         stats = await worker.stats()
     finally:
         await gw.aclose()
@@ -145,7 +149,8 @@ async def measure(head: str, models: Path | None, batch: int, args: argparse.Nam
             "prepare_ms": 1000 * stats.get("prepare_s", 0.0) / items,
             "infer_ms": 1000 * stats.get("infer_s", 0.0) / items,
             # the gateway process's own CPU per request (the event loop + its decode threads)
-            "gateway_cpu_ms": 1000 * statistics.median(cpu)}
+            "gateway_cpu_ms": 1000 * statistics.median(cpu),
+            "gateway_cpu_ms_per_image": 1000 * statistics.median(cpu) / min(args.images_per_request, n)}
 
 
 async def main() -> int:
@@ -153,6 +158,8 @@ async def main() -> int:
     ap.add_argument("--heads", default="clip,pickscore,hpsv2,hpsv3,ocr")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
     ap.add_argument("--requests", type=int, default=64, help="concurrent single-image requests (OCR, hpsv3: at most 16)")
+    ap.add_argument("--images-per-request", type=int, default=1,
+                    help="samples per request (the --requests images go out as requests of this many)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds after one warm-up round (median)")
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=None, help="torch/onnxruntime threads per worker")
@@ -166,15 +173,17 @@ async def main() -> int:
                     help="CLIP-family / image_reward preprocessing threads per worker (default min(8, CPUs))")
     ap.add_argument("--overlap", choices=["on", "off"], default=None,
                     help="preprocess the next batch during the current forward (default: on off-CPU)")
+    ap.add_argument("--transport", choices=["shm", "pipe"], default=None,
+                    help="how pixels reach the worker (default: the head's default, shm)")
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]
     models = build_tiny_heads(args.size) if set(heads) & {"clip", "pickscore", "hpsv2"} else None
     ir_models = build_tiny_image_reward("full" if args.size == "base" else "tiny") if "image_reward" in heads else None
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
-          f"{args.requests} concurrent requests, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
+          f"{args.requests} images in requests of {args.images_per_request}, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
     print(f"{'head':<12} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
-          f" {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13}")
+          f" {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13} {'gw cpu ms/img':>13}")
     for head in heads:
         base = None
         sizes = {"ocr": [b for b in batches if b in (1, 8)],
@@ -187,7 +196,8 @@ async def main() -> int:
             rate = row["images_per_s"]
             print(f"{head:<12} {batch:>9} {row['requests']:>8} {rate:>9.{3 if rate < 1 else 1}f} "
                   f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x"
-                  f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}", flush=True)
+                  f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}"
+                  f" {row['gateway_cpu_ms_per_image']:>13.3f}", flush=True)
     return 0
 
 

@@ -603,6 +603,11 @@ class ImageMedia:
 
     # ---- pixels ------------------------------------------------------------------------------
 
+    @property
+    def decoded(self) -> bool:
+        """True when `to_array()` returns at once (no decode left to do)."""
+        return self._array is not None
+
     def to_array(self) -> np.ndarray:
         """RGB uint8 [H, W, 3], read-only; decoded once and kept."""
         if self._array is None:

@@ -83,7 +83,12 @@ class HeadJudge(Judge):
                                    "the prompt has no quoted target text for the OCR reward")
         elif not sample.prompt.strip():
             raise JudgeFailure(ErrorCode.bad_input, f"{self.kind} needs the sample's prompt")
-        frames, facts = await asyncio.to_thread(self._frames, sample)
+        if sample.image is not None and sample.image.decoded:
+            # No decode to do: stay on the loop, so a request's samples reach the worker's sender
+            # in the same loop turn and go out as one frame (a thread hop each would scatter them).
+            frames, facts = self._frames(sample)
+        else:
+            frames, facts = await asyncio.to_thread(self._frames, sample)
         try:
             outputs = await self.worker.infer(frames, sample.prompt)
         except HeadError as exc:

@@ -44,6 +44,19 @@ class HeadOptions(BaseModel):
             "compete for the same cores."
         ),
     )
+    transport: Literal["shm", "pipe"] = Field(
+        "shm",
+        description=(
+            "How pixels reach the worker: `shm` writes them into a shared-memory arena (an anonymous "
+            "memfd, only frame headers on the pipe), falling back to the pipe where that is "
+            "unavailable; `pipe` sends them through the worker's stdin. The score's "
+            "`details.head.transport` says which ran."
+        ),
+    )
+    shm_mb: int = Field(
+        512, ge=1, le=1 << 20,
+        description="Size of the shared-memory arena per worker (MiB); pages are used as written.",
+    )
     pooling: Literal["mean", "min", "topk_mean"] = Field(
         "mean", description="How per-frame scores of a video become one score."
     )

@@ -2,9 +2,12 @@
 
 The worker runs `python -m judge_gateway.heads.worker` under the head's configured interpreter.
 Requests go out as frames on its stdin; results come back on its stdout and resolve futures by
-id. When the worker dies, every in-flight request fails with HeadError (never hangs) and the
-worker is restarted with an exponential back-off. A model that fails to load marks the head
-failed with the worker's reason; the next request after `retry_failed_load_s` tries again.
+id. Score requests are coalesced: every `infer` call made in one turn of the event loop (a
+request's samples) goes out in one frame, the pixels written into the worker's shared-memory
+arena (shm.py) with one `pwritev`, or through the pipe where no arena could be had. When the
+worker dies, every in-flight request fails with HeadError (never hangs) and the worker is
+restarted with an exponential back-off. A model that fails to load marks the head failed with
+the worker's reason; the next request after `retry_failed_load_s` tries again.
 """
 
 from __future__ import annotations
@@ -16,13 +19,24 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .options import HeadOptions
-from .protocol import PREFIX, ProtocolError, decode_header, decode_prefix, encode_frame, images_header
+from .protocol import (
+    PREFIX,
+    ProtocolError,
+    decode_header,
+    decode_prefix,
+    encode_frame,
+    encode_head,
+    images_header,
+    jobs_header,
+)
+from .shm import Arena, memfd_supported
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +45,22 @@ MAX_BACKOFF_S = 30.0
 
 class HeadError(RuntimeError):
     """The worker could not produce a result for a request (crashed, failed to load, refused)."""
+
+
+@dataclass
+class _Outgoing:
+    """A scoring job waiting for the sender: one `infer` call."""
+
+    msg_id: int
+    prompt: str
+    frames: np.ndarray  # C-contiguous uint8 [n, H, W, 3]
+    fut: asyncio.Future[Any]
+
+
+# The pipe carries at most this much per frame; bigger batches go as several frames.
+PIPE_FRAME_BYTES = 64 * 1024 * 1024
+# Frames at least this large are written into the arena on a thread (pwritev drops the GIL).
+THREAD_WRITE_BYTES = 8 * 1024 * 1024
 
 
 class HeadWorker:
@@ -49,6 +79,15 @@ class HeadWorker:
         self._runner: asyncio.Task[None] | None = None
         self._failed_at = 0.0
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        # Sending side of the running worker process (see _run_once / _send_loop).
+        self._outbox: list[_Outgoing] = []
+        self._wake: asyncio.Event | None = None
+        self._arena: Arena | None = None
+        self._arena_error: str | None = None
+        self._job_region: dict[int, int] = {}  # job id -> start of its frame's region
+        self._region_refs: dict[int, int] = {}  # region start -> jobs not answered yet
+        self.transport_counts = {"frames_shm": 0, "frames_pipe": 0, "bytes_shm": 0, "bytes_pipe": 0,
+                                 "arena_waits": 0}
 
     # -- public API ----------------------------------------------------------------------------
     @property
@@ -92,17 +131,55 @@ class HeadWorker:
                 f"head {self.name!r} not ready after {self.options.startup_timeout_s}s ({self.reason})"
             ) from None
 
+    @property
+    def transport(self) -> str:
+        """How pixels reach the running worker: "shm" or "pipe"."""
+        return str(self.info.get("transport", "pipe"))
+
+    def transport_stats(self) -> dict[str, Any]:
+        arena = self._arena
+        return {"transport": self.transport, **self.transport_counts,
+                "arena_bytes": arena.size if arena else 0, "arena_in_use": arena.in_use if arena else 0,
+                "arena_high_water": arena.high_water if arena else 0}
+
     async def infer(self, frames: np.ndarray, prompt: str) -> list[dict[str, Any]]:
         """Per-frame outputs of the model for uint8 [n, H, W, 3] frames and one prompt."""
         await self.wait_ready()
-        header = {"op": "score", "prompt": prompt, **images_header(frames)}
-        reply = await self._request(header, memoryview(np.ascontiguousarray(frames)).cast("B"))
+        images_header(frames)  # refuse anything but uint8 [n, H, W, 3] here, not in the worker
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self._wake is None:
+            raise HeadError(f"head {self.name!r} worker is not running ({self.state}: {self.reason})")
+        msg_id = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = fut
+        # The sender wakes after the other ready tasks of this loop turn: a request's samples
+        # that reach this point together go out in one frame.
+        self._outbox.append(_Outgoing(msg_id, prompt, np.ascontiguousarray(frames), fut))
+        self._wake.set()
+        try:
+            reply = await fut
+        except asyncio.CancelledError:
+            self._cancel_job(msg_id)
+            raise
+        finally:
+            self._pending.pop(msg_id, None)
         if not reply.get("ok"):
             raise HeadError(f"head {self.name!r}: {reply.get('error', 'unknown error')}")
         outputs = reply.get("outputs")
         if not isinstance(outputs, list) or len(outputs) != len(frames):
             raise HeadError(f"head {self.name!r} returned a malformed result")
         return outputs
+
+    def _cancel_job(self, msg_id: int) -> None:
+        """Its caller gave up (client gone): a job not sent yet is skipped by the sender; a sent one
+        is dropped by the worker if still queued, and answered either way (which frees its region).
+        One synchronous write: it cannot land inside a frame, which is written without awaits."""
+        if any(o.msg_id == msg_id for o in self._outbox):
+            return
+        proc = self._proc
+        if proc is None or proc.returncode is not None or proc.stdin is None or proc.stdin.is_closing():
+            return
+        proc.stdin.write(encode_frame({"op": "cancel", "id": msg_id}))
 
     async def stats(self) -> dict[str, Any]:
         await self.wait_ready()
@@ -158,6 +235,117 @@ class HeadWorker:
         finally:
             self._pending.pop(msg_id, None)
 
+    async def _send_loop(self, proc: asyncio.subprocess.Process, wake: asyncio.Event) -> None:
+        """Send what `infer` queued, as few frames as the arena / pipe limits allow."""
+        while True:
+            await wake.wait()
+            wake.clear()
+            while self._outbox:
+                queued, self._outbox = self._outbox, []
+                live = [o for o in queued if not o.fut.done()]  # cancelled callers: skip
+                for chunk in self._chunks(live):
+                    await self._send_frame(proc, chunk)
+
+    def _chunks(self, items: list[_Outgoing]) -> list[list[_Outgoing]]:
+        limit = self._arena.size // 4 if self._arena is not None else PIPE_FRAME_BYTES
+        chunks: list[list[_Outgoing]] = []
+        size = 0
+        for item in items:
+            if chunks and size + item.frames.nbytes <= limit:
+                chunks[-1].append(item)
+                size += item.frames.nbytes
+            else:
+                chunks.append([item])
+                size = item.frames.nbytes
+        return chunks
+
+    async def _send_frame(self, proc: asyncio.subprocess.Process, items: list[_Outgoing]) -> None:
+        arena = self._arena
+        try:
+            assert proc.stdin is not None
+            described = [(o.msg_id, o.prompt, o.frames.shape) for o in items]
+            if arena is not None and sum(o.frames.nbytes for o in items) <= arena.size:
+                header, total = jobs_header(described, "shm")
+                start = await self._alloc(arena, total)
+                arrays = [o.frames for o in items]
+                try:
+                    if total >= THREAD_WRITE_BYTES:  # keep the loop serving while pages are copied
+                        wrote = await asyncio.to_thread(arena.write_on_own_fd(start, arrays)[1])
+                    else:
+                        wrote = arena.write(start, arrays)
+                    if wrote != total:
+                        raise RuntimeError("short write into the arena")
+                except BaseException:
+                    if arena is self._arena:
+                        arena.free(start)  # nobody will answer for it
+                    raise
+                if arena is not self._arena:
+                    raise RuntimeError("the worker ended while the frame was written")
+                self._region_refs[start] = len(items)
+                for o in items:
+                    self._job_region[o.msg_id] = start
+                header["region"] = start
+                proc.stdin.write(encode_head(header, 0))
+                self.transport_counts["frames_shm"] += 1
+                self.transport_counts["bytes_shm"] += total
+            else:  # no arena, or one job larger than all of it: the pipe carries the pixels
+                header, total = jobs_header(described, "pipe")
+                proc.stdin.write(encode_head(header, total))
+                for o in items:  # no await in between: frames never interleave
+                    proc.stdin.write(memoryview(o.frames).cast("B"))
+                self.transport_counts["frames_pipe"] += 1
+                self.transport_counts["bytes_pipe"] += total
+            await proc.stdin.drain()
+        except (ConnectionError, RuntimeError, OSError) as exc:
+            for o in items:
+                if not o.fut.done():
+                    o.fut.set_exception(HeadError(f"head {self.name!r}: lost the worker while sending ({exc})"))
+
+    async def _alloc(self, arena: Arena, nbytes: int) -> int:
+        """A region of the arena, waiting while the worker still holds the space (back-pressure)."""
+        if arena.released is None:
+            arena.released = asyncio.Event()
+        while (start := arena.alloc(nbytes)) is None:
+            self.transport_counts["arena_waits"] += 1
+            arena.released.clear()
+            await arena.released.wait()
+            if arena is not self._arena:
+                raise RuntimeError("the worker ended while the frame waited for shared memory")
+        return start
+
+    def _release(self, msg_id: Any) -> None:
+        """The worker answered a job: once every job of its frame has, the region is free again."""
+        start = self._job_region.pop(msg_id, None) if isinstance(msg_id, int) else None
+        if start is None:
+            return
+        self._region_refs[start] -= 1
+        if self._region_refs[start] == 0:
+            del self._region_refs[start]
+            if self._arena is not None:
+                self._arena.free(start)
+
+    def _open_arena(self) -> Arena | None:
+        self._arena_error = None
+        if self.options.transport != "shm":
+            return None
+        if not memfd_supported():
+            self._arena_error = "no memfd_create on this platform"
+            return None
+        try:
+            return Arena(self.options.shm_mb * 1024 * 1024, f"jg-head-{self.name}")
+        except OSError as exc:
+            self._arena_error = f"cannot create a shared-memory arena: {exc}"
+            return None
+
+    def _close_arena(self) -> None:
+        arena, self._arena = self._arena, None
+        self._job_region.clear()
+        self._region_refs.clear()
+        if arena is not None:
+            if arena.released is not None:
+                arena.released.set()  # wake a sender waiting for space: it sees the arena is gone
+            arena.close()
+
     def _fail_pending(self, why: str) -> None:
         pending, self._pending = self._pending, {}
         for fut in pending.values():
@@ -200,20 +388,28 @@ class HeadWorker:
         assert self._ready is not None
         cmd, env = self._command()
         self._stderr_tail.clear()
+        self._arena = arena = self._open_arena()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+                pass_fds=(arena.fd,) if arena is not None else (),
             )
         except OSError as exc:
+            self._close_arena()
             self.reason = f"cannot start worker {cmd[0]!r}: {exc}"
             return "fatal"
         self._proc = proc
         stderr_task = asyncio.create_task(self._pump_stderr(proc))
+        self._wake = wake = asyncio.Event()
+        sender: asyncio.Task[None] | None = None
         try:
             assert proc.stdin is not None and proc.stdout is not None
             opts = self.options.model_dump(mode="json", exclude={"env", "python"})
-            proc.stdin.write(encode_frame({"op": "init", "kind": self.kind, "name": self.name, "options": opts}))
+            init: dict[str, Any] = {"op": "init", "kind": self.kind, "name": self.name, "options": opts}
+            if arena is not None:
+                init["arena"] = {"fd": arena.fd, "size": arena.size}
+            proc.stdin.write(encode_frame(init))
             await proc.stdin.drain()
             first = await self._read_frame(proc.stdout)
             if first is None or first.get("op") != "ready":
@@ -225,6 +421,11 @@ class HeadWorker:
                     self.reason = f"worker exited with code {proc.returncode} before loading{self._tail()}"
                 return "fatal"
             self.info = first.get("info", {})
+            if self._arena_error and "transport_error" not in self.info:
+                self.info["transport_error"] = self._arena_error
+            if self.info.get("transport") != "shm":
+                self._close_arena()  # the worker could not map it: the pipe carries the pixels
+            sender = asyncio.create_task(self._send_loop(proc, wake), name=f"head-{self.name}-sender")
             self.state, self.reason = "ready", None
             self._ready.set()
             log.info("head %s ready (pid %s): %s", self.name, proc.pid, self.info)
@@ -232,6 +433,8 @@ class HeadWorker:
                 frame = await self._read_frame(proc.stdout)
                 if frame is None:
                     break
+                if frame.get("op") == "result":
+                    self._release(frame.get("id"))
                 fut = self._pending.get(frame.get("id")) if isinstance(frame.get("id"), int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(frame)
@@ -246,6 +449,12 @@ class HeadWorker:
             self._ready.clear()
             if self.state == "ready":
                 self.state, self.reason = "restarting", "worker exited"
+            if sender is not None:
+                sender.cancel()
+            self._wake = None
+            self._outbox.clear()
+            # Our fd and region book-keeping go with this worker (its own mapping ends with it).
+            self._close_arena()
         code = await proc.wait()
         await stderr_task
         self.reason = f"worker exited with code {code}{self._tail()}"

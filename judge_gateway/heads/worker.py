@@ -2,8 +2,9 @@
 the head's dependencies and can import judge_gateway).
 
 Protocol (frames from protocol.py) on stdin/stdout:
-  gateway -> worker  {"op": "init", "kind", "name", "options"}   then scoring messages:
-                     {"op": "score", "id", "prompt", "shape", "dtype"} + uint8 frames
+  gateway -> worker  {"op": "init", "kind", "name", "options", "arena"?: {"fd", "size"}}
+                     then scoring messages:
+                     {"op": "score", "via", "region"?, "jobs": [...]} (+ uint8 frames via the pipe)
                      {"op": "stats", "id"}
                      {"op": "cancel", "id"}   the request of a queued score message was abandoned:
                                               drop it (no result is sent for it)
@@ -12,6 +13,10 @@ Protocol (frames from protocol.py) on stdin/stdout:
                      {"op": "result", "id", "ok": false, "error"}
                      {"op": "stats", "id", "stats"}
 End of stdin (the gateway closed the pipe or died) ends the worker.
+With an `arena` (a shared-memory fd the gateway passed at spawn, shm.py) the pixels of a score
+frame are read from it in place; `info.transport` says whether the worker mapped it ("shm") or
+takes pixels from the pipe only ("pipe"). A job's result is its region's release: the worker
+never reads a job's pixels after answering it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from typing import Any, BinaryIO
 
 from .batcher import Control, Job, MicroBatcher, Staged
 from .models import HeadLoadError, build_head
-from .protocol import ProtocolError, encode_frame, images_from_payload, read_frame
+from .protocol import ProtocolError, encode_frame, jobs_from_frame, read_frame
+from .shm import ArenaView
 
 log = logging.getLogger("judge_gateway.heads.worker")
 _EOF = object()
@@ -74,18 +80,30 @@ class _Cancels:
             if msg_id in self._queued:  # one already collected runs; its result is discarded
                 self._cancelled.add(msg_id)
 
-    def keep(self, jobs: list[Job]) -> list[Job]:
-        """The collected jobs still wanted; they leave the queue either way."""
+    def keep(self, jobs: list[Job]) -> tuple[list[Job], list[Job]]:
+        """(the collected jobs still wanted, the cancelled ones); they leave the queue either way."""
         with self._lock:
             kept = [job for job in jobs if job.msg_id not in self._cancelled]
+            dropped = [job for job in jobs if job.msg_id in self._cancelled]
             for job in jobs:
                 self._queued.discard(job.msg_id)
                 self._cancelled.discard(job.msg_id)
-            self.dropped += len(jobs) - len(kept)
-        return kept
+            self.dropped += len(dropped)
+        return kept, dropped
 
 
-def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer, cancels: _Cancels | None = None) -> None:
+def _attach_arena(spec: Any) -> tuple[ArenaView | None, str | None]:
+    """Map the gateway's shared-memory arena, or say why the pipe must carry the pixels."""
+    if spec is None:
+        return None, None
+    try:
+        return ArenaView(int(spec["fd"]), int(spec["size"])), None
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        return None, f"cannot map the shared-memory arena ({type(exc).__name__}: {exc})"
+
+
+def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer, arena: ArenaView | None = None,
+            cancels: _Cancels | None = None) -> None:
     try:
         while True:
             frame = read_frame(stream)
@@ -94,17 +112,14 @@ def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer, cancels: _
             header, payload = frame
             op, msg_id = header.get("op"), header.get("id")
             if op == "score":
-                try:
-                    frames = images_from_payload(header, payload)
-                    prompt = header.get("prompt", "")
-                    if not isinstance(prompt, str):
-                        raise ProtocolError("prompt must be a string")
-                except ProtocolError as exc:
-                    writer.send({"op": "result", "id": msg_id, "ok": False, "error": str(exc)})
-                    continue
-                if cancels is not None:
-                    cancels.queued(msg_id)
-                q.put(Job(msg_id=msg_id, frames=frames, prompt=prompt))
+                region = header.get("region", 0)
+                jobs, bad = jobs_from_frame(header, payload, arena, region if isinstance(region, int) else -1)
+                for bad_id, why in bad:
+                    writer.send({"op": "result", "id": bad_id, "ok": False, "error": why})
+                for job in jobs:
+                    if cancels is not None:
+                        cancels.queued(job.msg_id)
+                    q.put(Job(msg_id=job.msg_id, frames=job.frames, prompt=job.prompt))
             elif op == "cancel":
                 if cancels is not None:
                     cancels.cancel(msg_id)
@@ -130,6 +145,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         writer.send({"op": "fatal", "error": f"expected an init message, got {header.get('op')!r}"})
         return 2
     kind, options = header["kind"], header.get("options", {})
+    arena, arena_error = _attach_arena(header.get("arena"))
+    if arena_error:
+        log.warning("%s; pixels come through the pipe", arena_error)
     try:
         head = build_head(kind, options)
         info = head.load()
@@ -146,15 +164,19 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         batcher = make_batcher(max_batch, max_wait)
     else:
         batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare)
-    writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
+    transport = {"transport": "shm" if arena is not None else "pipe"}
+    if arena_error:
+        transport["transport_error"] = arena_error
+    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
     cancels = _Cancels()
-    threading.Thread(target=_reader, args=(stdin, q, writer, cancels), daemon=True, name="head-reader").start()
+    threading.Thread(target=_reader, args=(stdin, q, writer, arena, cancels), daemon=True,
+                     name="head-reader").start()
     overlap = options.get("overlap_preprocessing")
     if overlap is None:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
-    items = _batches(batcher, q, cancels)
+    items = _batches(batcher, q, cancels, writer)
     if overlap and batcher.prepare is not None:
         # One batch ahead: the stager thread collects and preprocesses batch k+1 while this
         # thread runs batch k on the device; maxsize=1 keeps at most one prepared batch waiting.
@@ -188,13 +210,18 @@ class _Batch:
     staged: Staged | None
 
 
-def _batches(batcher: MicroBatcher, q: "queue.Queue[Any]", cancels: _Cancels | None = None) -> Iterator[Any]:
+def _batches(batcher: MicroBatcher, q: "queue.Queue[Any]", cancels: _Cancels | None = None,
+             writer: _Writer | None = None) -> Iterator[Any]:
     """Collected batches with their CPU preparation done, then the messages that came after
-    them (controls, the end of stream), in arrival order. Cancelled jobs are dropped unrun."""
+    them (controls, the end of stream), in arrival order. Cancelled jobs are dropped unrun, and
+    answered: every job gets an answer (the gateway frees its shared-memory region on it)."""
     while True:
         jobs, others = batcher.collect(q)
         if cancels is not None:
-            jobs = cancels.keep(jobs)
+            jobs, dropped = cancels.keep(jobs)
+            for job in dropped:
+                if writer is not None:
+                    writer.send({"op": "result", "id": job.msg_id, "ok": False, "error": "cancelled by the gateway"})
         if jobs:
             yield _Batch(jobs, batcher.stage(jobs))  # stage keeps a failed slice's exception
         yield from others
