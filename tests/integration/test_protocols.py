@@ -124,8 +124,9 @@ async def test_cosmos_image_client_every_reward_type(served):
         assert results[name].json()["scores"][name] == [pytest.approx(c["reward"]) for c in cells]
         assert all(0 <= v <= 1 for v in results[name].json()["scores"][name])
     unified = results["unified_reward"].json()
-    assert unified["scores"]["unified_reward"] == [c["raw"] for c in unified["judge_scores"]]
-    assert all(1.0 <= v <= 5.0 for v in unified["scores"]["unified_reward"])
+    # The original returns the 1-5 final score / 5 (this test asserted the raw score, 5x too large).
+    assert unified["scores"]["unified_reward"] == [pytest.approx(c["raw"] / 5) for c in unified["judge_scores"]]
+    assert all(0.2 <= v <= 1.0 for v in unified["scores"]["unified_reward"])
 
 
 async def test_cosmos_video_cosmos_reason1(served):
