@@ -118,29 +118,33 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
     items = _batches(batcher, q)
     if overlap and batcher.prepare is not None:
-        # One batch ahead: the stager thread collects and preprocesses batch k+1 while this
-        # thread runs batch k on the device; maxsize=1 keeps at most one prepared batch waiting.
+        # One batch ahead: the stager thread collects batch k+1 and has it prepared (by the
+        # preprocessing processes, or as kernels on the device's side stream) while this thread
+        # runs batch k; maxsize=1 keeps at most one prepared batch waiting.
         staged_q: queue.Queue[Any] = queue.Queue(maxsize=1)
         threading.Thread(target=_stager, args=(items, staged_q), daemon=True, name="head-stager").start()
         next_item = staged_q.get
     else:
         next_item = items.__next__  # the same stages, in turn on this thread
-    while True:
-        item = next_item()
-        if isinstance(item, _Batch):
-            for msg_id, out in batcher.run(item.jobs, item.staged).items():
-                if isinstance(out, Exception):
-                    log.error("inference failed: %s", "".join(traceback.format_exception(out)))
-                    writer.send({"op": "result", "id": msg_id, "ok": False,
-                                 "error": f"{type(out).__name__}: {out}"})
-                else:
-                    writer.send({"op": "result", "id": msg_id, "ok": True, "outputs": out})
-        elif item is _EOF:
-            return 0
-        elif item is _STAGER_DIED:
-            return 4
-        elif isinstance(item, Control) and item.op == "stats":
-            writer.send({"op": "stats", "id": item.msg_id, "stats": {**batcher.stats(), **head.stats()}})
+    try:
+        while True:
+            item = next_item()
+            if isinstance(item, _Batch):
+                for msg_id, out in batcher.run(item.jobs, item.staged).items():
+                    if isinstance(out, Exception):
+                        log.error("inference failed: %s", "".join(traceback.format_exception(out)))
+                        writer.send({"op": "result", "id": msg_id, "ok": False,
+                                     "error": f"{type(out).__name__}: {out}"})
+                    else:
+                        writer.send({"op": "result", "id": msg_id, "ok": True, "outputs": out})
+            elif item is _EOF:
+                return 0
+            elif item is _STAGER_DIED:
+                return 4
+            elif isinstance(item, Control) and item.op == "stats":
+                writer.send({"op": "stats", "id": item.msg_id, "stats": {**batcher.stats(), **head.stats()}})
+    finally:
+        head.close()  # its preprocessing processes
 
 
 @dataclass
