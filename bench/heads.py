@@ -60,6 +60,7 @@ from tests.support.heads_env import (  # noqa: E402
     head_judges,
     heads_python,
     hpsv3_judge,
+    python_path,
     text_image_png,
     videoalign_judge,
 )
@@ -178,7 +179,7 @@ async def measure(head: str, models: Path | None, batch: int, args: argparse.Nam
 
 def heads_run(args: list[str]) -> dict:
     """bench/heads_direct.py under the heads venv (it needs torch); its JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": python_path()}
     done = subprocess.run([str(heads_python()), str(ROOT / "bench" / "heads_direct.py"), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:

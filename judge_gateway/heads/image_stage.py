@@ -69,11 +69,17 @@ class ImageStage:
                 ready.record(self._stream)
             return _OnDevice(pixels, ready)
         assert self._pool is not None
-        parts = self._pool.map(images)
-        if self.device.type != "cuda":
-            return torch.cat(parts) if len(parts) > 1 else parts[0]
-        shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-        return torch.cat(parts, out=torch.empty(shape, dtype=parts[0].dtype, pin_memory=True))
+        out = None
+        if self.device.type == "cuda" and self._pool.item is not None:  # straight into pinned memory
+            shape, dtype = self._pool.item
+            torch_dtype = torch.from_numpy(np.empty(0, np.dtype(dtype))).dtype
+            out = torch.empty((len(images), *shape), dtype=torch_dtype, pin_memory=True)
+        parts = self._pool.map(images, None if out is None else out.numpy())
+        if out is not None:
+            return out
+        if len(parts) == 1:
+            return torch.from_numpy(parts[0])
+        return torch.cat([torch.as_tensor(p) for p in parts])
 
     def pixels(self, prepared: Any) -> torch.Tensor:
         """The prepared batch on the device in the model's dtype, safe to read on the current stream."""
