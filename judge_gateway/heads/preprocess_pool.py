@@ -20,6 +20,7 @@ import itertools
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -46,10 +47,26 @@ _transform: Callable[[list[np.ndarray]], Any] | None = None
 _attached: tuple[str, SharedMemory] | None = None
 
 
-def _child_init(spec: TransformSpec) -> None:
+def _child_init(spec: TransformSpec, parent: int) -> None:
     global _transform
+    _exit_with(parent)
+    # The worker's stdin is the gateway's pipe: a child must not hold it (nor outlive the worker).
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     module, _, name = spec.builder.partition(":")
     _transform = getattr(importlib.import_module(module), name)(**spec.kwargs)
+
+
+def _exit_with(parent: int) -> None:
+    """Exit as soon as the worker is gone, even when it was SIGKILLed: the pool's queues give the
+    children no end of file then (each holds both ends), and an orphan would keep the worker's
+    stderr open, so the gateway would not see the crash."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-worker").start()
 
 
 def _block(name: str) -> SharedMemory:
@@ -131,7 +148,7 @@ class ProcessPreprocessor:
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.processes, mp_context=_SPAWN, initializer=_child_init,
-                                             initargs=(self.spec,))
+                                             initargs=(self.spec, os.getpid()))
         return self._pool
 
     @staticmethod
