@@ -1,5 +1,11 @@
 """Throughput of the local heads: images/s at max_batch_size 1..64 with C concurrent
-single-image requests through the Gateway (in-process, the workers are real subprocesses).
+single-image requests through the Gateway (in-process, the workers are real subprocesses), and
+(`--load grpo|both`) under a GRPO-shaped load: --groups concurrent requests of --group-size images,
+one new prompt per request. CLIP-family rows print the bare image-tower forward rate of the same
+model at the same batch size, measured in the same run (bench/heads_direct.py under the heads
+venv), and the fraction reached; with pickscore, Flow-Factory's in-trainer way (CLIPProcessor +
+CLIPModel per batch of 32, fp32 and bf16) on the same weights follows. On a GPU, one command
+builds the ViT-H-14-shaped models and prints the whole table: scripts/bench_heads_gpu.sh.
 
 max_batch_size = 1 is one-at-a-time scoring (no cross-request batching); larger values let the
 worker batch items of concurrent requests. Models: random-weight ViT-B/32-sized CLIP (open_clip
@@ -191,11 +197,13 @@ def torch_device_name(args: argparse.Namespace) -> str:
     return heads_run(["device_name", args.device])["name"]
 
 
-def bare_forward(head: str, models: Path, batch: int, args: argparse.Namespace) -> float:
+def bare_forward(head: str, models: Path, batches: list[int], args: argparse.Namespace) -> dict[int, float]:
+    """images/s of the head's bare image-tower forward at each batch size (one model load)."""
     options = head_judges(models, device=args.device, dtype=args.dtype, threads=args.threads)[head]["options"]
     options = {k: v for k, v in options.items() if k not in ("python", "env") and v is not None}
-    return heads_run(["forward", head, json.dumps(options), "--batch", str(batch),
-                      "--seconds", str(args.forward_seconds)])["images_per_s"]
+    rates = heads_run(["forward", head, json.dumps(options), "--batch", ",".join(map(str, sorted(set(batches)))),
+                       "--seconds", str(args.forward_seconds)])["images_per_s"]
+    return {int(b): r for b, r in rates.items()}
 
 
 async def main() -> int:
@@ -262,8 +270,10 @@ async def main() -> int:
                 limit = ""
                 if head in CLIP_FAMILY and args.bare == "on":
                     assert models is not None
-                    if (head, batch) not in bare:
-                        bare[(head, batch)] = bare_forward(head, models, batch, args)
+                    if (head, batch) not in bare:  # every batch size of this head, one model load
+                        wanted = (batches if "single" in loads else []) + (grpo_batches if "grpo" in loads else [])
+                        for b, r in bare_forward(head, models, wanted, args).items():
+                            bare[(head, b)] = r
                     limit = f" {bare[(head, batch)]:>10.1f} {rate / bare[(head, batch)]:>6.0%}"
                 print(f"{head:<12} {load:<6} {row['preprocess']:<9} {batch:>9} {row['requests']:>8} "
                       f"{rate:>9.{3 if rate < 1 else 1}f} {row['mean_batch']:>10.1f} {rate / base:>9.1f}x"

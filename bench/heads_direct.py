@@ -1,14 +1,14 @@
 """The model's own limits, for bench/heads.py: run under the heads venv (it needs torch).
 
-    python bench/heads_direct.py forward KIND OPTIONS_JSON --batch B --seconds S
+    python bench/heads_direct.py forward KIND OPTIONS_JSON --batch B[,B2...] --seconds S
         the bare image-tower forward of a head (the same loader, weights, device, dtype and
-        attention as its worker) on already-preprocessed input: images/s at batch B.
+        attention as its worker) on already-preprocessed input: images/s at each batch size.
     python bench/heads_direct.py flow_factory MODEL_DIR PROCESSOR_DIR --dtype fp32|bf16 --device D
         Flow-Factory's in-trainer PickScore way on the same weights: per batch of 32 uint8 images,
         PIL images -> CLIPProcessor (images and the 32 prompts) -> CLIPModel image and text
         features -> exp(logit_scale) x cosine, on one thread of control: images/s.
 
-Each prints one JSON line: {"images_per_s": ...}.
+Each prints one JSON line: {"images_per_s": ...} ({"B": images/s, ...} for forward).
 """
 
 from __future__ import annotations
@@ -49,19 +49,22 @@ def _timed(step, device: torch.device, items: int, seconds: float, warmup: int =
     return n / (time.perf_counter() - t0)
 
 
-def bare_forward(kind: str, options: dict, batch: int, seconds: float) -> float:
+def bare_forward(kind: str, options: dict, batches: list[int], seconds: float) -> dict[str, float]:
     # Device mode spawns no preprocessing processes; the model is what it measures.
     head = build_head(kind, {**options, "preprocess": "device"})
     head.load()
     size = head.stage.geometry.size
-    pixels = torch.randn(batch, 3, size, size, device=head.device).to(head.dtype)
-
-    def step() -> None:
-        with torch.inference_mode():
-            head._encode_image(pixels)
-
+    rates = {}
     try:
-        return _timed(step, head.device, batch, seconds)
+        for batch in batches:
+            pixels = torch.randn(batch, 3, size, size, device=head.device).to(head.dtype)
+
+            def step(pixels: torch.Tensor = pixels) -> None:
+                with torch.inference_mode():
+                    head._encode_image(pixels)
+
+            rates[str(batch)] = _timed(step, head.device, batch, seconds)
+        return rates
     finally:
         head.close()
 
@@ -100,7 +103,7 @@ def main() -> int:
     f = sub.add_parser("forward")
     f.add_argument("kind")
     f.add_argument("options")
-    f.add_argument("--batch", type=int, required=True)
+    f.add_argument("--batch", required=True, help="batch sizes, comma-separated")
     f.add_argument("--seconds", type=float, default=5.0)
     p = sub.add_parser("flow_factory")
     p.add_argument("model_dir")
@@ -117,9 +120,10 @@ def main() -> int:
         print(json.dumps({"name": torch.cuda.get_device_name(torch.device(a.device))}))
         return 0
     if a.what == "forward":
-        rate = bare_forward(a.kind, json.loads(a.options), a.batch, a.seconds)
-    else:
-        rate = flow_factory(a.model_dir, a.processor_dir, a.dtype, a.device, a.image_size, a.batch, a.seconds)
+        rates = bare_forward(a.kind, json.loads(a.options), [int(b) for b in a.batch.split(",")], a.seconds)
+        print(json.dumps({"images_per_s": rates}))
+        return 0
+    rate = flow_factory(a.model_dir, a.processor_dir, a.dtype, a.device, a.image_size, a.batch, a.seconds)
     print(json.dumps({"images_per_s": rate}))
     return 0
 

@@ -41,4 +41,5 @@ printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/hv/bin/python 
 export JG_HEADS_VENV="${JG_HEADS_VENV:-/tmp/hv}" JG_TEST_CACHE="${JG_TEST_CACHE:-/tmp/jgcache}"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 exec python3 bench/heads.py --size h14 --heads pickscore,hpsv2 --device cuda:0 --dtype bf16 --load both \
-    --batch-sizes 8,64 --requests 512 --grpo-batch-sizes 64,128,256 --groups 16 --group-size 32 --rounds 2 "$@"
+    --batch-sizes 8,64 --requests 512 --grpo-batch-sizes 128,256 --groups 16 --group-size 32 --rounds 2 \
+    --forward-seconds 3 "$@"
