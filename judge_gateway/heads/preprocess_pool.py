@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.shared_memory import SharedMemory
@@ -191,10 +191,15 @@ class ProcessPreprocessor:
             try:
                 futures = [pool.submit(_child_run, block.name, items[a:b], o)
                            for (a, b), o in zip(itertools.pairwise(bounds), outs)]
+                wait(futures)  # every slice done (or failed) before the blocks can be reused
                 done = [f.result() for f in futures]
             except BrokenProcessPool as exc:
                 self._pool = None  # the next batch gets fresh processes
+                del result  # no view of a block may outlive this call (a grown block is closed)
                 raise RuntimeError(f"a preprocessing process died: {exc}") from None
+            except BaseException:
+                del result
+                raise
             self.pids.update(pid for pid, _ in done)
             if result is None:
                 return [r for _, r in done]

@@ -14,3 +14,14 @@ def where_it_ran(scale: int = 1) -> object:
                 for im in images]
 
     return run
+
+
+def mean_or_fail() -> object:
+    """One float per image (its mean); an all-255 image is refused."""
+
+    def run(images: list[np.ndarray]) -> np.ndarray:
+        if any(im.min() == 255 for im in images):
+            raise ValueError("all-255 image refused")
+        return np.array([[float(im.mean())] for im in images])
+
+    return run

@@ -365,3 +365,23 @@ def test_preprocess_options_are_typed_and_the_old_thread_option_is_refused():
         PickScoreOptions(preprocess="gpu")
     with pytest.raises(ValueError):
         PickScoreOptions(preprocess_processes=0)
+
+
+def test_a_failing_transform_fails_its_batch_and_the_pool_keeps_serving():
+    """An image the transform refuses fails that batch (its exception, named); the next batches,
+    larger ones too (the shared blocks grow), are transformed as usual by the same processes."""
+    from judge_gateway.heads.preprocess_pool import ProcessPreprocessor, TransformSpec
+
+    pool = ProcessPreprocessor(TransformSpec("tests.support.fake_transforms:mean_or_fail"), 2)
+    try:
+        pool.start()
+        assert pool.item == ((1,), "<f8")  # one float64 per image, written into the output block
+        good = [np.full((4, 4, 3), v, np.uint8) for v in (1, 2, 3)]
+        assert pool.map(good)[0].tolist() == [[1.0], [2.0], [3.0]]
+        with pytest.raises(ValueError, match="all-255 image refused"):
+            pool.map([*good, np.full((4, 4, 3), 255, np.uint8)])
+        big = [np.full((900, 700, 3), v, np.uint8) for v in range(6)]  # > the 1 MiB first block
+        assert pool.map(big)[0].ravel().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert pool.pids and os.getpid() not in pool.pids
+    finally:
+        pool.close()
