@@ -14,6 +14,7 @@ End of stdin (the gateway closed the pipe or died) ends the worker.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -109,6 +110,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         batcher = make_batcher(max_batch, max_wait)
     else:
         batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare)
+    atexit.register(head.close)  # its preprocessing processes and shared memory
     writer.send({"op": "ready", "info": {**info, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
@@ -126,25 +128,22 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         next_item = staged_q.get
     else:
         next_item = items.__next__  # the same stages, in turn on this thread
-    try:
-        while True:
-            item = next_item()
-            if isinstance(item, _Batch):
-                for msg_id, out in batcher.run(item.jobs, item.staged).items():
-                    if isinstance(out, Exception):
-                        log.error("inference failed: %s", "".join(traceback.format_exception(out)))
-                        writer.send({"op": "result", "id": msg_id, "ok": False,
-                                     "error": f"{type(out).__name__}: {out}"})
-                    else:
-                        writer.send({"op": "result", "id": msg_id, "ok": True, "outputs": out})
-            elif item is _EOF:
-                return 0
-            elif item is _STAGER_DIED:
-                return 4
-            elif isinstance(item, Control) and item.op == "stats":
-                writer.send({"op": "stats", "id": item.msg_id, "stats": {**batcher.stats(), **head.stats()}})
-    finally:
-        head.close()  # its preprocessing processes
+    while True:
+        item = next_item()
+        if isinstance(item, _Batch):
+            for msg_id, out in batcher.run(item.jobs, item.staged).items():
+                if isinstance(out, Exception):
+                    log.error("inference failed: %s", "".join(traceback.format_exception(out)))
+                    writer.send({"op": "result", "id": msg_id, "ok": False,
+                                 "error": f"{type(out).__name__}: {out}"})
+                else:
+                    writer.send({"op": "result", "id": msg_id, "ok": True, "outputs": out})
+        elif item is _EOF:
+            return 0
+        elif item is _STAGER_DIED:
+            return 4
+        elif isinstance(item, Control) and item.op == "stats":
+            writer.send({"op": "stats", "id": item.msg_id, "stats": {**batcher.stats(), **head.stats()}})
 
 
 @dataclass
