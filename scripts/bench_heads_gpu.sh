@@ -16,7 +16,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 WHEELS="open_clip_torch ftfy wcwidth pydantic pydantic-core annotated-types typing-inspection openai jiter distro
 sniffio tenacity fastapi starlette uvicorn httpx-aiohttp httpx2 httpcore2 truststore av"
 if [[ "${1:-}" == "--download" ]]; then
-    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> "$(git rev-parse --git-common-dir)/info/exclude"
+    exclude="$(git rev-parse --git-common-dir)/info/exclude"
+    grep -qx '/.whl/' "$exclude" 2>/dev/null || echo /.whl/ >> "$exclude"
     freeze="$(.venv/bin/python -m pip list --format=freeze 2>/dev/null; .venv-heads/bin/python -m pip list --format=freeze 2>/dev/null)"
     pins=()
     for w in $WHEELS; do  # the version the project's venvs resolve, else the newest
