@@ -1,5 +1,11 @@
 """Throughput of the local heads: images/s at max_batch_size 1..64 with C concurrent
-single-image requests through the Gateway (in-process, the workers are real subprocesses).
+single-image requests through the Gateway (in-process, the workers are real subprocesses), and
+(`--load grpo|both`) under a GRPO-shaped load: --groups concurrent requests of --group-size images,
+one new prompt per request. CLIP-family rows print the bare image-tower forward rate of the same
+model at the same batch size, measured in the same run (bench/heads_direct.py under the heads
+venv), and the fraction reached; with pickscore, Flow-Factory's in-trainer way (CLIPProcessor +
+CLIPModel per batch of 32, fp32 and bf16) on the same weights follows. On a GPU, one command
+builds the ViT-H-14-shaped models and prints the whole table: scripts/bench_heads_gpu.sh.
 
 max_batch_size = 1 is one-at-a-time scoring (no cross-request batching); larger values let the
 worker batch items of concurrent requests. Models: random-weight ViT-B/32-sized CLIP (open_clip
@@ -32,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +66,7 @@ from tests.support.heads_env import (  # noqa: E402
     head_judges,
     heads_python,
     hpsv3_judge,
+    python_path,
     text_image_png,
     videoalign_judge,
 )
@@ -65,11 +74,18 @@ from tests.support.tiny_image_reward import build_tiny_image_reward, image_rewar
 from tests.support.tiny_videoalign import clip_frames  # noqa: E402
 
 
+CLIP_FAMILY = ("clip", "pickscore", "hpsv2")
+STAGED_HEADS = (*CLIP_FAMILY, "image_reward")
+
+
 def judge_config(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
     common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
               "threads": args.threads, "device": args.device, "dtype": args.dtype}
-    if head in ("clip", "pickscore", "hpsv2", "image_reward") and args.preprocess_threads:
-        common["preprocess_threads"] = args.preprocess_threads
+    if head in STAGED_HEADS:
+        if args.preprocess_processes:
+            common["preprocess_processes"] = args.preprocess_processes
+        if args.preprocess:
+            common["preprocess"] = args.preprocess
     if args.overlap is not None:
         common["overlap_preprocessing"] = args.overlap == "on"
     if args.transport is not None:
@@ -114,43 +130,85 @@ def make_samples(head: str, n: int, size: int) -> list[dict]:
             for i in range(n)]
 
 
-async def measure(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
+def grpo_requests(head: str, args: argparse.Namespace, round_: int) -> list[list[dict]]:
+    """C requests of G images, each request one new prompt (a GRPO step: no text-cache hits)."""
+    rng = np.random.default_rng(round_)
+    images = [ImageMedia.from_array(rng.integers(0, 256, (args.image_size, args.image_size, 3), dtype=np.uint8))
+              for _ in range(args.group_size)]
+    for im in images:
+        im.to_array()
+    return [[{"prompt": f"step {round_} prompt {c}: a photo of object number {c}", "image": im} for im in images]
+            for c in range(args.groups)]
+
+
+async def measure(head: str, models: Path | None, batch: int, args: argparse.Namespace, load: str = "single") -> dict:
     cfg = {"judges": {head: judge_config(head, models, batch, args)}}
     gw = Gateway(validate_config(cfg))
     worker = gw.judges[head].worker
-    n = max_requests(head, args)
-    samples = make_samples(head, n, args.image_size)
-    for s in samples:  # decode outside the timed region, as a server's request parsing would
-        if "image" in s:
-            s["image"].to_array()
+    if load == "grpo":
+        n = args.groups
+        rounds = [grpo_requests(head, args, r) for r in range(args.rounds + 1)]
+    else:
+        n = max_requests(head, args)
+        samples = make_samples(head, n, args.image_size)
+        for s in samples:  # decode outside the timed region, as a server's request parsing would
+            if "image" in s:
+                s["image"].to_array()
+        per = args.images_per_request
+        rounds = [[samples[i : i + per] for i in range(0, n, per)]] * (args.rounds + 1)
     try:
         await worker.wait_ready()
-        rates, cpu = [], []
-        for round_ in range(args.rounds + 1):  # round 0 warms up
+        rates, cpu, cpu_img = [], [], []
+        for round_, requests in enumerate(rounds):  # round 0 warms up
+            images = sum(len(r) for r in requests)
             t0, c0 = time.perf_counter(), time.process_time()
-            per = args.images_per_request
             responses = await asyncio.gather(*(
-                gw.score(RewardRequest(samples=samples[i : i + per], judges=[head]))
-                for i in range(0, len(samples), per)))
+                gw.score(RewardRequest(samples=r, judges=[head])) for r in requests))
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             bad = [r for resp in responses for r in resp.results if not r.valid]
             if bad:
                 raise RuntimeError(f"{head}: invalid scores in the benchmark: {bad[0].scores}")
             if round_:
-                rates.append(len(samples) / dt)
-                cpu.append(dc / len(responses))
+                rates.append(images / dt)
+                cpu.append(dc / len(requests))
+                cpu_img.append(dc / images)
         stats = await worker.stats()
+        mode = worker.info.get("preprocess_mode", "-")
     finally:
         await gw.aclose()
     items = max(1, stats["items"])
-    return {"head": head, "max_batch_size": batch, "requests": n, "images_per_s": statistics.median(rates),
+    return {"head": head, "load": load, "preprocess": mode,
+            "max_batch_size": batch, "requests": n, "images_per_s": statistics.median(rates),
             "mean_batch": stats["items"] / max(1, stats["batches"]),
             # where the worker's time went, over every round (warm-up included)
             "prepare_ms": 1000 * stats.get("prepare_s", 0.0) / items,
             "infer_ms": 1000 * stats.get("infer_s", 0.0) / items,
             # the gateway process's own CPU per request (the event loop + its decode threads)
             "gateway_cpu_ms": 1000 * statistics.median(cpu),
-            "gateway_cpu_ms_per_image": 1000 * statistics.median(cpu) / min(args.images_per_request, n)}
+            "gateway_cpu_ms_per_image": 1000 * statistics.median(cpu_img)}
+
+
+def heads_run(args: list[str]) -> dict:
+    """bench/heads_direct.py under the heads venv (it needs torch); its JSON line."""
+    env = {**os.environ, "PYTHONPATH": python_path()}
+    done = subprocess.run([str(heads_python()), str(ROOT / "bench" / "heads_direct.py"), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"heads_direct.py {args[0]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def torch_device_name(args: argparse.Namespace) -> str:
+    return heads_run(["device_name", args.device])["name"]
+
+
+def bare_forward(head: str, models: Path, batches: list[int], args: argparse.Namespace) -> dict[int, float]:
+    """images/s of the head's bare image-tower forward at each batch size (one model load)."""
+    options = head_judges(models, device=args.device, dtype=args.dtype, threads=args.threads)[head]["options"]
+    options = {k: v for k, v in options.items() if k not in ("python", "env") and v is not None}
+    rates = heads_run(["forward", head, json.dumps(options), "--batch", ",".join(map(str, sorted(set(batches)))),
+                       "--seconds", str(args.forward_seconds)])["images_per_s"]
+    return {int(b): r for b, r in rates.items()}
 
 
 async def main() -> int:
@@ -169,8 +227,23 @@ async def main() -> int:
                          "full size, for a GPU); image_reward: base = full ImageReward-v1.0 size, else tiny")
     ap.add_argument("--device", default="cpu", help="head device: cpu, cuda:0 ...")
     ap.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
-    ap.add_argument("--preprocess-threads", type=int, default=None,
-                    help="CLIP-family / image_reward preprocessing threads per worker (default min(8, CPUs))")
+    ap.add_argument("--preprocess", choices=["device", "reference"], default=None,
+                    help="CLIP family / image_reward: preprocessing mode (default: device on cuda, else reference)")
+    ap.add_argument("--preprocess-processes", type=int, default=None,
+                    help="reference mode: preprocessing processes per worker (default min(8, CPUs))")
+    ap.add_argument("--load", choices=["single", "grpo", "both"], default="single",
+                    help="single: --requests concurrent single-image requests at each --batch-sizes; grpo: "
+                         "--groups concurrent requests of --group-size images, one new prompt each, at each "
+                         "--grpo-batch-sizes")
+    ap.add_argument("--groups", type=int, default=16, help="GRPO load: concurrent requests (C)")
+    ap.add_argument("--group-size", type=int, default=32, help="GRPO load: images per request (G)")
+    ap.add_argument("--grpo-batch-sizes", default="64,128")
+    ap.add_argument("--bare", choices=["on", "off"], default="on",
+                    help="CLIP family: measure the bare image-tower forward at each row's batch size")
+    ap.add_argument("--forward-seconds", type=float, default=5.0, help="timed seconds per bare-forward rate")
+    ap.add_argument("--peer", choices=["on", "off"], default="on",
+                    help="with pickscore: Flow-Factory's in-trainer way (CLIPProcessor + CLIPModel per batch "
+                         "of 32, fp32 and bf16) on the same weights")
     ap.add_argument("--overlap", choices=["on", "off"], default=None,
                     help="preprocess the next batch during the current forward (default: on off-CPU)")
     ap.add_argument("--transport", choices=["shm", "pipe"], default=None,
@@ -181,23 +254,50 @@ async def main() -> int:
     models = build_tiny_heads(args.size) if set(heads) & {"clip", "pickscore", "hpsv2"} else None
     ir_models = build_tiny_image_reward("full" if args.size == "base" else "tiny") if "image_reward" in heads else None
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
-          f"{args.requests} images in requests of {args.images_per_request}, max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}")
-    print(f"{'head':<12} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10} {'vs batch 1':>10}"
-          f" {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13} {'gw cpu ms/img':>13}")
+          f"single: {args.requests} images in concurrent requests of {args.images_per_request}; grpo: {args.groups} concurrent requests of "
+          f"{args.group_size} images, a new prompt each; max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}"
+          f"{', ' + torch_device_name(args) if args.device.startswith('cuda') else ''}")
+    print(f"{'head':<12} {'load':<6} {'prep':<9} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10}"
+          f" {'vs batch 1':>10} {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13} {'gw cpu ms/img':>13}"
+          f" {'bare fwd/s':>10}"
+          f" {'of bare':>7}")
+    bare: dict[tuple[str, int], float] = {}
+    loads = ["single", "grpo"] if args.load == "both" else [args.load]
+    grpo_batches = [int(b) for b in args.grpo_batch_sizes.split(",")]
     for head in heads:
-        base = None
-        sizes = {"ocr": [b for b in batches if b in (1, 8)],
-                 "hpsv3": [b for b in batches if b <= min(args.requests, 16)],
-                 "videoalign": [b for b in batches if b <= min(args.requests, 16)],
-                 "gen_eval": [b for b in batches if b <= min(args.requests, 8)]}.get(head, batches)
-        for batch in sizes or batches[:1]:
-            row = await measure(head, ir_models if head == "image_reward" else models, batch, args)
-            base = base or row["images_per_s"]
-            rate = row["images_per_s"]
-            print(f"{head:<12} {batch:>9} {row['requests']:>8} {rate:>9.{3 if rate < 1 else 1}f} "
-                  f"{row['mean_batch']:>10.1f} {row['images_per_s'] / base:>9.1f}x"
-                  f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}"
-                  f" {row['gateway_cpu_ms_per_image']:>13.3f}", flush=True)
+        for load in loads:
+            base = None
+            sizes = {"ocr": [b for b in batches if b in (1, 8)],
+                     "hpsv3": [b for b in batches if b <= min(args.requests, 16)],
+                     "videoalign": [b for b in batches if b <= min(args.requests, 16)],
+                     "gen_eval": [b for b in batches if b <= min(args.requests, 8)]}.get(head, batches)
+            if load == "grpo":
+                sizes = grpo_batches
+            for batch in sizes or batches[:1]:
+                row = await measure(head, ir_models if head == "image_reward" else models, batch, args, load)
+                rate = row["images_per_s"]
+                base = base or rate
+                limit = ""
+                if head in CLIP_FAMILY and args.bare == "on":
+                    assert models is not None
+                    if (head, batch) not in bare:  # every batch size of this head, one model load
+                        wanted = (batches if "single" in loads else []) + (grpo_batches if "grpo" in loads else [])
+                        for b, r in bare_forward(head, models, wanted, args).items():
+                            bare[(head, b)] = r
+                    limit = f" {bare[(head, batch)]:>10.1f} {rate / bare[(head, batch)]:>6.0%}"
+                print(f"{head:<12} {load:<6} {row['preprocess']:<9} {batch:>9} {row['requests']:>8} "
+                      f"{rate:>9.{3 if rate < 1 else 1}f} {row['mean_batch']:>10.1f} {rate / base:>9.1f}x"
+                      f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}"
+                      f" {row['gateway_cpu_ms_per_image']:>13.3f}{limit}",
+                      flush=True)
+    if "pickscore" in heads and args.peer == "on":
+        assert models is not None
+        for dtype in ("fp32", "bf16"):
+            r = heads_run(["flow_factory", str(models / "hf_clip"), str(models / "hf_clip"), "--dtype", dtype,
+                           "--device", args.device, "--image-size", str(args.image_size),
+                           "--seconds", str(args.forward_seconds)])["images_per_s"]
+            print(f"{'flow_factory':<12} {'peer':<6} {'in-proc':<9} {32:>9} {'-':>8} {r:>9.1f}   "
+                  f"(CLIPProcessor + CLIPModel per batch of 32, {dtype}, pickscore's weights)", flush=True)
     return 0
 
 

@@ -5,9 +5,13 @@ All three score an (image, prompt) pair from L2-normalised embeddings:
 - pickscore: raw = exp(logit_scale) x cosine (PickScore_v1, a CLIP-H fine-tune)
 - hpsv2:     raw = cosine(image, text) on open_clip ViT-H-14 with the HPS checkpoint's weights,
              images padded to a square with black (HPSv2's ResizeMaxSize / cosmos-rl)
-Text embeddings go through a TextEmbeddingCache; everything runs under torch.inference_mode.
-Image preprocessing (`prepare`) runs per image on the head's thread pool (HeadModel.map_images),
-on the worker's stager thread while the previous batch runs on the device.
+Text embeddings go through a TextEmbeddingCache: the prompts of a batch missing from it are
+encoded in one text-tower call (a GRPO group's prompt once); everything runs under
+torch.inference_mode. Image preprocessing (`prepare`, image_stage.py) runs either on the device
+(`preprocess = "device"`, each head's reference geometry as batched tensor ops) or as the library's
+own transform in preprocessing processes (`"reference"`), on the worker's stager thread while the
+previous batch runs on the device. transformers' CLIPModel is loaded with SDPA attention;
+open_clip's towers use torch's MultiheadAttention, whose inference path is SDPA already.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
+from .device_preprocess import Geometry
 from .hub import resolve_model_file
-from .models import HeadLoadError, HeadModel
+from .image_stage import ImageStage
+from .models import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
+from .preprocess_pool import TransformSpec
 from .text_cache import TextEmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -48,11 +54,16 @@ class ClipFamilyHead(HeadModel):
         self.device = torch.device(options.get("device", "cpu"))
         self.dtype = DTYPES[options.get("dtype", "fp32")]
         self.text_cache = TextEmbeddingCache(int(options.get("text_cache_size", 4096)))
+        self.stage: ImageStage | None = None
 
     # -- model-specific parts ------------------------------------------------------------------
     @abstractmethod
-    def _pixel_row(self, image: Image.Image) -> torch.Tensor:
-        """One image's preprocessed [3, H, W] tensor (the reference transform)."""
+    def _geometry(self) -> Geometry | None:
+        """The reference transform's geometry for `preprocess = "device"` (None: no equivalent)."""
+
+    @abstractmethod
+    def _reference(self) -> TransformSpec:
+        """The reference transform, as built in the preprocessing processes."""
 
     @abstractmethod
     def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor: ...
@@ -69,20 +80,27 @@ class ClipFamilyHead(HeadModel):
         emb = emb / emb.norm(dim=-1, keepdim=True)
         return list(emb)
 
-    def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> torch.Tensor:
-        """Preprocessed pixels [n, 3, H, W] (fp32, pinned when the model is on CUDA)."""
-        pixels = torch.stack(self.map_images(self._pixel_row, images))
-        return pixels.pin_memory() if self.device.type == "cuda" else pixels
+    def _start_stage(self) -> dict[str, Any]:
+        """Build the prepare stage once the model is loaded; its facts for the score's details."""
+        mode = preprocess_mode(self.options)
+        self.stage = ImageStage(mode, self.device, self.dtype, self._geometry() if mode == "device" else None,
+                                self._reference(), preprocess_processes(self.options))
+        return self.stage.facts()
 
-    def embed_images(self, images: Sequence[np.ndarray], pixels: torch.Tensor | None = None) -> torch.Tensor:
-        if pixels is None:
-            pixels = self.prepare(images)
-        pixels = pixels.to(self.device, self.dtype, non_blocking=True)
-        emb = self._encode_image(pixels).float()
+    def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> Any:
+        """The batch's preprocessed pixels [n, 3, H, W] (see ImageStage.prepare)."""
+        assert self.stage is not None
+        return self.stage.prepare(images)
+
+    def embed_images(self, images: Sequence[np.ndarray], prepared: Any = None) -> torch.Tensor:
+        assert self.stage is not None
+        if prepared is None:
+            prepared = self.prepare(images)
+        emb = self._encode_image(self.stage.pixels(prepared)).float()
         return emb / emb.norm(dim=-1, keepdim=True)
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str],
-              prepared: torch.Tensor | None = None) -> list[dict[str, Any]]:
+              prepared: Any = None) -> list[dict[str, Any]]:
         with torch.inference_mode():
             text = torch.stack(self.text_cache.get_many(list(prompts), self._text_rows))
             img = self.embed_images(images, prepared)
@@ -91,7 +109,12 @@ class ClipFamilyHead(HeadModel):
         return [{"raw": float(r), "cosine": float(c)} for r, c in zip(raw.tolist(), cosine.tolist())]
 
     def stats(self) -> dict[str, Any]:
-        return self.text_cache.stats()
+        pids = sorted(self.stage.pids) if self.stage is not None else []
+        return {**self.text_cache.stats(), "preprocess_pids": pids}
+
+    def close(self) -> None:
+        if self.stage is not None:
+            self.stage.close()
 
     def _finish(self, model: torch.nn.Module) -> torch.nn.Module:
         model = model.to(self.device, self.dtype).eval()
@@ -123,30 +146,43 @@ class OpenClipHead(ClipFamilyHead):
         arch = o["model"]
         pretrained = o.get("pretrained") if self.kind == "clip" else None
         try:
-            model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
+            model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
         except Exception as exc:
             raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
         facts: dict[str, Any] = {"model": arch, "pretrained": pretrained, "library": "open_clip"}
+        self.pp_cfg = dict(model.visual.preprocess_cfg)
         if self.kind == "hpsv2":
             checkpoint = o["checkpoint"]
             model.load_state_dict(_hps_state_dict(checkpoint))
             facts["checkpoint"] = checkpoint
             # HPSv2's own eval transform: longest side to the input size, pad to square with black.
-            cfg = model.visual.preprocess_cfg if hasattr(model.visual, "preprocess_cfg") else {}
-            preprocess = open_clip.image_transform(
-                model.visual.image_size, is_train=False, mean=cfg.get("mean"), std=cfg.get("std"),
-                resize_mode="longest", fill_color=0,
-            )
+            self.pp_cfg["resize_mode"] = "longest"
+            self.pp_cfg["fill_color"] = 0
             facts["preprocess"] = "resize_longest+pad_square_black"
         else:
             facts["preprocess"] = "resize_shortest+center_crop"
         self.model = self._finish(model)
-        self.preprocess = preprocess
         self.tokenizer = open_clip.get_tokenizer(arch)
-        return facts
+        return facts | self._start_stage()
 
-    def _pixel_row(self, image: Image.Image) -> torch.Tensor:
-        return self.preprocess(image)
+    def _reference(self) -> TransformSpec:
+        if self.kind == "hpsv2":
+            return TransformSpec("judge_gateway.heads.reference_transforms:open_clip_image_transform", {
+                "image_size": self.model.visual.image_size, "mean": self.pp_cfg.get("mean"),
+                "std": self.pp_cfg.get("std"), "resize_mode": "longest", "fill_color": 0})
+        return TransformSpec("judge_gateway.heads.reference_transforms:open_clip_v2",
+                             {"preprocess_cfg": self.pp_cfg})
+
+    def _geometry(self) -> Geometry | None:
+        cfg = self.pp_cfg
+        size = cfg["size"]
+        size = size if isinstance(size, int) else (size[0] if size[0] == size[1] else None)
+        modes = {"shortest": "shortest_crop", "longest": "longest_pad"}
+        if size is None or cfg.get("resize_mode", "shortest") not in modes \
+                or cfg.get("interpolation", "bicubic") not in ("bicubic", "bilinear"):
+            return None
+        return Geometry(modes[cfg.get("resize_mode", "shortest")], size, tuple(cfg["mean"]), tuple(cfg["std"]),
+                        cfg.get("interpolation", "bicubic"), crop_offset="round", fill=int(cfg.get("fill_color", 0)))
 
     def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.model.encode_image(pixels)
@@ -186,7 +222,7 @@ class HFClipHead(ClipFamilyHead):
         model_id = o["model"]
         processor_id = o.get("processor") or model_id
         try:
-            model = CLIPModel.from_pretrained(model_id)
+            model = CLIPModel.from_pretrained(model_id, attn_implementation="sdpa")
             self.processor = AutoProcessor.from_pretrained(processor_id)
         except Exception as exc:
             raise HeadLoadError(
@@ -195,17 +231,35 @@ class HFClipHead(ClipFamilyHead):
         self.model = self._finish(model)
         self.max_length = int(getattr(model.config.text_config, "max_position_embeddings", 77))
         self._logit_scale = float(self.model.logit_scale.float().exp()) if self.kind == "pickscore" else 1.0
+        self.processor_id = processor_id
         facts = {"model": model_id, "processor": processor_id, "library": "transformers",
-                 "preprocess": "processor (resize_shortest+center_crop)"}
+                 "preprocess": "processor (resize_shortest+center_crop)",
+                 "attention": getattr(model.config, "_attn_implementation", None)}
         if self.kind == "pickscore":
             facts["logit_scale_exp"] = self._logit_scale
-        return facts
+        return facts | self._start_stage()
 
     def _scale(self) -> float:
         return self._logit_scale
 
-    def _pixel_row(self, image: Image.Image) -> torch.Tensor:
-        return self.processor(images=[image], return_tensors="pt")["pixel_values"][0]
+    def _reference(self) -> TransformSpec:
+        return TransformSpec("judge_gateway.heads.reference_transforms:hf_processor", {"processor": self.processor_id})
+
+    def _geometry(self) -> Geometry | None:
+        """CLIPImageProcessor's: shortest edge, centre crop at int((H - h) / 2), rescale, normalise."""
+        ip = self.processor.image_processor
+
+        def get(obj: Any, key: str) -> Any:
+            return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+        short, crop = get(ip.size, "shortest_edge"), ip.crop_size
+        interpolation = {2: "bilinear", 3: "bicubic"}.get(int(getattr(ip, "resample", 3)))
+        if not (short and ip.do_resize and ip.do_center_crop and ip.do_rescale and ip.do_normalize
+                and get(crop, "height") == get(crop, "width") == short and interpolation
+                and abs(float(ip.rescale_factor) - 1 / 255) < 1e-12):
+            return None
+        return Geometry("shortest_crop", int(short), tuple(ip.image_mean), tuple(ip.image_std), interpolation,
+                        crop_offset="trunc")
 
     def _encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         return _features(self.model.get_image_features(pixel_values=pixels))

@@ -33,10 +33,15 @@ from typing import Any
 import numpy as np
 
 from .hub import resolve_model_file
-from .models import HeadLoadError, HeadModel
+from .models import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
 
 PACKAGE_TOKENIZER = "bert-base-uncased"  # the name the package hard-codes
 MAX_LENGTH = 35  # ImageReward.score's tokenizer call
+# The package's `_transform(224)`: Resize(224, bicubic) (shortest side), CenterCrop(224), ToTensor,
+# Normalize with CLIP's mean/std.
+IMAGE_SIZE = 224
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 # Buffers the package's model registers that hold no learned values (BertEmbeddings' arange).
 _DERIVED_BUFFERS = ("blip.text_encoder.embeddings.position_ids",)
 _SETUP_HINT = "run scripts/setup_imagereward.sh and set python = \".venv-imagereward/bin/python\""
@@ -128,7 +133,8 @@ class ImageRewardHead(HeadModel):
         self.tokenizer = model.blip.tokenizer
         self.items = 0
         visual = model.blip.visual_encoder
-        return {
+        stage = self._start_stage()
+        return stage | {
             "model": str(o.get("checkpoint")), "library": "image-reward",
             "med_config": str(o.get("med_config")), "tokenizer": tokenizer,
             "vit": dict(vit) if vit else "large",
@@ -140,22 +146,37 @@ class ImageRewardHead(HeadModel):
             "unused_checkpoint_keys": len(result.unexpected_keys),
         }
 
+    def _start_stage(self) -> dict[str, Any]:
+        from .device_preprocess import Geometry
+        from .image_stage import ImageStage
+        from .preprocess_pool import TransformSpec
+
+        self.stage = ImageStage(
+            preprocess_mode(self.options), self.device, self.dtype,
+            Geometry("shortest_crop", IMAGE_SIZE, CLIP_MEAN, CLIP_STD, "bicubic", crop_offset="round"),
+            TransformSpec("judge_gateway.heads.reference_transforms:image_reward", {"n_px": IMAGE_SIZE}),
+            preprocess_processes(self.options))
+        return self.stage.facts()
+
     def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> Any:
-        """The package's own transform (Resize 224 bicubic, CenterCrop, ToTensor, CLIP Normalize)
-        of each image, on the preprocessing pool; pinned on CUDA."""
-        pixels = self.torch.stack(self.map_images(self.model.preprocess, images))
-        return pixels.pin_memory() if self.device.type == "cuda" else pixels
+        """The batch's pixels: the package's own transform in the preprocessing processes, or its
+        geometry on the device (image_stage.py)."""
+        return self.stage.prepare(images)
+
+    def close(self) -> None:
+        if getattr(self, "stage", None) is not None:
+            self.stage.close()
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str], prepared: Any = None) -> list[dict[str, Any]]:
         torch = self.torch
         if len(images) != len(prompts):
             raise ValueError(f"{len(images)} images for {len(prompts)} prompts")
         blip = self.model.blip
-        pixels = prepared if prepared is not None else self.prepare(images)
+        pixels = self.stage.pixels(prepared if prepared is not None else self.prepare(images))
         with torch.inference_mode():
             text = self.tokenizer(list(prompts), padding="max_length", truncation=True, max_length=MAX_LENGTH,
                                   return_tensors="pt")
-            image_embeds = blip.visual_encoder(pixels.to(self.device, self.dtype, non_blocking=True))
+            image_embeds = blip.visual_encoder(pixels)
             image_atts = torch.ones(image_embeds.shape[:-1], dtype=torch.long, device=self.device)
             out = blip.text_encoder(text.input_ids.to(self.device), attention_mask=text.attention_mask.to(self.device),
                                     encoder_hidden_states=image_embeds, encoder_attention_mask=image_atts,
@@ -166,7 +187,7 @@ class ImageRewardHead(HeadModel):
         return [{"raw": float(r)} for r in rewards[:, 0].cpu().tolist()]
 
     def stats(self) -> dict[str, Any]:
-        return {"pairs": self.items}
+        return {"pairs": self.items, "preprocess_pids": sorted(self.stage.pids)}
 
 
 __all__ = ["ImageRewardHead", "package_redirects"]

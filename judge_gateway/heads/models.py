@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -30,24 +29,30 @@ class HeadModel(ABC):
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
         """One output dict per item. CLIP family: {"raw": float}; OCR: {"lines", "confidences"}."""
 
-    # Optional CPU stage: `prepare(images, prompts) -> prepared`, then
-    # `infer(images, prompts, prepared)`. A head that defines it has its preprocessing run on the
-    # worker's stager thread, overlapping the previous batch's forward pass (batcher.py).
+    # Optional preprocessing stage: `prepare(images, prompts) -> prepared`, then
+    # `infer(images, prompts, prepared)`. A head that defines it has it run on the worker's stager
+    # thread, overlapping the previous batch's forward pass (batcher.py); the heavy part runs in
+    # preprocessing processes or as a few batched kernels on the device, never as per-image work
+    # in threads of this process.
     prepare: Callable[[Sequence[np.ndarray], Sequence[str]], Any] | None = None
-    _pool: ThreadPoolExecutor | None = None
 
-    def map_images(self, transform: Callable[[Any], Any], images: Sequence[np.ndarray]) -> list[Any]:
-        """`transform` of each image (as a PIL image), in order, on a pool of
-        `options.preprocess_threads` threads (default min(8, CPUs)): PIL's resize releases the GIL."""
-        from PIL import Image
-
-        if self._pool is None:
-            threads = self.options.get("preprocess_threads") or min(8, os.cpu_count() or 1)
-            self._pool = ThreadPoolExecutor(int(threads), thread_name_prefix="preprocess")
-        return list(self._pool.map(lambda im: transform(Image.fromarray(np.ascontiguousarray(im))), images))
+    def close(self) -> None:
+        """Release what the head started besides the model (preprocessing processes)."""
 
     def stats(self) -> dict[str, Any]:
         return {}
+
+
+def preprocess_mode(options: dict[str, Any]) -> str:
+    """`options.preprocess`, defaulting as HeadOptions documents: `device` on cuda, else `reference`."""
+    mode = options.get("preprocess") or ("device" if str(options.get("device", "cpu")).startswith("cuda") else "reference")
+    if mode not in ("device", "reference"):
+        raise HeadLoadError(f"preprocess must be 'device' or 'reference', got {mode!r}")
+    return mode
+
+
+def preprocess_processes(options: dict[str, Any]) -> int:
+    return int(options.get("preprocess_processes") or min(8, os.cpu_count() or 1))
 
 
 def build_head(kind: str, options: dict[str, Any]) -> HeadModel:

@@ -39,9 +39,9 @@ class HeadOptions(BaseModel):
     overlap_preprocessing: bool | None = Field(
         None,
         description=(
-            "Preprocess the next batch on a second thread while the current one runs (heads with a "
-            "CPU stage: the CLIP family, image_reward). Default: on for cuda/mps, off for cpu, where both stages "
-            "compete for the same cores."
+            "Prepare the next batch while the current one runs (heads with a preprocessing stage: the "
+            "CLIP family, image_reward; the transform itself runs in processes or on the device). "
+            "Default: on for cuda/mps, off for cpu, where both stages compete for the same cores."
         ),
     )
     transport: Literal["shm", "pipe"] = Field(
@@ -76,12 +76,32 @@ class HeadOptions(BaseModel):
 
 
 class _PreprocessOptions(HeadOptions):
-    """Heads whose image preprocessing is a separate stage on a thread pool (HeadModel.map_images)."""
+    """Heads whose image preprocessing is a separate stage (`prepare`): the CLIP family, image_reward."""
 
-    preprocess_threads: int | None = Field(
-        None, ge=1, le=256,
-        description="Threads preprocessing images (resize, crop, normalise) in the worker; default min(8, CPUs).",
+    preprocess: Literal["device", "reference"] | None = Field(
+        None,
+        description=(
+            "`device`: batched tensor ops on the head's device from the uint8 images (resize with "
+            "antialiasing, crop or pad, normalise; the head's own geometry); `reference`: the "
+            "library's own per-image transform (PIL / CLIPProcessor / open_clip), in "
+            "`preprocess_processes` separate processes. Default: `device` on cuda, else `reference`."
+        ),
     )
+    preprocess_processes: int | None = Field(
+        None, ge=1, le=256,
+        description="`reference`: processes running the transform; default min(8, CPUs).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "preprocess_threads" in data:
+            raise ValueError("preprocess_threads is gone: preprocessing runs in processes now "
+                             "(preprocess_processes) or on the device (preprocess = \"device\")")
+        return data
+
+    def preprocess_mode(self) -> str:
+        return self.preprocess or ("device" if self.device.startswith("cuda") else "reference")
 
 
 class _ClipFamilyOptions(_PreprocessOptions):

@@ -21,6 +21,7 @@ never reads a job's pixels after answering it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -167,6 +168,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     transport = {"transport": "shm" if arena is not None else "pipe"}
     if arena_error:
         transport["transport_error"] = arena_error
+    atexit.register(head.close)  # its preprocessing processes and shared memory
     writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid()}})
 
     q: queue.Queue[Any] = queue.Queue()
@@ -178,8 +180,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
     items = _batches(batcher, q, cancels, writer)
     if overlap and batcher.prepare is not None:
-        # One batch ahead: the stager thread collects and preprocesses batch k+1 while this
-        # thread runs batch k on the device; maxsize=1 keeps at most one prepared batch waiting.
+        # One batch ahead: the stager thread collects batch k+1 and has it prepared (by the
+        # preprocessing processes, or as kernels on the device's side stream) while this thread
+        # runs batch k; maxsize=1 keeps at most one prepared batch waiting.
         staged_q: queue.Queue[Any] = queue.Queue(maxsize=1)
         threading.Thread(target=_stager, args=(items, staged_q), daemon=True, name="head-stager").start()
         next_item = staged_q.get

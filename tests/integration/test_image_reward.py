@@ -50,6 +50,7 @@ async def gw(models):
     judges = {
         "image_reward": image_reward_judge(models, threads=2, max_batch_size=8, max_wait_ms=200),
         "image_reward_1": image_reward_judge(models, threads=2, max_batch_size=1, max_wait_ms=0),
+        "image_reward_device": image_reward_judge(models, threads=2, max_batch_size=8, preprocess="device"),
     }
     gateway = Gateway(validate_config({"judges": judges}))
     try:
@@ -253,3 +254,21 @@ async def test_interpreter_without_the_package_says_how_to_set_it_up(models, ima
     judge = image_reward_judge(models, python=sys.executable)  # the gateway's venv: no torch, no ImageReward
     message, _ = await _load_failure(judge, images)
     assert "image-reward package" in message and "setup_imagereward.sh" in message
+
+
+async def test_device_preprocessing_stays_near_the_packages_transform(gw, reference, images):
+    """`preprocess = "device"` (BLIP's resize as tensor ops) against the package's own transform
+    in the preprocessing processes (the default on a CPU), on the same pairs."""
+    triples = all_pairs(reference, images)
+    response = await gw.score(request([(p, img) for p, img, _ in triples], ["image_reward", "image_reward_device"]))
+    ref = [r.scores["image_reward"] for r in response.results]
+    dev = [r.scores["image_reward_device"] for r in response.results]
+    assert all(s.valid for s in ref + dev)
+    assert ref[0].details["head"]["preprocess_mode"] == "reference"
+    assert dev[0].details["head"]["preprocess_mode"] == "device"
+    worst = max(abs(a.raw - b.raw) for a, b in zip(ref, dev))
+    # Measured 0.041 (2026-11-22) on these noise images (180-320 px, one of 10 px blocks upscaled
+    # to 224, where PIL and torch differ most), scores spread over ~1..5.
+    assert worst <= 0.1, worst
+    stats = await gw.judges["image_reward"].worker.stats()
+    assert stats["preprocess_pids"] and gw.judges["image_reward"].worker.info["pid"] not in stats["preprocess_pids"]

@@ -22,6 +22,11 @@ def venv_python(env_var: str, default: str, setup_script: str) -> Path:
     return python
 
 
+def python_path() -> str:
+    """The checkout first, then what PYTHONPATH already holds (e.g. wheels unpacked on a GPU box)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
 def heads_python() -> Path:
     return venv_python("JG_HEADS_VENV", ".venv-heads", "setup_heads.sh")
 
@@ -30,8 +35,7 @@ def build_tiny_heads(size: str = "tiny") -> Path:
     """Build (once, cached) the tiny CLIP-family models with the real libraries, offline."""
     out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"heads-{size}"
     if not (out / "reference.json").exists():
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": python_path()}
         subprocess.run([str(heads_python()), "-m", "tests.support.tiny_heads", str(out), "--size", size],
                        check=True, env=env, cwd=ROOT, timeout=600)
     return out

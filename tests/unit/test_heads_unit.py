@@ -297,3 +297,93 @@ async def test_a_non_finite_head_output_is_an_invalid_head_error_not_a_valid_nul
     for bad in (nan, inf):
         assert not bad.valid and bad.error.code.value == "head_error" and "non-finite" in bad.error.message
     assert ok.valid and ok.reward == 0.25
+
+
+def test_reference_preprocessing_runs_in_processes_while_the_forward_thread_has_none(monkeypatch):
+    """A staged head whose transform runs in ProcessPreprocessor: every image is transformed in
+    another process, and while a batch is in its forward pass (overlap on, as on a GPU), the
+    worker process runs no preprocessing threads (the old pool's were `preprocess_*`)."""
+    from judge_gateway.heads import worker
+    from judge_gateway.heads.models import HeadModel
+    from judge_gateway.heads.preprocess_pool import ProcessPreprocessor, TransformSpec
+
+    pool = ProcessPreprocessor(TransformSpec("tests.support.fake_transforms:where_it_ran", {"scale": 10}), 2)
+    seen_threads: list[set[str]] = []
+
+    class PooledHead(HeadModel):
+        def load(self):
+            pool.start()
+            return {"model": "pooled-fake"}
+
+        def prepare(self, images, prompts):
+            return [row for part in pool.map(images) for row in part]
+
+        def infer(self, images, prompts, prepared=None):
+            seen_threads.append({t.name for t in threading.enumerate()})
+            return [{"raw": float(p["value"]), "details": {"pid": p["pid"]}} for p in prepared]
+
+        def close(self):
+            pool.close()
+
+    monkeypatch.setattr(worker, "build_head", lambda kind, options: PooledHead(kind, options))
+    monkeypatch.setattr(worker.atexit, "register", lambda fn: None)  # closed below, not at pytest's exit
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    rc: list[int] = []
+    with os.fdopen(in_r, "rb") as stdin, os.fdopen(out_w, "wb", buffering=0) as stdout:
+        t = threading.Thread(target=lambda: rc.append(worker.serve(stdin, stdout)))
+        t.start()
+        with os.fdopen(in_w, "wb", buffering=0) as send, os.fdopen(out_r, "rb") as recv:
+            send.write(encode_frame({"op": "init", "kind": "fake", "name": "f",
+                                     "options": {"max_batch_size": 4, "max_wait_ms": 0,
+                                                 "overlap_preprocessing": True}}))
+            assert read_frame(recv)[0]["op"] == "ready"
+            for i in range(3):
+                frames = np.stack([np.full((6, 5, 3), i * 4 + k, np.uint8) for k in range(4)])
+                send.write(encode_frame({"op": "score", "id": i, "prompt": "p", **images_header(frames)},
+                                        frames.tobytes()))
+            results = {h["id"]: h for h, _ in (read_frame(recv) for _ in range(3))}
+            send.close()
+            t.join(30)
+    pool.close()
+    assert rc == [0]
+    for i in range(3):
+        out = results[i]["outputs"]
+        assert [o["raw"] for o in out] == [10.0 * (i * 4 + k) for k in range(4)]
+        assert all(o["details"]["pid"] != os.getpid() for o in out)
+    assert pool.pids and os.getpid() not in pool.pids
+    assert seen_threads and all(not any("preprocess" in name for name in names) for names in seen_threads)
+
+
+def test_preprocess_options_are_typed_and_the_old_thread_option_is_refused():
+    from judge_gateway.heads.options import PickScoreOptions
+
+    assert PickScoreOptions(device="cuda:0").preprocess_mode() == "device"
+    assert PickScoreOptions(device="cpu").preprocess_mode() == "reference"
+    assert PickScoreOptions(device="cuda", preprocess="reference").preprocess_mode() == "reference"
+    with pytest.raises(ValueError, match="preprocess_processes"):
+        PickScoreOptions(preprocess_threads=4)
+    with pytest.raises(ValueError):
+        PickScoreOptions(preprocess="gpu")
+    with pytest.raises(ValueError):
+        PickScoreOptions(preprocess_processes=0)
+
+
+def test_a_failing_transform_fails_its_batch_and_the_pool_keeps_serving():
+    """An image the transform refuses fails that batch (its exception, named); the next batches,
+    larger ones too (the shared blocks grow), are transformed as usual by the same processes."""
+    from judge_gateway.heads.preprocess_pool import ProcessPreprocessor, TransformSpec
+
+    pool = ProcessPreprocessor(TransformSpec("tests.support.fake_transforms:mean_or_fail"), 2)
+    try:
+        pool.start()
+        assert pool.item == ((1,), "<f8")  # one float64 per image, written into the output block
+        good = [np.full((4, 4, 3), v, np.uint8) for v in (1, 2, 3)]
+        assert pool.map(good)[0].tolist() == [[1.0], [2.0], [3.0]]
+        with pytest.raises(ValueError, match="all-255 image refused"):
+            pool.map([*good, np.full((4, 4, 3), 255, np.uint8)])
+        big = [np.full((900, 700, 3), v, np.uint8) for v in range(6)]  # > the 1 MiB first block
+        assert pool.map(big)[0].ravel().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        assert pool.pids and os.getpid() not in pool.pids
+    finally:
+        pool.close()

@@ -1,0 +1,118 @@
+"""How far `preprocess = "device"` lands from the reference transform, per CLIP-family head.
+
+Run under the heads venv: `python -m tests.support.preprocess_fidelity MODELS_DIR [IMAGE ...]`
+(MODELS_DIR from tiny_heads.py, any size). Loads each head twice in this process (device and
+reference mode, same weights), preprocesses natural-looking images both ways (colour gradients,
+rendered text, the photos given as arguments, a small image that is upscaled) and, separately,
+noise (the worst case for resampling), and prints JSON: per head and image set the worst pixel
+difference (normalised units), the lowest image-embedding cosine and the largest |delta raw| over
+three prompts. Also: reference mode's raw scores against the library reference of
+tiny_heads.py (reference.json), and which processes and threads ran the reference transform.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from judge_gateway.heads.models import build_head
+from tests.support.heads_env import head_judges, load_test_images
+
+PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello"']
+
+
+def gradients() -> list[np.ndarray]:
+    out = []
+    for h, w in ((512, 512), (480, 640), (700, 300)):
+        y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+        r = 255 * x / (w - 1)
+        g = 255 * y / (h - 1)
+        b = 255 * (0.5 + 0.5 * np.sin(np.hypot(x - w / 2, y - h / 2) / 40.0))
+        out.append(np.stack([r, g, b], -1).round().astype(np.uint8))
+    return out
+
+
+def rendered_text() -> list[np.ndarray]:
+    out = []
+    for text, size, fg, bg in (("Hello World", (512, 256), "black", "white"),
+                               ("GRPO 2026", (640, 640), (250, 220, 40), (20, 30, 90))):
+        im = Image.new("RGB", size, bg)
+        ImageDraw.Draw(im).text((30, size[1] // 2 - 40), text, fill=fg, font=ImageFont.load_default(size=72))
+        out.append(np.asarray(im))
+    return out
+
+
+def photos(paths: list[str]) -> list[np.ndarray]:
+    out = []
+    for p in paths:
+        arr = np.asarray(Image.open(p).convert("RGB"))
+        out += [arr, arr[: arr.shape[0] // 5, : arr.shape[1] // 6].copy()]  # the crop is upscaled
+    return out
+
+
+def noise() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((512, 512), (384, 640))]
+
+
+def compare(dev, ref, images: list[np.ndarray]) -> dict:
+    with torch.inference_mode():
+        p_dev, p_ref = dev.stage.pixels(dev.prepare(images)), ref.stage.pixels(ref.prepare(images))
+        e_dev, e_ref = ref.embed_images(images, p_dev), ref.embed_images(images, p_ref)
+        cos = (e_dev * e_ref).sum(-1)
+        raws = []
+        for prompt in PROMPTS:
+            a = ref.infer(images, [prompt] * len(images), p_dev)
+            b = ref.infer(images, [prompt] * len(images), p_ref)
+            raws += [abs(x["raw"] - y["raw"]) for x, y in zip(a, b)]
+    return {"images": len(images), "max_pixel_diff": float((p_dev.float() - p_ref.float()).abs().max()),
+            "min_cosine": float(cos.min()), "max_abs_delta_raw": max(raws)}
+
+
+def main(argv: list[str]) -> int:
+    models = Path(argv[0])
+    sets = {"natural": gradients() + rendered_text() + photos(argv[1:]), "noise": noise()}
+    reference = json.loads((models / "reference.json").read_text())
+    judges = head_judges(models)
+    out: dict = {"heads": {}}
+    threads_before = {t.name for t in threading.enumerate()}
+    for name, key in (("clip", "clip_open_clip"), ("clip_hf", "hf_cosine"), ("pickscore", "hf_cosine"),
+                      ("hpsv2", "hpsv2")):
+        kind, options = head_judges_kind(judges[name])
+        dev = build_head(kind, {**options, "preprocess": "device"})
+        ref = build_head(kind, {**options, "preprocess": "reference", "preprocess_processes": 1})
+        dev_facts, ref_facts = dev.load(), ref.load()
+        row = {set_name: compare(dev, ref, imgs) for set_name, imgs in sets.items()}
+        # Reference mode against the library's own scores of the saved model's test images.
+        imgs = load_test_images(models)
+        scale = reference["logit_scale_exp"] if kind == "pickscore" else 1.0
+        worst = 0.0
+        for j, prompt in enumerate(reference["prompts"]):
+            got = ref.infer(imgs, [prompt] * len(imgs))
+            worst = max(worst, *(abs(g["raw"] - scale * reference[key][i][j]) for i, g in enumerate(got)))
+        row["reference_vs_library"] = worst
+        row["modes"] = [dev_facts["preprocess_mode"], ref_facts["preprocess_mode"]]
+        row["reference_pids"] = sorted(ref.stage.pids)
+        dev.close()
+        ref.close()
+        out["heads"][name] = row
+    out["pid"] = os.getpid()
+    out["new_threads"] = sorted({t.name for t in threading.enumerate()} - threads_before)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+def head_judges_kind(judge: dict) -> tuple[str, dict]:
+    options = {k: v for k, v in judge["options"].items() if k not in ("python", "env")}
+    return judge["kind"], options
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
