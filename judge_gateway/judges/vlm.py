@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,14 @@ class VLMJudge(Judge):
     async def probe(self) -> tuple[bool, str | None]:
         return await self.pool.probe()
 
+    async def _conditions(self, given: list[Any], needed: int, what: str,
+                          encode: Callable[[Any], Awaitable[Any]]) -> list[Any]:
+        """The first `needed` condition media of a sample, encoded (a shortfall is bad input)."""
+        if len(given) < needed:
+            raise JudgeFailure(ErrorCode.bad_input,
+                               f"judge {self.name!r} needs {needed} condition {what}; the sample has {len(given)}")
+        return list(await asyncio.gather(*(encode(m) for m in given[:needed])))
+
     async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
         """The chat messages for one sample, and the media facts for `details`."""
         parts: dict[str, list[dict]] = {}
@@ -99,31 +108,17 @@ class VLMJudge(Judge):
                                    f"judge {self.name!r} needs an image for each sample{alternative}")
             parts["image"] = [{"type": "image_url", "image_url": {"url": enc.data_url}}]
         if "condition_image" in slots:
-            needed = slots.count("condition_image")
-            if len(sample.condition_images) < needed:
-                raise JudgeFailure(
-                    ErrorCode.bad_input,
-                    f"judge {self.name!r} needs {needed} condition image(s) (the source image of an "
-                    f"edit); the sample has {len(sample.condition_images)}",
-                )
-            encoded = await asyncio.gather(
-                *(ctx.media.image(img, self.image_encoding) for img in sample.condition_images[:needed])
-            )
+            encoded = await self._conditions(sample.condition_images, slots.count("condition_image"),
+                                             "image(s) (the source image of an edit)",
+                                             lambda img: ctx.media.image(img, self.image_encoding))
             parts["condition_image"] = [{"type": "image_url", "image_url": {"url": e.data_url}} for e in encoded]
             facts["condition_images"] = [e.details() for e in encoded]
         if "condition_video" in slots:
-            needed = slots.count("condition_video")
-            if len(sample.condition_videos) < needed:
-                raise JudgeFailure(
-                    ErrorCode.bad_input,
-                    f"judge {self.name!r} needs {needed} condition video(s) (the source video of a "
-                    f"video edit); the sample has {len(sample.condition_videos)}",
-                )
-            encoded_v = await asyncio.gather(
-                *(ctx.media.video(v, self.video_sampling) for v in sample.condition_videos[:needed])
-            )
-            parts["condition_video"] = [{"type": "video_url", "video_url": {"url": e.data_url}} for e in encoded_v]
-            facts["condition_videos"] = [{**e.details(), "sampling": asdict(self.video_sampling)} for e in encoded_v]
+            encoded = await self._conditions(sample.condition_videos, slots.count("condition_video"),
+                                             "video(s) (the source video of a video edit)",
+                                             lambda v: ctx.media.video(v, self.video_sampling))
+            parts["condition_video"] = [{"type": "video_url", "video_url": {"url": e.data_url}} for e in encoded]
+            facts["condition_videos"] = [{**e.details(), "sampling": asdict(self.video_sampling)} for e in encoded]
         if "video" in slots:
             if sample.video is None:
                 raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs a video for each sample")
