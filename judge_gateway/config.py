@@ -68,7 +68,7 @@ class ServerConfig(_Strict):
     )
     keep_alive_s: float = Field(30.0, gt=0, description="An idle keep-alive connection is closed after this.")
     max_header_bytes: int = Field(
-        16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 400."
+        16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 431 (400 when h11's own buffer bound trips first, on headers still arriving)."
     )
     max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
 
