@@ -393,6 +393,9 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                                 )
                         problems += _check_profile(key, judge, template, source)
                     problems += _check_shadow(key, judge, template)
+                    if judge.options.get("video_first_frame") and "image" not in template.media_slots:
+                        problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
+                                        "slot for a video's first frame to fill")
     problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
     host = cfg.server.host
     if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():

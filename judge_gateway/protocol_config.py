@@ -363,6 +363,10 @@ def check_protocols(judges: set[str], cosmos: CosmosRLConfig, flow: FlowFactoryC
                                 f"(configured: {', '.join(sorted(judges)) or 'none'})")
     if store.kind == "redis" and not store.resolved_url():
         problems.append("store.url: required for kind = 'redis' (or set the url_env variable)")
+    pull = cosmos.default_pull_type
+    if cosmos.enabled and pull not in cosmos.rewards and pull not in judges:
+        problems.append(f"cosmos_rl.default_pull_type: {pull!r} is neither a cosmos-rl reward name nor a "
+                        "configured judge")
     if cosmos.latents.decoders() and not cosmos.latents.python:
         problems.append("cosmos_rl.latents.python: required with a decoder checkpoint (an interpreter with torch + diffusers)")
     return problems

@@ -78,3 +78,13 @@ def test_bad_toml_is_reported(tmp_path):
 def test_missing_file_is_reported(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_options_that_would_be_silently_ignored_are_refused_at_load():
+    base = {"backends": {"b": {"model": "m", "base_urls": ["http://127.0.0.1:9/v1"]}}}
+    video_only = {**base, "judges": {"j": {"kind": "yes_no", "backend": "b", "template": "cosmos_reason1@1",
+                                           "options": {"video_first_frame": True}}}}
+    with pytest.raises(ConfigError, match=r"judges\.j\.options\.video_first_frame: cosmos_reason1@1 has no <image>"):
+        validate_config(video_only)
+    with pytest.raises(ConfigError, match=r"cosmos_rl\.default_pull_type: 'dance_grp' is neither"):
+        validate_config({**base, "cosmos_rl": {"default_pull_type": "dance_grp"}})
