@@ -9,28 +9,23 @@ torch worker venv (scripts/setup_latents.sh).
 from __future__ import annotations
 
 import asyncio
-import copy
 import io
 import json
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
-from judge_gateway.config import validate_config
-from judge_gateway.gateway import Gateway
 from judge_gateway.latents import TorchWorker
 from judge_gateway.protocol_config import LatentDecoderConfig
-from judge_gateway.server import create_app
 from judge_gateway.store import RedisStore
 from tests.integration.test_real_vllm import FINAL_REGEX, real_config
 from tests.support.fake_openai import free_port
 from tests.support.redis_server import RedisServer
+from tests.support.served_gateway import ServedGateway
 from tests.unit.test_cosmos_rl import enqueue_body, poll
 from tests.unit.test_flow_factory import build_payload, pil_images
 
@@ -57,33 +52,9 @@ def protocol_config(vllm_url: str, fake_url: str | None = None, **extra) -> dict
     return data
 
 
-class Served:
-    """One gateway app on uvicorn in a thread; stop() runs its shutdown (lifespan) like a real stop."""
-
-    def __init__(self, data: dict) -> None:
-        self.gateway = Gateway(validate_config(copy.deepcopy(data)))
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(self.gateway), host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.02)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def served(vllm, fake_backend):
-    s = Served(protocol_config(vllm.base_url, fake_backend.base_url))
+    s = ServedGateway(protocol_config(vllm.base_url, fake_backend.base_url))
     yield s
     s.stop()
 
@@ -220,7 +191,7 @@ async def test_results_survive_a_gateway_restart_with_redis(vllm, fake_backend, 
                            store={"kind": "redis", "url": redis_server.url, "url_env": None,
                                   "key_prefix": f"jg-test-{free_port()}:"})
     meta = {"reward_fn": {"alignment": 1.0}, "prompts": ["a red square", "noise"], "media_type": "image"}
-    first = Served(data)
+    first = ServedGateway(data)
     try:
         async with httpx.AsyncClient(base_url=first.url, timeout=300) as http:
             uid = (await http.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()),
@@ -232,7 +203,7 @@ async def test_results_survive_a_gateway_restart_with_redis(vllm, fake_backend, 
             assert r.status_code == 425 and r.json()["status"] == "pending"
     finally:
         first.stop()  # a restart: the unfinished request is stored as failed, never left pending
-    second = Served(data)
+    second = ServedGateway(data)
     try:
         async with httpx.AsyncClient(base_url=second.url, timeout=60) as http:
             after = await http.post("/api/reward/pull", data={"uuid": uid, "type": "alignment"})
@@ -342,7 +313,7 @@ async def test_latent_decoder_matches_diffusers(tiny_vae, tmp_path):
 async def test_cosmos_latents_every_encoding(vllm, tiny_vae, tmp_path):
     data = protocol_config(vllm.base_url, cosmos_rl={"latents": {
         "python": str(LATENTS_PY), "checkpoint": str(tiny_vae), "batch_size": 2}})
-    served = Served(data)
+    served = ServedGateway(data)
     z = _latents(2, 3, seed=1)
     np.save(tmp_path / "z.npy", z)
     _latents_py(TORCH_SAVE, str(tmp_path / "z.npy"), str(tmp_path / "z.pt"))
@@ -404,7 +375,7 @@ async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(vllm):
     data["judges"] |= {"pickscore": heads["pickscore"], "hpsv2": heads["hpsv2"]}
     data["flow_factory"]["profiles"]["heads"] = {"judges": {"pickscore": 1.0, "alignment": 1.0},
                                                  "mode": "groupwise", "group_transform": "zscore"}
-    served = Served(data)
+    served = ServedGateway(data)
     meta = {"reward_fn": {"hpsv2": 1.0, "pickscore": 1.0}, "prompts": ["a red square", "colourful noise"],
             "media_type": "image"}
     try:
