@@ -158,7 +158,10 @@ async def measure(head: str, models: Path | None, batch: int, args: argparse.Nam
         rounds = [[samples[i : i + per] for i in range(0, n, per)]] * (args.rounds + 1)
     try:
         await worker.wait_ready()
+        if load == "stream":
+            return await measure_stream(head, gw, worker, batch, args)
         rates, cpu, cpu_img = [], [], []
+        warm_stats: dict = {}
         for round_, requests in enumerate(rounds):  # round 0 warms up
             images = sum(len(r) for r in requests)
             t0, c0 = time.perf_counter(), time.process_time()
@@ -172,26 +175,77 @@ async def measure(head: str, models: Path | None, batch: int, args: argparse.Nam
                 rates.append(images / dt)
                 cpu.append(dc / len(requests))
                 cpu_img.append(dc / images)
+            else:
+                warm_stats = await worker.stats()
         stats = await worker.stats()
         mode = worker.info.get("preprocess_mode", "-")
     finally:
         await gw.aclose()
-    items = max(1, stats["items"])
     return {"head": head, "load": load, "preprocess": mode,
             "max_batch_size": batch, "requests": n, "images_per_s": statistics.median(rates),
-            "mean_batch": stats["items"] / max(1, stats["batches"]),
-            # where the worker's time went, over every round (warm-up included)
-            "prepare_ms": 1000 * stats.get("prepare_s", 0.0) / items,
-            "infer_ms": 1000 * stats.get("infer_s", 0.0) / items,
+            **worker_time(stats, warm_stats),
             # the gateway process's own CPU per request (the event loop + its decode threads)
             "gateway_cpu_ms": 1000 * statistics.median(cpu),
             "gateway_cpu_ms_per_image": 1000 * statistics.median(cpu_img)}
 
 
-def heads_run(args: list[str]) -> dict:
-    """bench/heads_direct.py under the heads venv (it needs torch); its JSON line."""
+def worker_time(stats: dict, warm: dict) -> dict:
+    """Where the worker's time went in the timed part (the warm-up's share subtracted)."""
+    def delta(key: str) -> float:
+        return float(stats.get(key, 0.0)) - float(warm.get(key, 0.0))
+    items = max(1.0, delta("items"))
+    return {"mean_batch": items / max(1.0, delta("batches")),
+            "prepare_ms": 1000 * delta("prepare_s") / items,
+            "infer_ms": 1000 * delta("infer_s") / items}
+
+
+async def measure_stream(head: str, gw: Gateway, worker, batch: int, args: argparse.Namespace) -> dict:
+    """--groups clients, each sending requests of --group-size images back to back (a new prompt
+    each) for --stream-seconds after one warm-up request each: the steady state, with no start or
+    end of a step in the timed part."""
+    rng = np.random.default_rng(1)
+    images = [ImageMedia.from_array(rng.integers(0, 256, (args.image_size, args.image_size, 3), dtype=np.uint8))
+              for _ in range(args.group_size)]
+    for im in images:
+        im.to_array()
+    sent = [0] * args.groups
+
+    async def one(client: int) -> int:
+        sent[client] += 1
+        request = RewardRequest(samples=[{"prompt": f"client {client} request {sent[client]}: object {client}",
+                                          "image": im} for im in images], judges=[head])
+        response = await gw.score(request)
+        bad = [r for r in response.results if not r.valid]
+        if bad:
+            raise RuntimeError(f"{head}: invalid scores in the benchmark: {bad[0].scores}")
+        return len(images)
+
+    await asyncio.gather(*(one(c) for c in range(args.groups)))  # warm-up
+    warm = await worker.stats()
+    done = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    deadline = t0 + args.stream_seconds
+
+    async def client(c: int) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            n = await one(c)  # not `done += await ...`: that reads `done` before the await
+            done += n
+
+    await asyncio.gather(*(client(c) for c in range(args.groups)))
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    stats = await worker.stats()
+    requests = done // len(images)
+    return {"head": head, "load": "stream", "preprocess": worker.info.get("preprocess_mode", "-"),
+            "max_batch_size": batch, "requests": args.groups, "images_per_s": done / dt,
+            **worker_time(stats, warm),
+            "gateway_cpu_ms": 1000 * dc / max(1, requests), "gateway_cpu_ms_per_image": 1000 * dc / max(1, done)}
+
+
+def heads_run(args: list[str], python: Path | None = None) -> dict:
+    """bench/heads_direct.py under the heads venv (it needs torch), or `python`; its JSON line."""
     env = {**os.environ, "PYTHONPATH": python_path()}
-    done = subprocess.run([str(heads_python()), str(ROOT / "bench" / "heads_direct.py"), *args], env=env, cwd=ROOT,
+    done = subprocess.run([str(python or heads_python()), str(ROOT / "bench" / "heads_direct.py"), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"heads_direct.py {args[0]} failed:\n{done.stderr[-3000:]}")
@@ -208,6 +262,15 @@ def bare_forward(head: str, models: Path, batches: list[int], args: argparse.Nam
     options = {k: v for k, v in options.items() if k not in ("python", "env") and v is not None}
     rates = heads_run(["forward", head, json.dumps(options), "--batch", ",".join(map(str, sorted(set(batches)))),
                        "--seconds", str(args.forward_seconds)])["images_per_s"]
+    return {int(b): r for b, r in rates.items()}
+
+
+def bare_infer(head: str, judge: dict, batches: list[int], args: argparse.Namespace) -> dict[int, float]:
+    """image_reward / hpsv3: images/s of the model's whole forward on preprocessed input."""
+    options = {k: v for k, v in judge["options"].items() if k not in ("python", "env") and v is not None}
+    rates = heads_run(["infer", head, json.dumps(options), "--batch", ",".join(map(str, sorted(set(batches)))),
+                       "--seconds", str(args.forward_seconds), "--image-size", str(args.image_size)],
+                      python=Path(judge["options"]["python"]))["images_per_s"]
     return {int(b): r for b, r in rates.items()}
 
 
@@ -231,10 +294,13 @@ async def main() -> int:
                     help="CLIP family / image_reward: preprocessing mode (default: device on cuda, else reference)")
     ap.add_argument("--preprocess-processes", type=int, default=None,
                     help="reference mode: preprocessing processes per worker (default min(8, CPUs))")
-    ap.add_argument("--load", choices=["single", "grpo", "both"], default="single",
+    ap.add_argument("--load", default="single",
                     help="single: --requests concurrent single-image requests at each --batch-sizes; grpo: "
-                         "--groups concurrent requests of --group-size images, one new prompt each, at each "
-                         "--grpo-batch-sizes")
+                         "steps of --groups concurrent requests of --group-size images, one new prompt each, "
+                         "at each --grpo-batch-sizes (a step ends when its last request does); stream: "
+                         "--groups clients sending such requests back to back for --stream-seconds; "
+                         "both: single + grpo; all: single + grpo + stream; or a comma-separated list")
+    ap.add_argument("--stream-seconds", type=float, default=10.0, help="stream load: timed seconds")
     ap.add_argument("--groups", type=int, default=16, help="GRPO load: concurrent requests (C)")
     ap.add_argument("--group-size", type=int, default=32, help="GRPO load: images per request (G)")
     ap.add_argument("--grpo-batch-sizes", default="64,128")
@@ -262,7 +328,9 @@ async def main() -> int:
           f" {'bare fwd/s':>10}"
           f" {'of bare':>7}")
     bare: dict[tuple[str, int], float] = {}
-    loads = ["single", "grpo"] if args.load == "both" else [args.load]
+    loads = {"both": ["single", "grpo"], "all": ["single", "grpo", "stream"]}.get(args.load, args.load.split(","))
+    if not loads or set(loads) - {"single", "grpo", "stream"}:
+        ap.error(f"--load: single, grpo, stream (comma-separated), both or all; got {args.load!r}")
     grpo_batches = [int(b) for b in args.grpo_batch_sizes.split(",")]
     for head in heads:
         for load in loads:
@@ -271,7 +339,7 @@ async def main() -> int:
                      "hpsv3": [b for b in batches if b <= min(args.requests, 16)],
                      "videoalign": [b for b in batches if b <= min(args.requests, 16)],
                      "gen_eval": [b for b in batches if b <= min(args.requests, 8)]}.get(head, batches)
-            if load == "grpo":
+            if load in ("grpo", "stream"):
                 sizes = grpo_batches
             for batch in sizes or batches[:1]:
                 row = await measure(head, ir_models if head == "image_reward" else models, batch, args, load)
@@ -281,8 +349,17 @@ async def main() -> int:
                 if head in CLIP_FAMILY and args.bare == "on":
                     assert models is not None
                     if (head, batch) not in bare:  # every batch size of this head, one model load
-                        wanted = (batches if "single" in loads else []) + (grpo_batches if "grpo" in loads else [])
+                        wanted = ((batches if "single" in loads else [])
+                                  + (grpo_batches if {"grpo", "stream"} & set(loads) else []))
                         for b, r in bare_forward(head, models, wanted, args).items():
+                            bare[(head, b)] = r
+                    limit = f" {bare[(head, batch)]:>10.1f} {rate / bare[(head, batch)]:>6.0%}"
+                elif head in ("image_reward", "hpsv3") and args.bare == "on":
+                    if (head, batch) not in bare:
+                        judge = judge_config(head, ir_models if head == "image_reward" else None, batch, args)
+                        wanted = ((sizes if load == "single" else [])
+                                  + (grpo_batches if {"grpo", "stream"} & set(loads) else []) + [batch])
+                        for b, r in bare_infer(head, judge, wanted, args).items():
                             bare[(head, b)] = r
                     limit = f" {bare[(head, batch)]:>10.1f} {rate / bare[(head, batch)]:>6.0%}"
                 print(f"{head:<12} {load:<6} {row['preprocess']:<9} {batch:>9} {row['requests']:>8} "

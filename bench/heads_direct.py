@@ -3,6 +3,9 @@
     python bench/heads_direct.py forward KIND OPTIONS_JSON --batch B[,B2...] --seconds S
         the bare image-tower forward of a head (the same loader, weights, device, dtype and
         attention as its worker) on already-preprocessed input: images/s at each batch size.
+    python bench/heads_direct.py infer image_reward|hpsv3 OPTIONS_JSON --batch B[,B2...] --seconds S
+        the model's whole forward (both towers) on input already preprocessed and on the device:
+        ImageReward's BLIP ViT + text encoder; HPSv3's Qwen2-VL on a prebuilt batch.
     python bench/heads_direct.py flow_factory MODEL_DIR PROCESSOR_DIR --dtype fp32|bf16 --device D
         Flow-Factory's in-trainer PickScore way on the same weights: per batch of 32 uint8 images,
         PIL images -> CLIPProcessor (images and the 32 prompts) -> CLIPModel image and text
@@ -69,6 +72,38 @@ def bare_forward(kind: str, options: dict, batches: list[int], seconds: float) -
         head.close()
 
 
+def bare_infer(kind: str, options: dict, batches: list[int], seconds: float, image_size: int) -> dict[str, float]:
+    """image_reward / hpsv3: the model's whole forward (image and text towers) on input already
+    preprocessed and on the device, at each batch size (prompts distinct within a batch)."""
+    head = build_head(kind, {**options, **({"preprocess": "device"} if kind == "image_reward" else {})})
+    head.load()
+    rng = np.random.default_rng(0)
+    rates = {}
+    try:
+        for batch in batches:
+            arrays = [rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8) for _ in range(batch)]
+            prompts = [f"a photo of object number {i}" for i in range(batch)]
+            if kind == "hpsv3":
+                from PIL import Image
+
+                with torch.inference_mode():
+                    inputs = head.inferencer.prepare_batch([Image.fromarray(a) for a in arrays], prompts)
+
+                def step(inputs: dict = inputs) -> None:
+                    with torch.inference_mode():
+                        head.inferencer.model(return_dict=True, **inputs)["logits"].float().cpu()
+            else:
+                prepared = head.prepare(arrays)
+
+                def step(arrays: list = arrays, prompts: list = prompts, prepared=prepared) -> None:
+                    head.infer(arrays, prompts, prepared)
+
+            rates[str(batch)] = _timed(step, torch.device(options.get("device", "cpu")), batch, seconds)
+        return rates
+    finally:
+        head.close()
+
+
 def flow_factory(model_dir: str, processor_dir: str, dtype: str, device: str, image_size: int,
                  batch: int, seconds: float) -> float:
     from PIL import Image
@@ -113,6 +148,12 @@ def main() -> int:
     p.add_argument("--image-size", type=int, default=512)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seconds", type=float, default=5.0)
+    b = sub.add_parser("infer")
+    b.add_argument("kind", choices=["image_reward", "hpsv3"])
+    b.add_argument("options")
+    b.add_argument("--batch", required=True, help="batch sizes, comma-separated")
+    b.add_argument("--seconds", type=float, default=5.0)
+    b.add_argument("--image-size", type=int, default=512)
     d = sub.add_parser("device_name")
     d.add_argument("device")
     a = ap.parse_args()
@@ -121,6 +162,11 @@ def main() -> int:
         return 0
     if a.what == "forward":
         rates = bare_forward(a.kind, json.loads(a.options), [int(b) for b in a.batch.split(",")], a.seconds)
+        print(json.dumps({"images_per_s": rates}))
+        return 0
+    if a.what == "infer":
+        rates = bare_infer(a.kind, json.loads(a.options), [int(b) for b in a.batch.split(",")], a.seconds,
+                           a.image_size)
         print(json.dumps({"images_per_s": rates}))
         return 0
     rate = flow_factory(a.model_dir, a.processor_dir, a.dtype, a.device, a.image_size, a.batch, a.seconds)
