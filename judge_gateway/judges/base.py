@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..bands import DEFAULT_VIDEO_BANDS, band_of
 from ..config import JudgeConfig, NormalizeConfig
 from ..schema import ErrorCode, JudgeInfo, JudgeScore, TemplateRef
 
@@ -61,6 +62,13 @@ class Judge(ABC):
         self.cfg = cfg
         self.weight = cfg.weight
         self.deadline_s = cfg.deadline_s
+
+    @property
+    def bands(self) -> dict[str, float]:
+        """The configured score bands; by default High/Medium/Low for a judge that sees a video."""
+        if self.cfg.bands is not None:
+            return self.cfg.bands
+        return DEFAULT_VIDEO_BANDS if "video" in self.media else {}
 
     # Facts for the score and for GET /v1/judges.
     @property
@@ -144,6 +152,9 @@ class Judge(ABC):
             # e.g. an fp16 head that overflowed: never a "valid" NaN / inf (JSON null)
             return self._failure(self._nonfinite_code, f"the judge produced a non-finite score "
                                  f"(raw={verdict.raw}, reward={reward})", started, details=verdict.details)
+        bands = self.bands
+        if bands:
+            verdict.details["band"] = band_of(reward, bands)
         return JudgeScore(
             judge=self.name,
             reward=reward,
