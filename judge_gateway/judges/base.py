@@ -63,12 +63,13 @@ class Judge(ABC):
         self.weight = cfg.weight
         self.deadline_s = cfg.deadline_s
 
-    @property
-    def bands(self) -> dict[str, float]:
-        """The configured score bands; by default High/Medium/Low for a judge that sees a video."""
+    def bands_for(self, details: dict[str, Any]) -> dict[str, float]:
+        """The configured score bands; by default High/Medium/Low where the judge saw a video
+        (a VLM's `details.video`, a head's `details.media`), none for an image."""
         if self.cfg.bands is not None:
             return self.cfg.bands
-        return DEFAULT_VIDEO_BANDS if "video" in self.media else {}
+        saw_video = "video" in details or details.get("media") == "video"
+        return DEFAULT_VIDEO_BANDS if saw_video else {}
 
     # Facts for the score and for GET /v1/judges.
     @property
@@ -152,7 +153,7 @@ class Judge(ABC):
             # e.g. an fp16 head that overflowed: never a "valid" NaN / inf (JSON null)
             return self._failure(self._nonfinite_code, f"the judge produced a non-finite score "
                                  f"(raw={verdict.raw}, reward={reward})", started, details=verdict.details)
-        bands = self.bands
+        bands = self.bands_for(verdict.details)
         if bands:
             verdict.details["band"] = band_of(reward, bands)
         return JudgeScore(

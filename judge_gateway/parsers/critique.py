@@ -68,7 +68,7 @@ def parse_critique(text: str, schema: Mapping[str, Any], *, violations_field: st
     if problems:
         shown = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
         raise ParseError(f"the reply does not conform to the template's schema: {shown}",
-                         details={**facts, "critique": obj, "schema_errors": problems[:20]})
+                         details={**facts, "rejected_critique": obj, "schema_errors": problems[:20]})
     violations = [_violation(v, duration_s) for v in field_value(obj, violations_field)]
     return Critique(obj=obj, reasoning=reasoning, violations=violations)
 

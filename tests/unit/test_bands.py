@@ -55,7 +55,7 @@ async def _scores(cfg: dict, video_frames: list[bytes]):
         await gw.aclose()
 
 
-async def test_video_judges_get_the_default_bands_image_judges_none(fake_backend):
+async def test_video_scores_get_the_default_bands_image_scores_none(fake_backend):
     frames = [png_bytes(i, size=(32, 32)) for i in range(4)]
     s = await _scores(config(fake_backend.base_url), frames)
     # fake-yes: P(yes) = 0.8, P(no) = 0.15; cosmos_reason1 rewards P(no) / (P(yes) + P(no))
@@ -66,3 +66,11 @@ async def test_video_judges_get_the_default_bands_image_judges_none(fake_backend
     assert custom["video"].details["band"] == "pass"
     off = await _scores(config(fake_backend.base_url, bands={}), frames)
     assert "band" not in off["video"].details
+
+
+async def test_an_image_judge_gets_bands_only_when_configured(fake_backend):
+    cfg = config(fake_backend.base_url)
+    cfg["judges"]["image"]["bands"] = {"good": 0.5, "bad": -math.inf}
+    s = await _scores(cfg, [png_bytes(i, size=(32, 32)) for i in range(4)])
+    # image_quality@1 rewards P(yes): 0.8 / 0.95
+    assert s["image"].reward == pytest.approx(0.8 / 0.95) and s["image"].details["band"] == "good"

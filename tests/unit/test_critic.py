@@ -146,7 +146,8 @@ async def test_a_nonconforming_reply_from_the_backend_is_parse_error(fake_backen
     assert s.error.code.value == "parse_error"
     assert "physical_accuracy.score: expected number, got string" in s.error.message
     assert "missing required field 'content_quality'" in s.error.message
-    assert "band" not in s.details
+    assert "band" not in s.details and "critique" not in s.details  # never shown as a critique
+    assert s.details["rejected_critique"]["video_analysis"]["physical_accuracy"]["score"] == "high"
 
 
 async def test_a_violation_past_the_clip_is_flagged_or_invalid_as_configured(fake_backend):
