@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..backends import BackendPool
 from ..config import GatewayConfig
 from ..heads.options import HEAD_KINDS
-from .critic import CriticJudge
 from .base import Judge, JudgeFailure, ScoreContext, Verdict
+from .critic import CriticJudge
 from .generative import FinalScoreJudge, RubricJudge
 from .yes_no import YesNoJudge
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class CriticJudge(_GenerativeJudge):
     kind = "critic"
 
-    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+    def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
         super().__init__(name, cfg, pool)
         self.options = CriticOptions.model_validate(cfg.options)
         schema = self.template.json_schema
@@ -45,7 +45,7 @@ class CriticJudge(_GenerativeJudge):
             params["extra_body"] = {"structured_outputs": {"json": self.schema}}
         return params
 
-    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+    async def evaluate(self, sample: SampleInput, ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
         duration = _clip_duration(facts.get("video"))
         try:

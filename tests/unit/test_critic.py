@@ -3,6 +3,7 @@ checked against the clip the judge saw; the reward read from the configured fiel
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -97,7 +98,7 @@ def frames_video(n: int = 8, fps: float = 8.0) -> dict:
     t = np.arange(n)[:, None, None, None]
     arr = ((np.zeros((n, 32, 32, 3), dtype=np.int64) + t * 20 + np.arange(32)[None, None, :, None] * 4) % 256)
     return {"array": {"shape": list(arr.shape), "dtype": "uint8",
-                      "data": __import__("base64").b64encode(arr.astype(np.uint8).tobytes()).decode()},
+                      "data": base64.b64encode(arr.astype(np.uint8).tobytes()).decode()},
             "fps": fps}
 
 
