@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError, field_validator, model_validator
 
+from .bands import check_bands
 from .media import MAX_VIDEO_FRAMES, MediaLimits
 from .protocol_config import CosmosRLConfig, FlowFactoryConfig, StoreConfig, check_protocols
 
@@ -29,7 +30,7 @@ else:  # pragma: no cover
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent / "configs" / "default.toml"
 
 # Judge kinds served by a VLM backend through a prompt template.
-VLM_KINDS = ("yes_no", "rubric", "final_score")
+VLM_KINDS = ("yes_no", "rubric", "final_score", "critic")
 
 
 class ConfigError(ValueError):
@@ -210,7 +211,7 @@ class NormalizeConfig(_Strict):
 
 
 class JudgeConfig(_Strict):
-    kind: str = Field(description="yes_no | rubric | final_score | clip | pickscore | hpsv2 | hpsv3 | image_reward | ocr | videoalign | gen_eval")
+    kind: str = Field(description="yes_no | rubric | final_score | critic | clip | pickscore | hpsv2 | hpsv3 | image_reward | ocr | videoalign | gen_eval")
     backend: str | None = Field(None, description="Name of a [backends.*] entry (VLM judges).")
     template: str | None = Field(None, description="Pinned prompt template, `family@version`.")
     weight: float = Field(1.0, description="Weight in the combined reward.")
@@ -220,8 +221,18 @@ class JudgeConfig(_Strict):
         None, description="How raw becomes reward; each kind has a sensible default."
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Kind-specific options.")
+    bands: dict[str, StrictFloat] | None = Field(
+        None, description="Score bands, label -> lower bound of the reward (the lowest band is open "
+        "below), written to details['band']. Default: High >= 0.7, Medium >= 0.3, Low for judges "
+        "that see a video, none for the others; {} turns bands off."
+    )
     image: ImageEncodingConfig = Field(default_factory=ImageEncodingConfig)
     video: VideoSamplingConfig = Field(default_factory=VideoSamplingConfig)
+
+    @field_validator("bands")
+    @classmethod
+    def _bands(cls, bands: dict[str, float] | None) -> dict[str, float] | None:
+        return None if bands is None else check_bands(bands)
 
 
 class VLMOptions(_Strict):
@@ -302,10 +313,36 @@ class FinalScoreOptions(VLMOptions):
     guided_regex: str | None = None
 
 
+class CriticOptions(VLMOptions):
+    """A critic: the reply is one JSON object in the template's schema (see README "Critic")."""
+
+    reward_field: str = Field(
+        "video_analysis.physical_accuracy.score", pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+        description="Dotted path of the reply's number that becomes the reward (a number field of the "
+        "template's schema; its minimum/maximum, when set, map it onto [0, 1])."
+    )
+    structured_outputs: bool = Field(
+        True, description="Send the template's schema as vLLM structured outputs (`json`); the reply is "
+        "checked against it either way."
+    )
+    on_bad_timestamp: Literal["flag", "invalid"] = Field(
+        "flag", description="A violation timed outside the clip the judge saw: flag it (valid_time = "
+        "false, counted in details['bad_violation_times']) or make the score invalid (parse_error)."
+    )
+    share_video_with: str | None = Field(
+        None, description="Use this judge's [video] sampling, so a request scoring both encodes each "
+        "clip once (the critic's own `video` table must then be left out)."
+    )
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
+    stop: list[str] | None = None
+
+
 KIND_OPTIONS: dict[str, type[BaseModel]] = {
     "yes_no": YesNoOptions,
     "rubric": RubricOptions,
     "final_score": FinalScoreOptions,
+    "critic": CriticOptions,
 }
 # Local scorer heads (judge_gateway/heads): options say how their worker process runs.
 from .heads.options import HEAD_KIND_OPTIONS, HEAD_KINDS  # noqa: E402
@@ -392,6 +429,8 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                                     f"{judge.template} (aspects: {', '.join(sorted(names))})"
                                 )
                         problems += _check_profile(key, judge, template, source)
+                    elif judge.kind == "critic":
+                        problems += _check_critic(key, name, judge, template, cfg)
                     problems += _check_shadow(key, judge, template)
                     if judge.options.get("video_first_frame") and "image" not in template.media_slots:
                         problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
@@ -407,6 +446,33 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return cfg
+
+
+def _check_critic(key: str, name: str, judge: JudgeConfig, template: Any, cfg: GatewayConfig) -> list[str]:
+    """The reward field must be a number of the template's schema; share_video_with must name a
+    judge that sees a video, and then the critic takes that judge's sampling (resolved here, once)."""
+    from .parsers.json_schema import subschema
+
+    try:
+        opts = CriticOptions.model_validate(judge.options)
+    except ValidationError:
+        return []  # reported with the other options errors
+    problems = []
+    node = subschema(template.json_schema, opts.reward_field)
+    types = (node or {}).get("type")
+    if node is None or (types != "number" and types != "integer"):
+        problems.append(f"{key}.options.reward_field: {opts.reward_field!r} is not a number field of "
+                        f"{judge.template}'s json_schema")
+    other = opts.share_video_with
+    if other is not None:
+        where = f"{key}.options.share_video_with"
+        if other == name or other not in cfg.judges:
+            problems.append(f"{where}: {other!r} is not another configured judge")
+        elif "video" in judge.model_fields_set:
+            problems.append(f"{where}: set either the critic's own `video` table or share_video_with, not both")
+        else:
+            judge.video = cfg.judges[other].video.model_copy()
+    return problems
 
 
 def _check_shadow(key: str, judge: JudgeConfig, template: Any) -> list[str]:

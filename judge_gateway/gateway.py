@@ -100,6 +100,8 @@ class Gateway:
                 for t in row:
                     t.cancel()
             raise
+        finally:
+            self.metrics.observe_media(ctx.media.encodes_by_kind, ctx.media.hits_by_kind)
 
         weights = {name: self.judges[name].weight for name in names}
         results: list[SampleResult] = []

@@ -1550,6 +1550,9 @@ class MediaCache:
         self._sha: dict[int, tuple[Any, str]] = {}  # id(medium) -> (medium kept alive, sha256)
         self.hits = 0
         self.encodes = 0
+        # Per kind of encode ("image", "video", "first_frame"): the gateway's metrics read these.
+        self.encodes_by_kind: dict[str, int] = {}
+        self.hits_by_kind: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -1585,14 +1588,17 @@ class MediaCache:
 
     async def _get(self, key: tuple[Any, ...], fn: Callable[[], T], what: str) -> T:
         task = self._tasks.get(key)
+        kind = key[0]
         if task is None or task.cancelled():  # a cancelled encode (loop shutdown) is no answer
             self.encodes += 1
+            self.encodes_by_kind[kind] = self.encodes_by_kind.get(kind, 0) + 1
             task = asyncio.get_running_loop().create_task(self._run(fn, what))
             # Retrieve the exception even if every waiter was cancelled (no asyncio warning).
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._tasks[key] = task
         else:
             self.hits += 1
+            self.hits_by_kind[kind] = self.hits_by_kind.get(kind, 0) + 1
         # shield: one judge timing out must not cancel the encode the other judges wait for.
         return await asyncio.shield(task)
 

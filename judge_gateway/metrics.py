@@ -44,6 +44,24 @@ class Metrics:
             "Judge scores (sample x judge) cancelled before they finished, by judge.",
             ["judge"], registry=self.registry,
         )
+        # Encodes a request's judges share (MediaCache): two video judges on one clip with the
+        # same sampling add one encode and one hit.
+        self.media_encodes = Counter(
+            "judge_gateway_media_encodes_total",
+            "Media encoded for VLM requests (once per distinct medium and encoding in a request), by kind.",
+            ["kind"], registry=self.registry,
+        )
+        self.media_cache_hits = Counter(
+            "judge_gateway_media_cache_hits_total",
+            "Encodes reused by another judge or sample of the same request, by kind.",
+            ["kind"], registry=self.registry,
+        )
+
+    def observe_media(self, encodes: dict[str, int], hits: dict[str, int]) -> None:
+        for kind, n in encodes.items():
+            self.media_encodes.labels(kind).inc(n)
+        for kind, n in hits.items():
+            self.media_cache_hits.labels(kind).inc(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -6,6 +6,7 @@ from ..backends import BackendPool
 from ..config import GatewayConfig
 from ..heads.options import HEAD_KINDS
 from .base import Judge, JudgeFailure, ScoreContext, Verdict
+from .critic import CriticJudge
 from .generative import FinalScoreJudge, RubricJudge
 from .yes_no import YesNoJudge
 
@@ -13,6 +14,7 @@ VLM_JUDGE_KINDS: dict[str, type] = {
     "yes_no": YesNoJudge,
     "rubric": RubricJudge,
     "final_score": FinalScoreJudge,
+    "critic": CriticJudge,
 }
 
 
@@ -34,4 +36,4 @@ def build_judges(cfg: GatewayConfig, pools: dict[str, BackendPool]) -> dict[str,
 
 
 __all__ = ["Judge", "JudgeFailure", "ScoreContext", "Verdict", "build_judges", "VLM_JUDGE_KINDS",
-           "YesNoJudge", "RubricJudge", "FinalScoreJudge"]
+           "YesNoJudge", "RubricJudge", "FinalScoreJudge", "CriticJudge"]

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..bands import DEFAULT_VIDEO_BANDS, band_of
 from ..config import JudgeConfig, NormalizeConfig
 from ..schema import ErrorCode, JudgeInfo, JudgeScore, TemplateRef
 
@@ -61,6 +62,14 @@ class Judge(ABC):
         self.cfg = cfg
         self.weight = cfg.weight
         self.deadline_s = cfg.deadline_s
+
+    def bands_for(self, details: dict[str, Any]) -> dict[str, float]:
+        """The configured score bands; by default High/Medium/Low where the judge saw a video
+        (a VLM's `details.video`, a head's `details.media`), none for an image."""
+        if self.cfg.bands is not None:
+            return self.cfg.bands
+        saw_video = "video" in details or details.get("media") == "video"
+        return DEFAULT_VIDEO_BANDS if saw_video else {}
 
     # Facts for the score and for GET /v1/judges.
     @property
@@ -144,6 +153,9 @@ class Judge(ABC):
             # e.g. an fp16 head that overflowed: never a "valid" NaN / inf (JSON null)
             return self._failure(self._nonfinite_code, f"the judge produced a non-finite score "
                                  f"(raw={verdict.raw}, reward={reward})", started, details=verdict.details)
+        bands = self.bands_for(verdict.details)
+        if bands:
+            verdict.details["band"] = band_of(reward, bands)
         return JudgeScore(
             judge=self.name,
             reward=reward,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..config import FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
+from ..config import CriticOptions, FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
 from ..parsers import ParseError, parse_final_score, parse_rubric
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
@@ -25,7 +25,7 @@ MAX_REPLY_CHARS = 8000
 
 
 class _GenerativeJudge(VLMJudge):
-    options: RubricOptions | FinalScoreOptions
+    options: RubricOptions | FinalScoreOptions | CriticOptions
 
     @property
     def temperature(self) -> float:
@@ -43,7 +43,7 @@ class _GenerativeJudge(VLMJudge):
         stop = opts.stop if opts.stop is not None else list(self.template.stop)
         if stop:
             params["stop"] = stop
-        if opts.guided_regex:
+        if getattr(opts, "guided_regex", None):
             params["extra_body"] = {"structured_outputs": {"regex": opts.guided_regex}}
         return params
 
@@ -62,6 +62,10 @@ class _GenerativeJudge(VLMJudge):
             "reply": text[:MAX_REPLY_CHARS],
             "reply_truncated_in_details": len(text) > MAX_REPLY_CHARS,
         }
+        # A backend with a reasoning parser returns the <think> text apart from the content.
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            facts["reasoning"] = reasoning[:MAX_REPLY_CHARS]
         usage = completion.get("usage") or {}
         if "completion_tokens" in usage:
             facts["completion_tokens"] = usage["completion_tokens"]

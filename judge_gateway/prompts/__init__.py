@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 TEMPLATES_DIR: Path = Path(__file__).resolve().parent
 LOCK_PATH: Path = TEMPLATES_DIR / "templates.lock"
 
-KINDS = ("yes_no", "rubric", "final_score")
+KINDS = ("yes_no", "rubric", "final_score", "critic")
 MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
 PROMPT_PLACEHOLDER = "{prompt}"
 
@@ -64,6 +64,10 @@ _KIND_FIELDS: dict[str, set[str]] = {
     "yes_no": {"answer", "verbatim"},
     "rubric": {"aspects", "scale", "stop", "max_tokens", "temperature", "missing_policy"},
     "final_score": {"scale", "label", "stop", "max_tokens", "temperature"},
+    # critic: the reply is one JSON object; json_schema (a JSON text) is what vLLM's structured
+    # outputs enforce and what the reply is checked against; violations_field names its list of
+    # {label, t_s} violations.
+    "critic": {"json_schema", "violations_field", "stop", "max_tokens", "temperature"},
 }
 _ANSWER_FIELDS = {"positive", "yes_words", "no_words"}
 _ASPECT_FIELDS = {"name", "weight", "na_allowed"}
@@ -109,6 +113,9 @@ class Template:
     # and what an aspect absent from the reply does to the score (rubric).
     temperature: float | None = None
     missing_policy: str | None = None
+    # critic: the reply's JSON schema and the dotted path of its violations list.
+    json_schema: dict[str, Any] | None = None
+    violations_field: str | None = None
 
     @property
     def ref(self) -> str:
@@ -476,8 +483,15 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
     max_tokens: int | None = None
     temperature: float | None = None
     missing_policy: str | None = None
+    json_schema: dict[str, Any] | None = None
+    violations_field: str | None = None
 
-    if kind == "yes_no":
+    if kind == "critic":
+        stop = _parse_stop(raw, fail)
+        max_tokens = _parse_max_tokens(raw, fail)
+        temperature = _parse_temperature(raw, fail)
+        json_schema, violations_field = _parse_critic_schema(raw, fail)
+    elif kind == "yes_no":
         positive, yes_words, no_words = _parse_answer(raw, fail)
         # One question: the judge reads the first answer token, so it must be unambiguous.
         text = "".join(value for is_media, value in _segments(user) if not is_media)
@@ -536,6 +550,8 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
         path=path,
         temperature=temperature,
         missing_policy=missing_policy,
+        json_schema=json_schema,
+        violations_field=violations_field,
     )
 
 
@@ -653,6 +669,34 @@ def _parse_aspects(raw: Mapping[str, Any], fail: Any) -> tuple[Aspect, ...]:
     if not any(a.weight > 0 for a in aspects):
         raise fail("aspects", "at least one aspect needs a weight above 0")
     return tuple(aspects)
+
+
+def _parse_critic_schema(raw: Mapping[str, Any], fail: Any) -> tuple[dict[str, Any], str]:
+    from ..parsers.json_schema import SchemaError, check_schema, subschema
+
+    text = _get_str(raw, "json_schema", fail)
+    try:
+        schema = json.loads(text)
+        check_schema(schema)
+    except (json.JSONDecodeError, SchemaError) as exc:
+        raise fail("json_schema", str(exc)) from None
+    if schema.get("type") != "object":
+        raise fail("json_schema", "the reply must be a JSON object (type = object)")
+    path = _get_str(raw, "violations_field", fail)
+    node = subschema(schema, path)
+    item = node.get("items") if node is not None and node.get("type") == "array" else None
+    props = (item or {}).get("properties") or {}
+    if item is None or not {"label", "t_s"} <= set(props) or not {"label", "t_s"} <= set(item.get("required", [])):
+        raise fail("violations_field", f"{path!r} must be an array of objects with required "
+                   "'label' (string) and 't_s' (seconds) fields")
+    if props["label"].get("type") != "string" or "number" not in _schema_types(props["t_s"]):
+        raise fail("violations_field", "'label' must be a string and 't_s' a number (or null)")
+    return schema, path
+
+
+def _schema_types(schema: Mapping[str, Any]) -> list[str]:
+    t = schema.get("type")
+    return [t] if isinstance(t, str) else list(t or [])
 
 
 def _parse_stop(raw: Mapping[str, Any], fail: Any) -> tuple[str, ...]:

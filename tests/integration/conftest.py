@@ -23,6 +23,11 @@ SERVED_NAMES = [
     "CodeGoat24/UnifiedReward-qwen-7b",
 ]
 
+# JSON-schema replies (the critic) with no free whitespace between tokens: a random tiny model
+# otherwise fills the reply with newlines, which the schema allows. vLLM takes this per server
+# (xgrammar ignores the per-request flag); regex constraints are unaffected.
+STRUCTURED_OUTPUTS_ARGS = ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
@@ -32,7 +37,8 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm(tiny_model_dir, tmp_path_factory):
-    server = start_cpu_vllm(tiny_model_dir, SERVED_NAMES, run_dir=tmp_path_factory.mktemp("vllm-run"))
+    server = start_cpu_vllm(tiny_model_dir, SERVED_NAMES, run_dir=tmp_path_factory.mktemp("vllm-run"),
+                            extra_args=STRUCTURED_OUTPUTS_ARGS)
     try:
         yield server
     finally:

@@ -14,6 +14,8 @@ backends at once. Real scoring is tested against the real vLLM (tests/integratio
   `counters["stall_disconnected"]` (and the handler stops), one that waits in `stall_answered`.
 - `fake-flaky`: fails with 503 the first `flaky_failures` times per process, then answers like fake-yes.
 - `fake-400`: a 400 error.
+- `fake-critic-ok`: a conforming cosmos_reason1_critic@1 critique after `<think>` reasoning.
+- `fake-critic-nonconforming`: JSON that breaks the critic schema (a word for a score, a section missing).
 
 Every request body is kept in `counters["bodies"]` (the last 100), for tests of what was sent.
 """
@@ -30,6 +32,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from tests.support.critiques import FAKE_CRITIC_NONCONFORMING, FAKE_CRITIC_OK
 
 RUBRIC_OK = """# User Request Analysis
 The user wants a red bicycle leaning on a wall.
@@ -68,7 +72,8 @@ def _completion(model: str, text: str, logprobs: dict[str, Any] | None = None,
 SURE_NO_TOP = [("No", 0.97), ("The", 0.012), ("A", 0.008)]
 
 MODELS = ["fake-yes", "fake-no", "fake-sure-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
-          "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-400"]
+          "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-400", "fake-critic-ok",
+          "fake-critic-nonconforming"]
 
 
 def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
@@ -124,6 +129,10 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
             return _completion(model, RUBRIC_OK)
         if model == "fake-final-4":
             return _completion(model, "The image matches the caption well.\nFinal Score: 4")
+        if model == "fake-critic-ok":
+            return _completion(model, FAKE_CRITIC_OK)
+        if model == "fake-critic-nonconforming":
+            return _completion(model, FAKE_CRITIC_NONCONFORMING)
         return JSONResponse({"error": {"message": f"model {model!r} not found"}}, status_code=404)
 
     return app

@@ -30,6 +30,7 @@ REFERENCE_DIR = next(
 
 SHIPPED = [
     "cosmos_reason1@1",
+    "cosmos_reason1_critic@1",
     "flow_factory_beautiful@1",
     "flow_factory_quality@1",
     "image_quality@1",
@@ -567,3 +568,60 @@ def test_condition_video_slot_renders_source_then_result() -> None:
     assert content[0] == source and content[2] == VIDEO
     assert content[1]["text"] == "This is the source video.\n"
     assert '"make it snow"' in content[3]["text"]
+
+
+# --------------------------------------------------------------------------- critic templates
+
+CRITIC = """
+id = "{family}"
+version = "{version}"
+description = "test critic"
+kind = "critic"
+user = "<video>Critique the video as JSON."
+violations_field = "violations"
+json_schema = '''SCHEMA'''
+"""
+CRITIC_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["score", "violations"],
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "violations": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["label", "t_s"],
+            "properties": {"label": {"type": "string"}, "t_s": {"type": ["number", "null"]}}}},
+    },
+}
+
+
+def critic_text(schema: dict, **fields: str) -> str:
+    text = fill(CRITIC, "crit", "1").replace("SCHEMA", json.dumps(schema))
+    for key, value in fields.items():
+        text = re.sub(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+    return text
+
+
+def test_a_critic_template_loads_with_its_schema(tmp_prompts: Path) -> None:
+    write_template(tmp_prompts, "crit", "1", critic_text(CRITIC_SCHEMA))
+    template = load_template("crit@1")
+    assert template.json_schema == CRITIC_SCHEMA and template.violations_field == "violations"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.update(properties={**s["properties"], "x": {"type": "string", "pattern": "a+"}}),
+     "unsupported keyword"),
+    (lambda s: s.pop("additionalProperties"), "additionalProperties = false"),
+    (lambda s: s["properties"]["violations"]["items"]["required"].remove("t_s"), "violations_field"),
+    (lambda s: s["properties"]["violations"]["items"]["properties"]["t_s"].update(type="string"),
+     "'t_s' a number"),
+])
+def test_a_critic_schema_this_gateway_cannot_check_is_refused(tmp_prompts: Path, change, message) -> None:
+    schema = json.loads(json.dumps(CRITIC_SCHEMA))
+    change(schema)
+    write_template(tmp_prompts, "crit", "1", critic_text(schema))
+    with pytest.raises(TemplateError, match=message):
+        load_template("crit@1")
+
+
+def test_a_critic_violations_field_must_name_an_array(tmp_prompts: Path) -> None:
+    write_template(tmp_prompts, "crit", "1", critic_text(CRITIC_SCHEMA, violations_field='"score"'))
+    with pytest.raises(TemplateError, match="violations_field"):
+        load_template("crit@1")
