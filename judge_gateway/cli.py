@@ -104,7 +104,7 @@ def _cmd_judges(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from .scoring import run_score_command
+    from .score_command import run_score_command
 
     return run_score_command(args)
 
@@ -146,9 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config")
     s.set_defaults(func=_cmd_judges)
 
-    s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into JSONL")
-    s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media")
-    s.add_argument("-o", "--output", required=True, help="JSONL to write, one line per sample")
+    s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into a run folder")
+    s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media "
+                                 "(png/jpg/webp, mp4/avi/mov/webm/mkv; prompt from a same-named .txt)")
+    s.add_argument("-o", "--output", required=True,
+                   help="run folder to write (scores.jsonl, summary.json, run.json); an existing "
+                        "one is resumed: samples already scored there are not sent again")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--config", help="score in-process with this config (default: embedded)")
     src.add_argument("--server", help="score through a running service at this URL")
