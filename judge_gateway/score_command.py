@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import runs
-from .scoring import InputItem, read_inputs, sample_key
 from .schema import ErrorCode, RewardResponse, SampleInput
+from .scoring import InputItem, read_inputs, sample_key
 
 
 def _media_fields(item: InputItem, root: Path) -> dict[str, str]:
@@ -75,8 +75,7 @@ async def _score(todo: list[tuple[int, InputItem, dict[str, Any]]], client: Any,
                 else:
                     lines += [{**base, **res.model_dump(mode="json", exclude={"index"})}
                               for (base, _), res in zip(ok, resp.results)]
-        for line in lines:
-            out.write(json.dumps(line) + "\n")
+        out.writelines(json.dumps(line) + "\n" for line in lines)
         out.flush()
         written.extend(lines)
         bar.update(len(batch))
@@ -174,8 +173,7 @@ def run_score_command(args: argparse.Namespace) -> int:
             (run_dir / runs.RUN_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
             # Rewrite what is done (dropping torn lines and request errors), then append.
             with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:  # noqa: ASYNC230
-                for line in kept:
-                    out.write(json.dumps(line) + "\n")
+                out.writelines(json.dumps(line) + "\n" for line in kept)
                 out.flush()
                 if kept:
                     print(f"resuming: {len(kept)} of {len(keyed)} samples already scored", file=sys.stderr)
