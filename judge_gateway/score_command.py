@@ -148,6 +148,9 @@ def run_score_command(args: argparse.Namespace) -> int:
         raise ValueError(f"{run_dir} exists and is not a folder (-o names the run folder to write)")
     root = (input_path if input_path.is_dir() else input_path.parent).resolve()
 
+    if args.server and not judges:
+        # The service's default judges are not listed by /v1/judges; the run folder must name them.
+        raise ValueError("with --server, name the judges to score with --judges")
     config_doc = None
     if not args.server:
         from .config import load_config

@@ -75,7 +75,7 @@ def test_grid_loads_sorts_and_filters(browser, served, tmp_path):
     n = built.n
     started = time.monotonic()
     browser.get(f"{url}/run/0")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid tbody tr")) == n
+    assert _wait(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#grid tbody tr")) == n)
     load_s = time.monotonic() - started
     assert load_s < 30, load_s
     videos = browser.find_elements(By.CSS_SELECTOR, "#grid video")
@@ -84,6 +84,8 @@ def test_grid_loads_sorts_and_filters(browser, served, tmp_path):
     browser.save_screenshot(str(tmp_path / "grid.png"))
     if os.environ.get("JG_README_SCREENSHOT"):
         browser.set_window_size(1200, 700)
+        _wait(lambda: browser.execute_script(
+            "return [...document.querySelectorAll('#grid video')].slice(0, 3).every(v => v.readyState >= 2)"))
         browser.save_screenshot(os.environ["JG_README_SCREENSHOT"])
         browser.set_window_size(1400, 1000)
 

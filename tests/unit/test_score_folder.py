@@ -135,3 +135,29 @@ def test_score_shows_a_progress_bar(tmp_path, fake_backend, capsys):
                      _config(tmp_path, fake_backend.base_url), "--batch-size", "1"]) == 0
     err = capsys.readouterr().err
     assert "scoring: 100%" in err and "3/3" in err
+
+
+def test_score_through_a_service(tmp_path, fake_backend, capsys):
+    from judge_gateway.config import load_config
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.server import create_app
+    from tests.support.live_server import LiveServer
+
+    media = tmp_path / "media"
+    media.mkdir()
+    write_video(media / "clip.webm", seed=3)
+    write_image(media / "still.png", seed=4)
+    app = create_app(Gateway(load_config(_config(tmp_path, fake_backend.base_url))), api_keys=["k"])
+    run = tmp_path / "run"
+    with LiveServer(app) as server:
+        assert cli_main(["score", str(media), "-o", str(run), "--server", server.url, "--api-key", "k",
+                         "--no-progress"]) == 2
+        assert "with --server, name the judges" in capsys.readouterr().err
+        assert cli_main(["score", str(media), "-o", str(run), "--server", server.url, "--api-key", "k",
+                         "--judges", "quality", "--no-progress"]) == 0
+    rows = _rows(run)
+    assert [r["source"] for r in rows] == ["clip.webm", "still.png"]
+    assert all(r["scores"]["quality"]["reward"] == pytest.approx(0.8 / 0.95) for r in rows)
+    info = json.loads((run / "run.json").read_text())
+    assert info["config_sha256"] is None and info["server"] == server.url
+    assert info["templates"]["quality"]["id"] == "image_quality"
