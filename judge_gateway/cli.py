@@ -128,6 +128,9 @@ def _cmd_browse(args: argparse.Namespace) -> int:
 
     from .browse.app import create_browse_app
 
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: the browser has no authentication; {args.host} serves these runs' media to "
+              "anyone who can reach it", file=sys.stderr)
     print(f"browsing {len(runs)} run(s) at http://{args.host}:{args.port}/", file=sys.stderr)
     uvicorn.run(create_browse_app(runs), host=args.host, port=args.port, log_level="warning")
     return 0
@@ -205,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="binary labels ({prompt, image|video, label: 0|1}) or pairs ({prompt, a, b, label: a|b|tie})")
     s.add_argument("--judge", required=True, help="the configured judge to evaluate")
     s.add_argument("--config", help="TOML config (default: the embedded one)")
+    s.add_argument("--server", help="score through a running service at this URL instead of in-process")
+    s.add_argument("--api-key", help="Bearer token for --server")
     s.add_argument("--threshold", type=float, help="reward at or above which a sample is called good "
                                                    "(default: the config's eval.threshold)")
     s.add_argument("--plot", help="calibration plot PNG (default: LABELS.calibration.png beside the labels)")

@@ -216,8 +216,10 @@ def run_eval_command(args: argparse.Namespace, out: TextIO | None = None) -> int
     cfg = load_config(args.config)
     if args.judge not in cfg.judges:
         raise ValueError(f"unknown judge {args.judge!r}; configured: {', '.join(cfg.judges)}")
-    opts = ScoringOptions(cache=args.cache, batch_size=args.batch_size, concurrency=args.concurrency,
-                          progress=not args.no_progress)
+    if args.batch_size < 1 or args.concurrency < 1:
+        raise ValueError("--batch-size and --concurrency must be >= 1")
+    opts = ScoringOptions(cache=args.cache, server=args.server, api_key=args.api_key, batch_size=args.batch_size,
+                          concurrency=args.concurrency, progress=not args.no_progress)
     path = Path(args.labels)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")

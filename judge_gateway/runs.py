@@ -6,8 +6,9 @@
     RUN_DIR/summary.json   counts: samples, valid, invalid by error code, per-judge means
     RUN_DIR/run.json       what produced it: input, judges, config sha256, template hashes
 
-A line with `request_error` is a sample whose request failed as a whole: it is not done, and a
-resumed run scores it again. Every other line is done, valid or not.
+A line with `request_error` (its request failed as a whole) or with a judge's transient error
+(timeout, backend unavailable or failing) is not done: a resumed run scores it again. Every
+other line is done, valid or not.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from .schema import TRANSIENT_ERRORS
 
 SCORES_FILE = "scores.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -52,8 +55,16 @@ def read_run_info(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
+# Faults of the moment: a resumed run scores such a sample again.
+TRANSIENT_CODES = frozenset(code.value for code in TRANSIENT_ERRORS)
+
+
 def is_done(line: dict[str, Any]) -> bool:
-    return "request_error" not in line
+    """Scored for good: no request error and no judge failed for a transient reason."""
+    if "request_error" in line:
+        return False
+    return not any(not s.get("valid") and (s.get("error") or {}).get("code") in TRANSIENT_CODES
+                   for s in (line.get("scores") or {}).values())
 
 
 def sample_error_codes(line: dict[str, Any]) -> list[str]:

@@ -189,6 +189,9 @@ def run_score_command(args: argparse.Namespace) -> int:
 
     identity, lines, _ = asyncio.run(main())
     current = {k[2]["key"] for k in keyed}
+    gone = sum(1 for line in lines if line.get("key") not in current)
+    if gone:
+        print(f"dropped {gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
     lines = sorted((line for line in lines if line.get("key") in current), key=lambda x: x["index"])
     with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:
         out.writelines(json.dumps(line) + "\n" for line in lines)

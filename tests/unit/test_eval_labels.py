@@ -89,10 +89,18 @@ def test_eval_threshold_from_the_config_and_the_flag(tmp_path, fake_backend, cap
     e = _expected(rewards, labels, 0.6)
     assert e["acc"] == 0.75 and f"accuracy at threshold 0.6: {e['acc']:.4f}" in out
     assert (tmp_path / "cal.png").exists()
+    cache = str(tmp_path / "cache.jsonl")
     assert cli_main(["eval", str(tmp_path / "labels.jsonl"), "--judge", "quality", "--config", cfg,
-                     "--no-progress", "--threshold", "0.9"]) == 0
+                     "--no-progress", "--cache", cache]) == 0
+    capsys.readouterr()
+    before = fake_backend.counters["requests"]
+    assert cli_main(["eval", str(tmp_path / "labels.jsonl"), "--judge", "quality", "--config", cfg,
+                     "--no-progress", "--threshold", "0.9", "--cache", cache]) == 0
+    assert fake_backend.counters["requests"] == before  # every score came from the cache
+    out = capsys.readouterr().out
     e = _expected(rewards, labels, 0.9)
-    assert f"accuracy at threshold 0.9: {e['acc']:.4f}" in capsys.readouterr().out
+    assert "scores: 12 from the cache, 0 scored now" in out
+    assert f"accuracy at threshold 0.9: {e['acc']:.4f}" in out
 
 
 def test_eval_pairwise_preferences(tmp_path, fake_backend, capsys):

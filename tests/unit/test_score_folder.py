@@ -85,6 +85,16 @@ def test_score_resumes_without_rescoring_what_is_done(tmp_path, fake_backend, ca
     assert fake_backend.counters["requests"] - before == 4  # one chat request per sample not yet done
     assert _rows(run) == [*first[:2], *_rows(run)[2:]] and [r["source"] for r in _rows(run)] == [
         f"{i}.png" for i in range(6)]
+    # A judge's transient failure (a timeout) is not done either: only that sample is sent again.
+    rows = _rows(run)
+    rows[4]["scores"]["quality"] = {**rows[4]["scores"]["quality"], "valid": False, "reward": None,
+                                    "error": {"code": "timeout", "message": "deadline 1 s passed"}}
+    rows[4]["valid"] = False
+    (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = fake_backend.counters["requests"]
+    assert cli_main(argv) == 0
+    assert fake_backend.counters["requests"] - before == 1
+    assert _rows(run)[4]["scores"]["quality"]["valid"]
     # Complete: nothing is sent at all.
     before = fake_backend.counters["requests"]
     assert cli_main(argv) == 0
