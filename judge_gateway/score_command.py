@@ -13,7 +13,7 @@ import asyncio
 import json
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,6 +127,17 @@ async def _run_identity(client: Any, judges: list[str] | None, config_doc: dict[
     }
 
 
+def _occurrences(keys: list[str]) -> list[tuple[str, int]]:
+    """(content key, how many earlier samples had it): a sample's identity across runs, so two
+    identical files are two samples and a moved or re-ordered input still resumes."""
+    seen: Counter[str] = Counter()
+    out = []
+    for key in keys:
+        out.append((key, seen[key]))
+        seen[key] += 1
+    return out
+
+
 def _check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
     before = runs.read_run_info(run_dir)
     for field in ("judges", "config_sha256", "templates"):
@@ -161,6 +172,9 @@ def run_score_command(args: argparse.Namespace) -> int:
                       **_media_fields(it, root), **it.origin, **({"group_id": it.group_id} if it.group_id else {})})
              for i, it in enumerate(items)]
 
+    idents = _occurrences([k[2]["key"] for k in keyed])
+    index_of = {ident: i for i, ident in enumerate(idents)}
+
     async def main() -> tuple[dict[str, Any], list[dict[str, Any]], int]:
         client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
                   else AsyncRewardClient(config=cfg))
@@ -168,13 +182,22 @@ def run_score_command(args: argparse.Namespace) -> int:
             identity = await _run_identity(client, judges, config_doc)
             run_dir.mkdir(parents=True, exist_ok=True)
             _check_resume(run_dir, identity)
-            kept = [line for line in runs.read_lines(run_dir) if runs.is_done(line)]
-            done_keys = {line.get("key") for line in kept}
-            todo = [k for k in keyed if k[2]["key"] not in done_keys]
+            before = sorted(runs.read_lines(run_dir), key=lambda x: x.get("index", 0))
+            kept, done, gone = [], set(), 0
+            for line, ident in zip(before, _occurrences([str(x.get("key")) for x in before])):
+                if ident not in index_of:
+                    gone += 1
+                elif runs.is_done(line):
+                    # its scores, with the current input's numbering, file name and prompt
+                    kept.append({**line, **keyed[index_of[ident]][2]})
+                    done.add(ident)
+            if gone:
+                print(f"dropping {gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
+            todo = [k for k, ident in zip(keyed, idents) if ident not in done]
             info = {"input": str(input_path.resolve()), "input_root": str(root),
                     "server": args.server, **identity}
             (run_dir / runs.RUN_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-            # Rewrite what is done (dropping torn lines and request errors), then append.
+            # Rewrite what is done (dropping torn lines, request and transient errors), then append.
             with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:  # noqa: ASYNC230
                 out.writelines(json.dumps(line) + "\n" for line in kept)
                 out.flush()
@@ -188,11 +211,7 @@ def run_score_command(args: argparse.Namespace) -> int:
             await client.close()
 
     identity, lines, _ = asyncio.run(main())
-    current = {k[2]["key"] for k in keyed}
-    gone = sum(1 for line in lines if line.get("key") not in current)
-    if gone:
-        print(f"dropped {gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
-    lines = sorted((line for line in lines if line.get("key") in current), key=lambda x: x["index"])
+    lines.sort(key=lambda x: x["index"])
     with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:
         out.writelines(json.dumps(line) + "\n" for line in lines)
     summary = runs.summarize(lines, identity["judges"])

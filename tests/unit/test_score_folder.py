@@ -100,6 +100,15 @@ def test_score_resumes_without_rescoring_what_is_done(tmp_path, fake_backend, ca
     assert cli_main(argv) == 0
     assert fake_backend.counters["requests"] == before
     assert json.loads((run / "summary.json").read_text())["samples"] == 6
+    # New files (one a byte-identical copy): only they are sent; the lines follow the new order.
+    write_image(media / "00.png", seed=99)
+    (media / "3b.png").write_bytes((media / "3.png").read_bytes())
+    before = fake_backend.counters["requests"]
+    assert cli_main(argv) == 0
+    assert fake_backend.counters["requests"] - before == 2
+    rows = _rows(run)
+    assert [r["source"] for r in rows] == ["0.png", "00.png", "1.png", "2.png", "3.png", "3b.png", "4.png", "5.png"]
+    assert [r["index"] for r in rows] == list(range(8)) and rows[4]["key"] == rows[5]["key"]
 
 
 def test_score_refuses_to_resume_with_other_judges(tmp_path, fake_backend, capsys):
