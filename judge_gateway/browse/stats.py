@@ -57,13 +57,23 @@ def _score(line: dict[str, Any], judge: str) -> tuple[float | None, str | None]:
     return r, band_of(s) or ("pass" if r >= PASS_AT else "fail")
 
 
-def _pair_key(line: dict[str, Any]) -> str:
-    return str(line.get("key") or line.get("source") or line.get("index"))
+PAIRINGS = ("key", "source", "prompt")
+
+
+def pairing(a: Run, b: Run) -> str:
+    """How samples of two runs correspond: by content key (same media and prompt: two templates
+    or models on one set), else by file name or prompt (two checkpoints rendering the same
+    prompts): whichever pairs the most."""
+    def count(field: str) -> int:
+        right = {x.get(field) for x in b.lines if x.get(field) is not None}
+        return sum(1 for x in a.lines if x.get(field) is not None and x.get(field) in right)
+    return max(PAIRINGS, key=lambda f: (count(f), -PAIRINGS.index(f)))
 
 
 @dataclass
 class Comparison:
     judge: str
+    paired_by: str
     paired: int
     spearman: float
     mean_a: float
@@ -78,11 +88,12 @@ def common_judges(a: Run, b: Run) -> list[str]:
 
 
 def compare_runs(a: Run, b: Run, judge: str) -> Comparison:
-    """Samples of both runs paired by content key (same media and prompt), or by source name."""
-    right = {_pair_key(x): x for x in b.lines}
+    """Per-sample agreement of two runs, samples paired as `pairing` says."""
+    by = pairing(a, b)
+    right = {x.get(by): x for x in b.lines if x.get(by) is not None}
     ra, rb, flipped = [], [], []
     for left in a.lines:
-        other = right.get(_pair_key(left))
+        other = right.get(left.get(by))
         if other is None:
             continue
         (xa, va), (xb, vb) = _score(left, judge), _score(other, judge)
@@ -95,7 +106,7 @@ def compare_runs(a: Run, b: Run, judge: str) -> Comparison:
                             "source": left.get("source", ""), "prompt": left.get("prompt", ""),
                             "verdict_a": va, "verdict_b": vb, "reward_a": xa, "reward_b": xb})
     x, y = np.array(ra), np.array(rb)
-    return Comparison(judge=judge, paired=len(x), spearman=spearman(x, y) if len(x) else math.nan,
+    return Comparison(judge=judge, paired_by=by, paired=len(x), spearman=spearman(x, y) if len(x) else math.nan,
                       mean_a=float(x.mean()) if len(x) else math.nan,
                       mean_b=float(y.mean()) if len(y) else math.nan, flipped=flipped,
                       rewards_a=ra, rewards_b=rb)

@@ -127,3 +127,20 @@ def test_export_is_one_self_contained_file(built, tmp_path, capsys):
 def test_browse_refuses_a_folder_without_scores(tmp_path, capsys):
     assert cli_main(["browse", str(tmp_path), "--export", str(tmp_path / "r.html")]) == 2
     assert "no scores.jsonl" in capsys.readouterr().err
+
+
+def test_ab_pairs_two_checkpoints_by_file_name(tmp_path):
+    """Two checkpoints render the same prompts into different media: no content key is shared,
+    so the samples pair by file name."""
+    for run, rewards in (("ck1", [0.1, 0.4, 0.7, 0.9]), ("ck2", [0.2, 0.3, 0.8, 0.45])):
+        d = tmp_path / run
+        d.mkdir()
+        lines = [{"index": i, "source": f"p{i}.png", "key": f"{run}-{i}", "prompt": f"prompt {i}",
+                  "scores": {"q": {"judge": "q", "reward": r, "valid": True, "details": {}}},
+                  "reward": r, "valid": True} for i, r in enumerate(rewards)]
+        (d / "scores.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    a, b = load_runs([str(tmp_path / "ck1"), str(tmp_path / "ck2")])
+    c = compare_runs(a, b, "q")
+    assert c.paired_by == "source" and c.paired == 4
+    assert c.spearman == pytest.approx(0.8)  # ranks 1,2,3,4 vs 1,2,4,3: 1 - 6*2/(4*15)
+    assert [f["source"] for f in c.flipped] == ["p3.png"]  # 0.9 passes (>= 0.5), 0.45 fails
