@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from judge_gateway.browse.app import create_browse_app
 from judge_gateway.browse.data import load_runs
-from judge_gateway.browse.stats import compare_runs, rank_groups
+from judge_gateway.browse.stats import compare_runs, invalid_by_code, rank_groups, valid_rewards
 from judge_gateway.cli import main as cli_main
 from tests.support import scored_runs as sr
 from tests.support.live_server import LiveServer
@@ -63,6 +63,11 @@ def test_ab_numbers(built):
     assert c.mean_b == pytest.approx(np.mean([min(1.0, sr.quality_reward(i) + 0.05) for i in ok]))
     assert sorted(f["index_a"] for f in c.flipped) == [i for i in ok if sr.quality_reward(i) < 0.5 <= sr.quality_reward(i) + 0.05]
     assert compare_runs(a, b, "physics").spearman == pytest.approx(1.0)
+    scored = [i for i in range(48) if not sr.bad_input(i)]
+    rates = invalid_by_code(a)
+    assert rates["quality"] == {"parse_error": pytest.approx(sum(map(sr.quality_invalid, scored)) / len(scored))}
+    assert rates["physics"] == {} and rates["sample"] == {"bad_input": pytest.approx(2 / 48)}
+    assert sorted(valid_rewards(a, "quality")) == sorted(sr.quality_reward(i) for i in ok)
     field, rows = rank_groups([a], "physics")
     assert field == "checkpoint"
     vids = [i for i in range(48) if sr.is_video(i) and not sr.bad_input(i)]
