@@ -1,4 +1,4 @@
-"""The `judge-gateway` command: serve, score, schema, prompts, judges, tune."""
+"""The `judge-gateway` command: serve, score, browse, eval, schema, prompts, judges, tune."""
 
 from __future__ import annotations
 
@@ -104,9 +104,42 @@ def _cmd_judges(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from .scoring import run_score_command
+    from .score_command import run_score_command
 
     return run_score_command(args)
+
+
+def _cmd_browse(args: argparse.Namespace) -> int:
+    try:
+        from .browse.data import load_runs
+    except ImportError as err:  # jinja2 comes with the `browse` extra
+        print(f"error: browse needs the browse extra (pip install 'judge-gateway[browse]'): {err}", file=sys.stderr)
+        return 2
+    from pathlib import Path
+
+    runs = load_runs(args.run_dirs)
+    if args.export:
+        from .browse.export import export_report
+
+        size = export_report(runs, Path(args.export))
+        print(f"wrote {args.export} ({size / 1e6:.1f} MB, {sum(len(r.lines) for r in runs)} samples)")
+        return 0
+    import uvicorn
+
+    from .browse.app import create_browse_app
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: the browser has no authentication; {args.host} serves these runs' media to "
+              "anyone who can reach it", file=sys.stderr)
+    print(f"browsing {len(runs)} run(s) at http://{args.host}:{args.port}/", file=sys.stderr)
+    uvicorn.run(create_browse_app(runs), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluation import run_eval_command
+
+    return run_eval_command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,9 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config")
     s.set_defaults(func=_cmd_judges)
 
-    s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into JSONL")
-    s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media")
-    s.add_argument("-o", "--output", required=True, help="JSONL to write, one line per sample")
+    s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into a run folder")
+    s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media "
+                                 "(png/jpg/webp, mp4/avi/mov/webm/mkv; prompt from a same-named .txt)")
+    s.add_argument("-o", "--output", required=True,
+                   help="run folder to write (scores.jsonl, summary.json, run.json); an existing "
+                        "one is resumed: samples already scored there are not sent again")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--config", help="score in-process with this config (default: embedded)")
     src.add_argument("--server", help="score through a running service at this URL")
@@ -159,6 +195,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
     s.add_argument("--no-progress", action="store_true")
     s.set_defaults(func=_cmd_score)
+
+    s = sub.add_parser("browse", help="a local web page over scored run folders (or --export one HTML file)")
+    s.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="folders written by `score -o`")
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only)")
+    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--export", metavar="REPORT.html", help="write one self-contained HTML file instead")
+    s.set_defaults(func=_cmd_browse)
+
+    s = sub.add_parser("eval", help="a judge's accuracy against labelled samples or preference pairs")
+    s.add_argument("labels", metavar="LABELS.jsonl",
+                   help="binary labels ({prompt, image|video, label: 0|1}) or pairs ({prompt, a, b, label: a|b|tie})")
+    s.add_argument("--judge", required=True, help="the configured judge to evaluate")
+    s.add_argument("--config", help="TOML config (default: the embedded one)")
+    s.add_argument("--server", help="score through a running service at this URL instead of in-process")
+    s.add_argument("--api-key", help="Bearer token for --server")
+    s.add_argument("--threshold", type=float, help="reward at or above which a sample is called good "
+                                                   "(default: the config's eval.threshold)")
+    s.add_argument("--plot", help="calibration plot PNG (default: LABELS.calibration.png beside the labels)")
+    s.add_argument("--cache", help="score cache JSONL: read first, new scores appended")
+    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--concurrency", type=int, default=4)
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=_cmd_eval)
     return p
 
 

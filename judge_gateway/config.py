@@ -123,6 +123,18 @@ class MediaConfig(_Strict):
         return MediaLimits(**self.model_dump())
 
 
+class EvalConfig(_Strict):
+    """`judge-gateway eval`: where a reward becomes a "good" verdict against binary labels."""
+
+    threshold: float = Field(0.5, description="A sample is called good when its reward is >= this.")
+    thresholds: dict[str, float] = Field(
+        default_factory=dict, description="Judge name -> its own threshold (overrides `threshold`)."
+    )
+
+    def threshold_for(self, judge: str) -> float:
+        return self.thresholds.get(judge, self.threshold)
+
+
 class CombineConfig(_Strict):
     policy: Literal["weighted_mean", "sum"] = "weighted_mean"
     on_invalid: Literal["invalidate", "skip", "fill"] = Field(
@@ -360,6 +372,7 @@ class GatewayConfig(_Strict):
     store: StoreConfig = Field(default_factory=StoreConfig)
     cosmos_rl: CosmosRLConfig = Field(default_factory=CosmosRLConfig)
     flow_factory: FlowFactoryConfig = Field(default_factory=FlowFactoryConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def judge_options(self, name: str) -> BaseModel:
         judge = self.judges[name]
@@ -443,6 +456,9 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                 f"server.host: {host!r} exposes the service beyond loopback without API keys; set "
                 "server.api_keys (or the api_keys_env variable) or allow_unauthenticated_public = true"
             )
+    for name in cfg.eval.thresholds:
+        if name not in cfg.judges:
+            problems.append(f"eval.thresholds.{name}: no such judge (configured: {', '.join(cfg.judges)})")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return cfg

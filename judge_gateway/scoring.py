@@ -1,22 +1,17 @@
-"""`judge-gateway score`: a folder or JSONL of prompts + media in, a JSONL of scores out."""
+"""`judge-gateway score`: a folder or JSONL of prompts + media in, a run folder of scores out
+(see runs.py for its layout)."""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import statistics
-import sys
-from collections import Counter, defaultdict
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .jsonl import iter_objects
-from .schema import RewardResponse
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp"}
-VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov"}
+VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
 
 
 @dataclass
@@ -31,6 +26,8 @@ class InputItem:
     condition_images: list[Path] = field(default_factory=list)
     group_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Which generator made the sample (for `browse`'s model / checkpoint ranking); not sent.
+    origin: dict[str, str] = field(default_factory=dict)
 
     def to_sample(self, default_fps: float | None) -> dict[str, Any]:
         sample: dict[str, Any] = {"prompt": self.prompt}
@@ -70,7 +67,8 @@ def resolve_path(base: Path, value: Any, where: str, error: type[Exception] = Va
     return p
 
 
-KNOWN_KEYS = {"id", "prompt", "image", "video", "fps", "condition_images", "group_id", "metadata"}
+KNOWN_KEYS = {"id", "prompt", "image", "video", "fps", "condition_images", "group_id", "metadata", "model",
+              "checkpoint"}
 
 
 def read_jsonl(path: Path) -> list[InputItem]:
@@ -89,6 +87,7 @@ def read_jsonl(path: Path) -> list[InputItem]:
                               for c in obj.get("condition_images", [])],
             group_id=obj.get("group_id"),
             metadata=obj.get("metadata", {}),
+            origin={k: str(obj[k]) for k in ("model", "checkpoint") if obj.get(k) is not None},
         ))
     return items
 
@@ -117,101 +116,27 @@ def read_inputs(path: Path) -> list[InputItem]:
     return read_jsonl(path)
 
 
-def _summary(lines: list[dict[str, Any]], judges: list[str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for line in lines:
-        for name, score in line.get("scores", {}).items():
-            per[name].append(score)
-    table = Table(title=f"{len(lines)} samples")
-    for col in ("judge", "valid", "invalid", "errors", "mean reward", "p50 latency ms"):
-        table.add_column(col, justify="left" if col in ("judge", "errors") else "right")
-    for name in judges:
-        scores = per.get(name, [])
-        valid = [s["reward"] for s in scores if s["valid"]]
-        codes = Counter(s["error"]["code"] for s in scores if not s["valid"] and s.get("error"))
-        lat = [s["latency_ms"] for s in scores]
-        table.add_row(
-            name, str(len(valid)), str(len(scores) - len(valid)),
-            ", ".join(f"{c}={n}" for c, n in codes.most_common()) or "-",
-            f"{statistics.fmean(valid):.4f}" if valid else "-",
-            f"{statistics.median(lat):.0f}" if lat else "-",
-        )
-    combined = [line["reward"] for line in lines if line.get("reward") is not None]
-    failed = sum(1 for line in lines if "request_error" in line)
-    table.caption = (f"combined reward: mean {statistics.fmean(combined):.4f} over {len(combined)} samples"
-                     if combined else "no combined reward") + (f"; {failed} samples lost to request errors"
-                                                              if failed else "")
-    Console(file=sys.stderr).print(table)
+def _file_digest(path: Path, h: Any) -> None:
+    if path.is_dir():
+        frames = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        h.update(f"frames:{len(frames)}\0".encode())
+        for frame in frames:
+            h.update(hashlib.sha256(frame.read_bytes()).digest())
+    else:
+        h.update(hashlib.sha256(path.read_bytes()).digest())
 
 
-async def score_items(items: list[InputItem], client: Any, *, judges: list[str] | None, batch_size: int,
-                      concurrency: int, default_fps: float | None, out: Any, progress: bool) -> list[dict[str, Any]]:
-    from tqdm import tqdm
-
-    sem = asyncio.Semaphore(concurrency)
-    written: list[dict[str, Any]] = []
-    bar = tqdm(total=len(items), unit="sample", disable=not progress, file=sys.stderr)
-    resolved: list[str] = list(judges or [])
-
-    async def run_batch(start: int) -> None:
-        batch = items[start:start + batch_size]
-        async with sem:
-            try:
-                samples = await asyncio.to_thread(lambda: [it.to_sample(default_fps) for it in batch])
-                resp: RewardResponse = await client.rewards.create(samples=samples, judges=judges)
-            except Exception as exc:  # noqa: BLE001 - the batch is reported, never dropped
-                lines = [{"index": start + i, "source": it.source, "valid": False, "reward": None,
-                          "request_error": f"{type(exc).__name__}: {exc}"} for i, it in enumerate(batch)]
-            else:
-                if not resolved:
-                    resolved.extend(resp.judges)
-                lines = []
-                for i, (it, res) in enumerate(zip(batch, resp.results)):
-                    line = {"index": start + i, "source": it.source, "prompt": it.prompt,
-                            **res.model_dump(mode="json", exclude={"index"})}
-                    lines.append(line)
-        for line in lines:
-            out.write(json.dumps(line) + "\n")
-        out.flush()
-        written.extend(lines)
-        bar.update(len(batch))
-
-    await asyncio.gather(*(run_batch(s) for s in range(0, len(items), batch_size)))
-    bar.close()
-    written.sort(key=lambda x: x["index"])
-    _summary(written, resolved)
-    return written
-
-
-def run_score_command(args: argparse.Namespace) -> int:
-    from .client import AsyncRewardClient
-
-    items = read_inputs(Path(args.input))
-    judges = [j.strip() for j in args.judges.split(",") if j.strip()] if args.judges else None
-    if args.batch_size < 1 or args.concurrency < 1:
-        raise ValueError("--batch-size and --concurrency must be >= 1")
-
-    async def main() -> list[dict[str, Any]]:
-        if args.server:
-            client = AsyncRewardClient(args.server, api_key=args.api_key)
-        else:
-            from .config import load_config
-            client = AsyncRewardClient(config=load_config(args.config))
-        try:
-            with open(args.output, "w", encoding="utf-8") as out:  # noqa: ASYNC230 - opened once
-                return await score_items(items, client, judges=judges, batch_size=args.batch_size,
-                                         concurrency=args.concurrency, default_fps=args.fps, out=out,
-                                         progress=not args.no_progress)
-        finally:
-            await client.close()
-
-    lines = asyncio.run(main())
-    lost = sum(1 for line in lines if "request_error" in line)
-    if lost:
-        print(f"error: {lost} sample(s) failed at the request level; see request_error in {args.output}",
-              file=sys.stderr)
-        return 1
-    return 0
+def sample_key(item: InputItem) -> str:
+    """sha256 of what a judge sees: the prompt, the media bytes, fps, condition images."""
+    h = hashlib.sha256()
+    h.update(b"prompt\0" + item.prompt.encode("utf-8") + b"\0")
+    for kind, path in (("image", item.image), ("video", item.video)):
+        if path is not None:
+            h.update(kind.encode() + b"\0")
+            _file_digest(path, h)
+    if item.fps is not None:
+        h.update(f"fps:{item.fps!r}\0".encode())
+    for cond in item.condition_images:
+        h.update(b"condition\0")
+        _file_digest(cond, h)
+    return h.hexdigest()

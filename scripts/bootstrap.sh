@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Create (idempotently) the project venv .venv with judge-gateway installed editable, plus dev
-# tools and the OCR head's RapidOCR + onnxruntime (the embedded default config's `ocr` judge runs
+# tools (selenium for the browser tests), the results browser's jinja2 + matplotlib, and the OCR
+# head's RapidOCR + onnxruntime (the embedded default config's `ocr` judge runs
 # its worker under this venv's interpreter; its models ship in the wheel). Re-runs are fast:
 # nothing happens while pyproject.toml is unchanged and the venv imports.
 #
-# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune,redis,ocr)
+# Usage: scripts/bootstrap.sh [--extras dev,tune,heads,...]   (default: dev,tune,redis,ocr,browse)
 #   JG_VENV    venv path (default: <repo>/.venv)
 #   JG_PYTHON  interpreter used to create it (default: python3, must be >= 3.11)
 set -euo pipefail
@@ -12,7 +13,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${JG_VENV:-$REPO_ROOT/.venv}"
 BASE_PYTHON="${JG_PYTHON:-python3}"
-EXTRAS="dev,tune,redis,ocr"
+EXTRAS="dev,tune,redis,ocr,browse"
 
 while [[ $# -gt 0 ]]; do
     case "$1" in

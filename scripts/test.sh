@@ -8,7 +8,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
-scripts/bootstrap.sh     # .venv: the gateway (no torch) with its dev, tune and redis extras
+scripts/bootstrap.sh     # .venv: the gateway (no torch) with its dev, tune, redis, ocr and browse extras
 scripts/setup_vllm_cpu.sh
 scripts/setup_heads.sh  # .venv-heads: torch, open_clip, transformers, rapidocr for the head workers
 scripts/setup_hpsv3.sh  # .venv-hpsv3: the hpsv3 package under its transformers 4.45.2 pin (~2.5 min)
@@ -20,6 +20,11 @@ scripts/setup_cosmos_rl_client.sh   # .venv-cosmosrl: cosmos-rl's real trainer r
 if ! command -v redis-server >/dev/null 2>&1; then
     echo "== installing redis-server (Debian)"
     apt-get update -qq && apt-get install -y -qq redis-server
+fi
+# The results browser's tests drive Debian's chromium headless through its chromedriver (selenium).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    echo "== installing chromium + chromium-driver (Debian)"
+    apt-get update -qq && apt-get install -y -qq chromium chromium-driver
 fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

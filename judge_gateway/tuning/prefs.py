@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonl import iter_objects
-from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path
+from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key  # noqa: F401
 
 LABELS = ("a", "b", "tie")
 _PAIR_KEYS = {"id", "prompt", "a", "b", "condition_images", "label", "metadata"}
@@ -70,32 +70,6 @@ class PreferenceData:
             out.setdefault(pair.a.key, pair.a)
             out.setdefault(pair.b.key, pair.b)
         return out
-
-
-def _file_digest(path: Path, h: hashlib._Hash) -> None:
-    if path.is_dir():
-        frames = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        h.update(f"frames:{len(frames)}\0".encode())
-        for frame in frames:
-            h.update(hashlib.sha256(frame.read_bytes()).digest())
-    else:
-        h.update(hashlib.sha256(path.read_bytes()).digest())
-
-
-def sample_key(item: InputItem) -> str:
-    """sha256 of what a judge sees: the prompt, the media bytes, fps, condition images."""
-    h = hashlib.sha256()
-    h.update(b"prompt\0" + item.prompt.encode("utf-8") + b"\0")
-    for kind, path in (("image", item.image), ("video", item.video)):
-        if path is not None:
-            h.update(kind.encode() + b"\0")
-            _file_digest(path, h)
-    if item.fps is not None:
-        h.update(f"fps:{item.fps!r}\0".encode())
-    for cond in item.condition_images:
-        h.update(b"condition\0")
-        _file_digest(cond, h)
-    return h.hexdigest()
 
 
 def _path(base: Path, value: Any, where: str) -> Path:

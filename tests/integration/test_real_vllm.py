@@ -235,11 +235,11 @@ template = "vqa_alignment@1"
     for i, a in enumerate(images(3)):
         Image.fromarray(a).save(tmp_path / f"{i}.png")
         (tmp_path / f"{i}.txt").write_text(f"a picture {i}")
-    out = tmp_path / "out.jsonl"
+    out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "judge_gateway.cli", "score", str(tmp_path), "-o", str(out),
                            "--config", str(cfg), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    rows = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["scores"]["alignment"]["valid"] for r in rows)
     assert {r["prompt"] for r in rows} == {"a picture 0", "a picture 1", "a picture 2"}
 

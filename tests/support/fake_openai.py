@@ -16,6 +16,8 @@ backends at once. Real scoring is tested against the real vLLM (tests/integratio
 - `fake-400`: a 400 error.
 - `fake-critic-ok`: a conforming cosmos_reason1_critic@1 critique after `<think>` reasoning.
 - `fake-critic-nonconforming`: JSON that breaks the critic schema (a word for a score, a section missing).
+- `fake-p-from-image`: P(Yes) = the mean pixel value / 255 of the first image sent (a flat gray
+  image of value v scores v / 255), P(No) the rest: a judge whose scores a test chooses.
 
 Every request body is kept in `counters["bodies"]` (the last 100), for tests of what was sent.
 """
@@ -73,7 +75,23 @@ SURE_NO_TOP = [("No", 0.97), ("The", 0.012), ("A", 0.008)]
 
 MODELS = ["fake-yes", "fake-no", "fake-sure-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
           "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-400", "fake-critic-ok",
-          "fake-critic-nonconforming"]
+          "fake-critic-nonconforming", "fake-p-from-image"]
+
+
+def _first_image_mean(body: dict[str, Any]) -> float:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    for message in body.get("messages", []):
+        content = message.get("content")
+        for part in content if isinstance(content, list) else []:
+            if part.get("type") == "image_url":
+                data = base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
+                return float(np.asarray(Image.open(io.BytesIO(data)).convert("L"), dtype=float).mean())
+    raise ValueError("no image in the request")
 
 
 def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
@@ -113,6 +131,9 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
             return _completion(model, "Yes", _logprob_content([("Yes", 0.7), ("No", 0.2)]))
         if model == "fake-400":
             return JSONResponse({"error": {"message": "bad request from fake"}}, status_code=400)
+        if model == "fake-p-from-image":
+            p = min(max(_first_image_mean(body) / 255, 0.001), 0.999)
+            return _completion(model, "Yes", _logprob_content([("Yes", p), ("No", 1 - p)]))
         if model == "fake-yes":
             return _completion(model, "Yes", _logprob_content([("Yes", 0.7), (" yes", 0.1), ("No", 0.15)]))
         if model == "fake-no":

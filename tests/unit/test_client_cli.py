@@ -126,12 +126,12 @@ def test_cli_score_jsonl(tmp_path, fake_backend):
         (tmp_path / f"{i}.png").write_bytes(png_bytes(i))
         lines.append(json.dumps({"prompt": f"sample {i}", "image": f"{i}.png", "group_id": "g"}))
     (tmp_path / "in.jsonl").write_text("\n".join(lines))
-    out = tmp_path / "out.jsonl"
+    out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "judge_gateway.cli", "score", str(tmp_path / "in.jsonl"),
                            "-o", str(out), "--config", str(cfg), "--judges", "quality,final", "--batch-size", "2"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert sorted(r["index"] for r in rows) == [0, 1, 2, 3, 4]
     assert all(r["scores"]["final"]["reward"] == pytest.approx(0.75) for r in rows)
     assert "5 samples" in proc.stderr and "quality" in proc.stderr  # the summary table

@@ -1,0 +1,152 @@
+"""The numbers behind the browser's charts: invalid rates, A/B agreement, model ranking."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..runs import sample_error_codes
+from ..tuning.compare import spearman
+from .data import Run, band_of
+
+COMBINED = "combined reward"
+# Two-sided 95% normal quantile: the ranking's interval is mean +- Z95 * standard error.
+Z95 = 1.959964
+# Without bands, a verdict is pass / fail at this reward.
+PASS_AT = 0.5
+
+
+def valid_rewards(run: Run, judge: str) -> list[float]:
+    if judge == COMBINED:
+        return [float(x["reward"]) for x in run.lines if x.get("reward") is not None]
+    out = []
+    for line in run.lines:
+        s = (line.get("scores") or {}).get(judge)
+        if s and s.get("valid") and s.get("reward") is not None:
+            out.append(float(s["reward"]))
+    return out
+
+
+def invalid_by_code(run: Run) -> dict[str, dict[str, float]]:
+    """judge -> error code -> share of that judge's samples (sample-level codes under `sample`)."""
+    out: dict[str, dict[str, float]] = {}
+    for judge in run.judges:
+        scored = [s for x in run.lines if (s := (x.get("scores") or {}).get(judge))]
+        codes = Counter(s["error"]["code"] for s in scored if not s.get("valid") and s.get("error"))
+        out[judge] = {c: n / len(scored) for c, n in codes.most_common()} if scored else {}
+    bad = Counter(c for x in run.lines for c in set(sample_error_codes(x))
+                  if c in ("bad_input", "request_error") and not (x.get("scores")))
+    if bad and run.lines:
+        out["sample"] = {c: n / len(run.lines) for c, n in bad.most_common()}
+    return out
+
+
+def _score(line: dict[str, Any], judge: str) -> tuple[float | None, str | None]:
+    """(reward, verdict) of one judge (or the combined reward) on one line."""
+    if judge == COMBINED:
+        r = line.get("reward")
+        return (None, None) if r is None else (float(r), "pass" if r >= PASS_AT else "fail")
+    s = (line.get("scores") or {}).get(judge)
+    if not s or not s.get("valid") or s.get("reward") is None:
+        return None, None
+    r = float(s["reward"])
+    return r, band_of(s) or ("pass" if r >= PASS_AT else "fail")
+
+
+PAIRINGS = ("key", "source", "prompt")
+
+
+def pairing(a: Run, b: Run) -> str:
+    """How samples of two runs correspond: by content key (same media and prompt: two templates
+    or models on one set), else by file name or prompt (two checkpoints rendering the same
+    prompts): whichever pairs the most."""
+    def count(field: str) -> int:
+        right = {x.get(field) for x in b.lines if x.get(field) is not None}
+        return sum(1 for x in a.lines if x.get(field) is not None and x.get(field) in right)
+    return max(PAIRINGS, key=lambda f: (count(f), -PAIRINGS.index(f)))
+
+
+@dataclass
+class Comparison:
+    judge: str
+    paired_by: str
+    paired: int
+    spearman: float
+    mean_a: float
+    mean_b: float
+    flipped: list[dict[str, Any]]
+    rewards_a: list[float]
+    rewards_b: list[float]
+
+
+def common_judges(a: Run, b: Run) -> list[str]:
+    return [j for j in a.judges if j in b.judges] + [COMBINED]
+
+
+def compare_runs(a: Run, b: Run, judge: str) -> Comparison:
+    """Per-sample agreement of two runs, samples paired as `pairing` says."""
+    by = pairing(a, b)
+    right = {x.get(by): x for x in b.lines if x.get(by) is not None}
+    ra, rb, flipped = [], [], []
+    for left in a.lines:
+        other = right.get(left.get(by))
+        if other is None:
+            continue
+        (xa, va), (xb, vb) = _score(left, judge), _score(other, judge)
+        if xa is None or xb is None:
+            continue
+        ra.append(xa)
+        rb.append(xb)
+        if va != vb:
+            flipped.append({"index_a": left.get("index"), "index_b": other.get("index"),
+                            "source": left.get("source", ""), "prompt": left.get("prompt", ""),
+                            "verdict_a": va, "verdict_b": vb, "reward_a": xa, "reward_b": xb})
+    x, y = np.array(ra), np.array(rb)
+    return Comparison(judge=judge, paired_by=by, paired=len(x), spearman=spearman(x, y) if len(x) else math.nan,
+                      mean_a=float(x.mean()) if len(x) else math.nan,
+                      mean_b=float(y.mean()) if len(y) else math.nan, flipped=flipped,
+                      rewards_a=ra, rewards_b=rb)
+
+
+@dataclass
+class RankRow:
+    group: str
+    n: int
+    mean: float
+    low: float
+    high: float
+
+
+def origin_field(loaded: list[Run]) -> str:
+    """What the samples say made them: `checkpoint`, else `model`, else nothing (`run`)."""
+    for name in ("checkpoint", "model"):
+        if any(x.get(name) for r in loaded for x in r.lines):
+            return name
+    return "run"
+
+
+def rank_groups(loaded: list[Run], judge: str) -> tuple[str, list[RankRow]]:
+    """Mean reward per checkpoint (else per model, else per run) over the given runs, with a
+    95% normal interval (mean +- 1.96 standard errors), best first. Invalid samples are left
+    out (they carry no number)."""
+    field = origin_field(loaded)
+    groups: dict[str, list[float]] = defaultdict(list)
+    for run in loaded:
+        for line in run.lines:
+            reward, _ = _score(line, judge)
+            if reward is None:
+                continue
+            name = run.name if field == "run" else str(line.get(field) or "(none)")
+            groups[name].append(reward)
+    rows = []
+    for name, values in groups.items():
+        v = np.array(values)
+        se = float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+        rows.append(RankRow(group=name, n=len(v), mean=float(v.mean()), low=float(v.mean()) - Z95 * se,
+                            high=float(v.mean()) + Z95 * se))
+    rows.sort(key=lambda r: -r.mean)
+    return field, rows

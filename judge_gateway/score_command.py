@@ -1,0 +1,226 @@
+"""`judge-gateway score INPUT -o RUN_DIR`: score every sample into a run folder (runs.py).
+
+Resumable: a sample whose line is already in RUN_DIR/scores.jsonl (by content key) is not sent
+again, so a killed run is continued by running the same command. A folder scored with another
+config, other judges or other templates is refused rather than mixed.
+Exit status: 0 when every sample is valid, 1 when any is invalid or lost to a request error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import runs
+from .schema import ErrorCode, RewardResponse, SampleInput
+from .scoring import InputItem, read_inputs, sample_key
+
+
+def _media_fields(item: InputItem, root: Path) -> dict[str, str]:
+    """The sample's media as paths relative to the input root (where `browse` serves them from)."""
+    out = {}
+    for kind, path in (("image", item.image), ("video", item.video)):
+        if path is not None:
+            try:
+                out[kind] = path.resolve().relative_to(root).as_posix()
+            except ValueError:
+                out[kind] = str(path.resolve())
+    return out
+
+
+def _bad_input_line(base: dict[str, Any], err: Exception) -> dict[str, Any]:
+    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return {**base, "scores": {}, "reward": None, "valid": False,
+            "error": {"code": ErrorCode.bad_input.value, "message": message}}
+
+
+def _prepare(batch: list[tuple[int, InputItem, dict[str, Any]]], fps: float | None
+             ) -> tuple[list[tuple[dict[str, Any], SampleInput]], list[dict[str, Any]]]:
+    """Validate each sample on its own, so one unreadable file is that sample's bad_input and
+    never fails the request for its whole batch."""
+    ok, bad = [], []
+    for _, item, base in batch:
+        try:
+            ok.append((base, SampleInput(**item.to_sample(fps))))
+        except (ValueError, OSError) as err:
+            bad.append(_bad_input_line(base, err))
+    return ok, bad
+
+
+async def _score(todo: list[tuple[int, InputItem, dict[str, Any]]], client: Any, *, judges: list[str] | None,
+                 batch_size: int, concurrency: int, fps: float | None, out: TextIO,
+                 progress: bool, total: int, done: int) -> list[dict[str, Any]]:
+    from tqdm import tqdm
+
+    sem = asyncio.Semaphore(concurrency)
+    written: list[dict[str, Any]] = []
+    bar = tqdm(total=total, initial=done, unit="sample", desc="scoring", disable=not progress,
+               file=sys.stderr)
+
+    async def run_batch(batch: list[tuple[int, InputItem, dict[str, Any]]]) -> None:
+        async with sem:
+            ok, lines = await asyncio.to_thread(_prepare, batch, fps)
+            if ok:
+                try:
+                    resp: RewardResponse = await client.rewards.create(samples=[s for _, s in ok], judges=judges)
+                except Exception as exc:  # noqa: BLE001 - the batch is reported (and resumable), never dropped
+                    lines += [{**base, "valid": False, "reward": None,
+                               "request_error": f"{type(exc).__name__}: {exc}"} for base, _ in ok]
+                else:
+                    lines += [{**base, **res.model_dump(mode="json", exclude={"index"})}
+                              for (base, _), res in zip(ok, resp.results)]
+        out.writelines(json.dumps(line) + "\n" for line in lines)
+        out.flush()
+        written.extend(lines)
+        bar.update(len(batch))
+
+    try:
+        await asyncio.gather(*(run_batch(todo[i:i + batch_size]) for i in range(0, len(todo), batch_size)))
+    finally:
+        bar.close()
+    return written
+
+
+def _print_summary(lines: list[dict[str, Any]], judges: list[str], summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    latency: dict[str, list[float]] = defaultdict(list)
+    for line in lines:
+        for name, score in (line.get("scores") or {}).items():
+            latency[name].append(score.get("latency_ms", 0.0))
+    table = Table(title=f"{summary['samples']} samples")
+    for col in ("judge", "valid", "invalid", "errors", "mean reward", "p50 latency ms"):
+        table.add_column(col, justify="left" if col in ("judge", "errors") else "right")
+    for name in judges:
+        j = summary["judges"][name]
+        table.add_row(name, str(j["valid"]), str(j["invalid"]),
+                      ", ".join(f"{c}={n}" for c, n in j["invalid_by_code"].items()) or "-",
+                      f"{j['mean_reward']:.4f}" if j["mean_reward"] is not None else "-",
+                      f"{statistics.median(latency[name]):.0f}" if latency[name] else "-")
+    mean = summary["mean_reward"]
+    table.caption = f"combined reward: mean {mean:.4f}" if mean is not None else "no combined reward"
+    Console(file=sys.stderr).print(table)
+
+
+async def _run_identity(client: Any, judges: list[str] | None, config_doc: dict[str, Any] | None
+                        ) -> dict[str, Any]:
+    """What the scores depend on: the judges, their templates (by hash) and models, the config."""
+    infos = {i.name: i for i in await client.judges.list()}
+    unknown = [j for j in judges or [] if j not in infos]
+    if unknown:
+        raise ValueError(f"unknown judge(s) {', '.join(unknown)}; configured: {', '.join(infos)}")
+    chosen = judges or [name for name, info in infos.items()
+                        if config_doc is None or config_doc["judges"][name].get("default", True)]
+    return {
+        "judges": chosen,
+        "config_sha256": runs.config_sha256(config_doc) if config_doc is not None else None,
+        "templates": {name: (infos[name].template.model_dump(mode="json") if infos[name].template else None)
+                      for name in chosen},
+        "models": {name: infos[name].model for name in chosen},
+    }
+
+
+def _occurrences(keys: list[str]) -> list[tuple[str, int]]:
+    """(content key, how many earlier samples had it): a sample's identity across runs, so two
+    identical files are two samples and a moved or re-ordered input still resumes."""
+    seen: Counter[str] = Counter()
+    out = []
+    for key in keys:
+        out.append((key, seen[key]))
+        seen[key] += 1
+    return out
+
+
+def _check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
+    before = runs.read_run_info(run_dir)
+    for field in ("judges", "config_sha256", "templates"):
+        if field in before and before[field] != identity[field]:
+            raise ValueError(f"{run_dir} was scored with other {field} ({before[field]!r}, now {identity[field]!r}); "
+                             "score into a new folder")
+
+
+def run_score_command(args: argparse.Namespace) -> int:
+    from .client import AsyncRewardClient
+
+    input_path = Path(args.input)
+    items = read_inputs(input_path)
+    judges = [j.strip() for j in args.judges.split(",") if j.strip()] if args.judges else None
+    if args.batch_size < 1 or args.concurrency < 1:
+        raise ValueError("--batch-size and --concurrency must be >= 1")
+    run_dir = Path(args.output)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"{run_dir} exists and is not a folder (-o names the run folder to write)")
+    root = (input_path if input_path.is_dir() else input_path.parent).resolve()
+
+    if args.server and not judges:
+        # The service's default judges are not listed by /v1/judges; the run folder must name them.
+        raise ValueError("with --server, name the judges to score with --judges")
+    config_doc = None
+    if not args.server:
+        from .config import load_config
+        cfg = load_config(args.config)
+        config_doc = cfg.model_dump(mode="json")
+
+    keyed = [(i, it, {"index": i, "source": it.source, "key": sample_key(it), "prompt": it.prompt,
+                      **_media_fields(it, root), **it.origin, **({"group_id": it.group_id} if it.group_id else {})})
+             for i, it in enumerate(items)]
+
+    idents = _occurrences([k[2]["key"] for k in keyed])
+    index_of = {ident: i for i, ident in enumerate(idents)}
+
+    async def main() -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+        client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
+                  else AsyncRewardClient(config=cfg))
+        try:
+            identity = await _run_identity(client, judges, config_doc)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            _check_resume(run_dir, identity)
+            before = sorted(runs.read_lines(run_dir), key=lambda x: x.get("index", 0))
+            kept, done, gone = [], set(), 0
+            for line, ident in zip(before, _occurrences([str(x.get("key")) for x in before])):
+                if ident not in index_of:
+                    gone += 1
+                elif runs.is_done(line):
+                    # its scores, with the current input's numbering, file name and prompt
+                    kept.append({**line, **keyed[index_of[ident]][2]})
+                    done.add(ident)
+            if gone:
+                print(f"dropping {gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
+            todo = [k for k, ident in zip(keyed, idents) if ident not in done]
+            info = {"input": str(input_path.resolve()), "input_root": str(root),
+                    "server": args.server, **identity}
+            (run_dir / runs.RUN_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            # Rewrite what is done (dropping torn lines, request and transient errors), then append.
+            with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:  # noqa: ASYNC230
+                out.writelines(json.dumps(line) + "\n" for line in kept)
+                out.flush()
+                if kept:
+                    print(f"resuming: {len(kept)} of {len(keyed)} samples already scored", file=sys.stderr)
+                new = await _score(todo, client, judges=identity["judges"], batch_size=args.batch_size,
+                                   concurrency=args.concurrency, fps=args.fps, out=out,
+                                   progress=not args.no_progress, total=len(keyed), done=len(keyed) - len(todo))
+            return identity, kept + new, len(new)
+        finally:
+            await client.close()
+
+    identity, lines, _ = asyncio.run(main())
+    lines.sort(key=lambda x: x["index"])
+    with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:
+        out.writelines(json.dumps(line) + "\n" for line in lines)
+    summary = runs.summarize(lines, identity["judges"])
+    (run_dir / runs.SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    _print_summary(lines, identity["judges"], summary)
+    print(f"wrote {run_dir / runs.SCORES_FILE} and {runs.SUMMARY_FILE}", file=sys.stderr)
+    if summary["invalid"]:
+        codes = ", ".join(f"{c}={n}" for c, n in summary["invalid_by_code"].items())
+        print(f"error: {summary['invalid']} of {summary['samples']} samples invalid ({codes})", file=sys.stderr)
+        return 1
+    return 0
+

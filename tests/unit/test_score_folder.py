@@ -1,0 +1,182 @@
+"""`judge-gateway score DIR -o RUN_DIR`: media formats, the run folder, resume, exit status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from judge_gateway.cli import main as cli_main
+from tests.support.media_files import VIDEO_CODECS, write_image, write_video
+
+
+def _config(tmp_path, base_url: str, model: str = "fake-yes") -> str:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"""
+[backends.fake]
+model = "{model}"
+base_urls = ["{base_url}"]
+[judges.quality]
+kind = "yes_no"
+backend = "fake"
+template = "image_quality@1"
+options = {{ video_first_frame = true }}
+[judges.physics]
+kind = "yes_no"
+backend = "fake"
+template = "cosmos_reason1@1"
+default = false
+""")
+    return str(cfg)
+
+
+def _rows(run_dir):
+    return [json.loads(x) for x in (run_dir / "scores.jsonl").read_text().splitlines()]
+
+
+def test_score_folder_of_every_video_container_and_images(tmp_path, fake_backend, capsys):
+    media = tmp_path / "media"
+    media.mkdir()
+    for i, suffix in enumerate(VIDEO_CODECS):  # .mp4 .mov .avi .webm
+        write_video(media / f"clip{i}{suffix}", seed=i)
+        (media / f"clip{i}.txt").write_text(f"clip {suffix}")
+    write_image(media / "still.png", seed=9)
+    (media / "notes.md").write_text("not media")
+    run = tmp_path / "run"
+    rc = cli_main(["score", str(media), "-o", str(run), "--config", _config(tmp_path, fake_backend.base_url),
+                   "--judges", "quality", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    rows = _rows(run)
+    assert [r["source"] for r in rows] == ["clip0.mp4", "clip1.mov", "clip2.avi", "clip3.webm", "still.png"]
+    assert [r["index"] for r in rows] == [0, 1, 2, 3, 4]
+    assert all(r["valid"] and r["scores"]["quality"]["valid"] for r in rows), rows
+    # fake-yes: P(yes) = 0.7 + 0.1 of the 0.95 listed mass
+    assert all(r["scores"]["quality"]["reward"] == pytest.approx(0.8 / 0.95) for r in rows)
+    assert rows[2]["video"] == "clip2.avi" and rows[2]["prompt"] == "clip .avi" and rows[4]["image"] == "still.png"
+    assert all(len(r["key"]) == 64 for r in rows)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["samples"] == 5 and summary["valid"] == 5 and summary["invalid"] == 0
+    assert summary["judges"]["quality"]["mean_reward"] == pytest.approx(0.8 / 0.95)
+    info = json.loads((run / "run.json").read_text())
+    assert info["judges"] == ["quality"] and len(info["config_sha256"]) == 64
+    assert info["templates"]["quality"]["id"] == "image_quality" and len(info["templates"]["quality"]["sha256"]) == 64
+    assert info["input_root"] == str(media.resolve())
+
+
+def test_score_resumes_without_rescoring_what_is_done(tmp_path, fake_backend, capsys):
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(6):
+        write_image(media / f"{i}.png", seed=i)
+    cfg = _config(tmp_path, fake_backend.base_url)
+    run = tmp_path / "run"
+    argv = ["score", str(media), "-o", str(run), "--config", cfg, "--judges", "quality", "--batch-size", "2",
+            "--no-progress"]
+    assert cli_main(argv) == 0
+    first = _rows(run)
+    # The run was killed after two samples: two lines, then a torn one.
+    lines = (run / "scores.jsonl").read_text().splitlines()
+    (run / "scores.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    before = fake_backend.counters["requests"]
+    capsys.readouterr()
+    assert cli_main(argv) == 0
+    assert "resuming: 2 of 6 samples already scored" in capsys.readouterr().err
+    assert fake_backend.counters["requests"] - before == 4  # one chat request per sample not yet done
+    assert _rows(run) == [*first[:2], *_rows(run)[2:]] and [r["source"] for r in _rows(run)] == [
+        f"{i}.png" for i in range(6)]
+    # A judge's transient failure (a timeout) is not done either: only that sample is sent again.
+    rows = _rows(run)
+    rows[4]["scores"]["quality"] = {**rows[4]["scores"]["quality"], "valid": False, "reward": None,
+                                    "error": {"code": "timeout", "message": "deadline 1 s passed"}}
+    rows[4]["valid"] = False
+    (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = fake_backend.counters["requests"]
+    assert cli_main(argv) == 0
+    assert fake_backend.counters["requests"] - before == 1
+    assert _rows(run)[4]["scores"]["quality"]["valid"]
+    # Complete: nothing is sent at all.
+    before = fake_backend.counters["requests"]
+    assert cli_main(argv) == 0
+    assert fake_backend.counters["requests"] == before
+    assert json.loads((run / "summary.json").read_text())["samples"] == 6
+    # New files (one a byte-identical copy): only they are sent; the lines follow the new order.
+    write_image(media / "00.png", seed=99)
+    (media / "3b.png").write_bytes((media / "3.png").read_bytes())
+    before = fake_backend.counters["requests"]
+    assert cli_main(argv) == 0
+    assert fake_backend.counters["requests"] - before == 2
+    rows = _rows(run)
+    assert [r["source"] for r in rows] == ["0.png", "00.png", "1.png", "2.png", "3.png", "3b.png", "4.png", "5.png"]
+    assert [r["index"] for r in rows] == list(range(8)) and rows[4]["key"] == rows[5]["key"]
+
+
+def test_score_refuses_to_resume_with_other_judges(tmp_path, fake_backend, capsys):
+    media = tmp_path / "media"
+    media.mkdir()
+    write_image(media / "a.png")
+    cfg = _config(tmp_path, fake_backend.base_url)
+    run = tmp_path / "run"
+    assert cli_main(["score", str(media), "-o", str(run), "--config", cfg, "--judges", "quality",
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(["score", str(media), "-o", str(run), "--config", cfg, "--judges", "quality,physics",
+                     "--no-progress"]) == 2
+    assert "scored with other judges" in capsys.readouterr().err
+
+
+def test_score_exits_nonzero_and_counts_invalid_by_code(tmp_path, fake_backend, capsys):
+    media = tmp_path / "media"
+    media.mkdir()
+    write_image(media / "a.png", seed=1)
+    write_image(media / "b.png", seed=2)
+    (media / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 truncated")
+    run = tmp_path / "run"
+    rc = cli_main(["score", str(media), "-o", str(run), "--config",
+                   _config(tmp_path, fake_backend.base_url, model="fake-no-answer"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "error: 3 of 3 samples invalid (answer_missing=2, bad_input=1)" in err
+    rows = {r["source"]: r for r in _rows(run)}
+    assert rows["broken.mp4"]["error"]["code"] == "bad_input" and rows["broken.mp4"]["scores"] == {}
+    assert rows["a.png"]["scores"]["quality"]["error"]["code"] == "answer_missing"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["invalid_by_code"] == {"answer_missing": 2, "bad_input": 1}
+    assert summary["judges"]["quality"]["invalid_by_code"] == {"answer_missing": 2}
+
+
+def test_score_shows_a_progress_bar(tmp_path, fake_backend, capsys):
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(3):
+        write_image(media / f"{i}.png", seed=i)
+    assert cli_main(["score", str(media), "-o", str(tmp_path / "run"), "--config",
+                     _config(tmp_path, fake_backend.base_url), "--batch-size", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "scoring: 100%" in err and "3/3" in err
+
+
+def test_score_through_a_service(tmp_path, fake_backend, capsys):
+    from judge_gateway.config import load_config
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.server import create_app
+    from tests.support.live_server import LiveServer
+
+    media = tmp_path / "media"
+    media.mkdir()
+    write_video(media / "clip.webm", seed=3)
+    write_image(media / "still.png", seed=4)
+    app = create_app(Gateway(load_config(_config(tmp_path, fake_backend.base_url))), api_keys=["k"])
+    run = tmp_path / "run"
+    with LiveServer(app) as server:
+        assert cli_main(["score", str(media), "-o", str(run), "--server", server.url, "--api-key", "k",
+                         "--no-progress"]) == 2
+        assert "with --server, name the judges" in capsys.readouterr().err
+        assert cli_main(["score", str(media), "-o", str(run), "--server", server.url, "--api-key", "k",
+                         "--judges", "quality", "--no-progress"]) == 0
+    rows = _rows(run)
+    assert [r["source"] for r in rows] == ["clip.webm", "still.png"]
+    assert all(r["scores"]["quality"]["reward"] == pytest.approx(0.8 / 0.95) for r in rows)
+    info = json.loads((run / "run.json").read_text())
+    assert info["config_sha256"] is None and info["server"] == server.url
+    assert info["templates"]["quality"]["id"] == "image_quality"
