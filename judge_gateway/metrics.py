@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -43,6 +43,21 @@ class Metrics:
             "judge_gateway_cancelled_scores_total",
             "Judge scores (sample x judge) cancelled before they finished, by judge.",
             ["judge"], registry=self.registry,
+        )
+
+        self.admission_active = Gauge(
+            "judge_gateway_admission_active", "Synchronous requests scoring now.", registry=self.registry,
+        )
+        self.admission_waiting = Gauge(
+            "judge_gateway_admission_waiting", "Synchronous requests waiting for a slot.", registry=self.registry,
+        )
+        self.admission_limit = Gauge(
+            "judge_gateway_admission_limit", "The admission bounds (server.admission): max_active, "
+            "max_waiting, max_wait_s.", ["bound"], registry=self.registry,
+        )
+        self.admission_refused = Counter(
+            "judge_gateway_admission_refused_total", "Synchronous requests refused by admission control.",
+            ["api", "reason"], registry=self.registry,
         )
 
     def render(self) -> bytes:

@@ -14,6 +14,7 @@ from ..config import check_api_key
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
 from . import cosmos_rl, flow_factory, native
+from .admission import Admission
 from .guards import RequestGuardMiddleware
 
 # Paths that answer without a key: liveness must work for orchestrators.
@@ -142,10 +143,12 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
                        media_limits=gateway.config.media.limits())
-    native.install(app, gateway)
+    admission = Admission(cfg.admission, gateway.metrics)  # shared: both APIs load the same judges
+    app.state.admission = admission
+    native.install(app, gateway, admission)
     app.state.cosmos_rl = cosmos
     if gateway.config.cosmos_rl.enabled:
         cosmos_rl.install(app, cosmos)
     if gateway.config.flow_factory.enabled:
-        flow_factory.install(app, flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory))
+        flow_factory.install(app, flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory), admission)
     return app
