@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import uuid
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..config import check_api_key
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
+from ..work_queue import make_work_queue
 from . import cosmos_rl, flow_factory, native
 from .admission import Admission
 from .guards import RequestGuardMiddleware
@@ -99,10 +101,17 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     cfg = gateway.config.server
     keys = [check_api_key(k).encode() for k in (api_keys if api_keys is not None else cfg.resolved_api_keys())]
     result_store = store if store is not None else make_store(gateway.config.store)
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl)
+    instance = uuid.uuid4().hex  # this process among the replicas sharing the store
+    # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
+    queue = make_work_queue(result_store, gateway.config.store.queue, instance)
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # A Redis without AOF/RDB loses every result on restart: refuse or warn (store.persistence).
+        await result_store.check_persistence(gateway.config.store.persistence)
+        if gateway.config.cosmos_rl.enabled:
+            await cosmos.start()
         yield
         await cosmos.aclose()
         await result_store.aclose()
