@@ -18,6 +18,7 @@ from ..work_queue import make_work_queue
 from . import cosmos_rl, flow_factory, native
 from .admission import Admission
 from .guards import RequestGuardMiddleware
+from .heap import ReleaseMemoryMiddleware
 
 # Paths that answer without a key: liveness must work for orchestrators.
 OPEN_PATHS = frozenset({"/healthz"})
@@ -148,6 +149,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
                     )
             return await call_next(request)
 
+    app.add_middleware(ReleaseMemoryMiddleware)  # freed heap back to the OS after large bodies
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,

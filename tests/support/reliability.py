@@ -37,7 +37,8 @@ async def enqueue(client: httpx.AsyncClient, n: int) -> list[str]:
     return uids
 
 
-async def resolve_all(client: httpx.AsyncClient, uids: list[str], timeout: float) -> dict[str, dict]:
+async def resolve_all(client: httpx.AsyncClient, uids: list[str], timeout: float,
+                      reward: str = "slow") -> dict[str, dict]:
     """Pull every uuid until it is final; 5xx (store unavailable) and 425 (pending) are retried,
     as cosmos-rl's trainer does."""
     deadline = time.monotonic() + timeout
@@ -47,7 +48,7 @@ async def resolve_all(client: httpx.AsyncClient, uids: list[str], timeout: float
             if uid in out:
                 continue
             try:
-                r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "slow"})
+                r = await client.post("/api/reward/pull", data={"uuid": uid, "type": reward})
             except httpx.HTTPError:
                 continue
             body = r.json()
