@@ -731,7 +731,11 @@ def _video_fps(i: int, info: dict[str, Any]) -> float:
 
 
 def _transient(cell: JudgeScore) -> bool:
-    return not cell.valid and cell.error is not None and cell.error.code in TRANSIENT_ERRORS
+    """Worth scoring again: a backend fault, or a head whose worker crashed under it (respawned)."""
+    if cell.valid or cell.error is None:
+        return False
+    return cell.error.code in TRANSIENT_ERRORS or (cell.error.code == ErrorCode.head_error
+                                                    and bool(cell.details.get("worker_crashed")))
 
 
 async def _fields(request: Request) -> dict[str, str]:
