@@ -534,6 +534,8 @@ class CosmosRLService:
 
     async def pull(self, uid: str, reward: str, *, type_given: bool = True) -> tuple[int, dict[str, Any]]:
         base = {"uuid": uid, "type": reward}
+        if self.queue is not None:
+            await self.start()  # an app whose lifespan did not run (e.g. mounted elsewhere) still consumes
         if not _is_uuid(uid):  # only uuids this service gave out name entries: no other store key
             return 404, {**base, "status": "unknown",
                          "message": f"Not found scores for {uid[:80]!r}: not a uuid this gateway gave out"}
