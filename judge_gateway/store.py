@@ -21,8 +21,8 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .protocol_config import StoreConfig

@@ -9,8 +9,8 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
 
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts

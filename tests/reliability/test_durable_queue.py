@@ -16,7 +16,13 @@ from judge_gateway.store import RedisStore
 from tests.support.fake_openai import FakeOpenAIServer, free_port
 from tests.support.gateway_process import GatewayProcess
 from tests.support.redis_server import RedisServer
-from tests.support.reliability import enqueue, figures, lost, resolve_all, slow_cosmos_config
+from tests.support.reliability import (
+    enqueue,
+    figures,
+    lost,
+    resolve_all,
+    slow_cosmos_config,
+)
 
 ACCEPTED = 6
 VISIBILITY_S = 3.0

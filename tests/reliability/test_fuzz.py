@@ -25,7 +25,7 @@ MAX_PEAK_OVER_WARM_MB = 450
 def test_fuzz_every_route_no_5xx_no_hang_bounded_rss():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-m", "tests.support.fuzz_run", str(CASES), "2"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     f = json.loads(out.stdout.strip().splitlines()[-1])
     figures("fuzz", cases=f["cases"], status=f["status"], n_5xx=f["n_5xx"], hangs=f["hangs"], wall_s=f["wall_s"],

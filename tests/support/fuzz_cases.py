@@ -18,7 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tests.support.hostile_media import mp4_of_black_frames, png_declaring, torch_zip_with_deflated_pickle
+from tests.support.hostile_media import (
+    mp4_of_black_frames,
+    png_declaring,
+    torch_zip_with_deflated_pickle,
+)
 
 JSON_H = {"content-type": "application/json"}
 OCTET_H = {"content-type": "application/octet-stream"}
@@ -123,7 +127,7 @@ class Fuzzer:
             return "POST", "/api/reward/pull", FORM_H, b"uuid=00000000-0000-4000-8000-000000000001&type=quality"
         return "POST", "/api/reward/ping", FORM_H, b"info_data=hello"
 
-    ROUTES = ["native", "flow", "enqueue", "pull", "ping", "latent_attr"]
+    ROUTES = ("native", "flow", "enqueue", "pull", "ping", "latent_attr")
 
     def case(self) -> Case:
         r = self.r

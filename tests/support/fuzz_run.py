@@ -91,7 +91,7 @@ async def run(n: int, seed: int, concurrency: int) -> dict:
                 try:
                     r = await asyncio.wait_for(client.request(case.method, case.path, headers=case.headers,
                                                               content=case.body), HANG_S)
-                except (asyncio.TimeoutError, httpx.TimeoutException):
+                except (TimeoutError, httpx.TimeoutException):
                     hangs.append(f"{case.family} {case.method} {case.path}")
                     return
                 codes[r.status_code] += 1
