@@ -135,6 +135,17 @@ class RedisWorkQueue:
                 await pipe.execute()
         await self._call("XACK", both())
 
+    async def forget_dead_consumers(self, idle_s: float) -> list[str]:
+        """Drop consumers (one per gateway process ever started) with nothing pending that have not
+        read for `idle_s`: a live replica reads at least every second."""
+        await self.ensure_group()
+        infos = await self._call("XINFO CONSUMERS", self._redis.xinfo_consumers(self.stream, self.group))
+        dead = [_text(c["name"]) for c in infos
+                if _text(c["name"]) != self.consumer and int(c["pending"]) == 0 and int(c["idle"]) >= idle_s * 1000]
+        for name in dead:
+            await self._call("XGROUP DELCONSUMER", self._redis.xgroup_delconsumer(self.stream, self.group, name))
+        return dead
+
     async def pending_of(self, consumer: str) -> int:
         """Entries delivered to `consumer` and not acknowledged (for tests and `status`)."""
         info = await self._call("XPENDING", self._redis.xpending(self.stream, self.group))

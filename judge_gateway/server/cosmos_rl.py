@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0
 HEARTBEAT_TTL_S = 20.0
 MAX_FORM_FIELDS = 64  # pull and ping forms carry two
+DEAD_CONSUMER_S = 600.0  # a queue consumer (a past gateway process) idle this long, with nothing pending, is dropped
 
 
 @dataclass
@@ -346,6 +347,7 @@ class CosmosRLService:
         assert self.queue is not None
         queue = self.queue
         claimed_at = 0.0
+        swept_at = time.monotonic()
         delay = 0.2
         while True:
             room = self.cfg.max_pending - len(self._tasks)
@@ -360,6 +362,9 @@ class CosmosRLService:
                     if items:
                         log.warning("cosmos-rl: claimed %d requests of a replica that stopped touching them: %s",
                                     len(items), ", ".join(w.uid for w in items))
+                    if time.monotonic() - swept_at >= DEAD_CONSUMER_S:
+                        swept_at = time.monotonic()
+                        await queue.forget_dead_consumers(DEAD_CONSUMER_S)
                 if not items:
                     items = await queue.read(room, block_ms=int(min(1.0, queue.cfg.claim_interval_s) * 1000))
                 delay = 0.2

@@ -89,3 +89,27 @@ async def test_a_request_scored_twice_writes_one_result(tmp_path):
         await store.aclose()
         server.stop()
     assert (first, second) == (True, False) and got == {"status": "done", "by": "a"}
+
+
+async def test_consumers_of_gone_replicas_are_forgotten_once_idle_and_empty(tmp_path):
+    from judge_gateway.protocol_config import QueueConfig
+    from judge_gateway.work_queue import RedisWorkQueue
+
+    server = RedisServer(tmp_path)
+    store = RedisStore(server.url, prefix="jg-sweep:", ttl_s=60, max_entries=100)
+    live = RedisWorkQueue(store, QueueConfig(enabled=True), "live")
+    gone = RedisWorkQueue(store, QueueConfig(enabled=True), "gone")
+    holder = RedisWorkQueue(store, QueueConfig(enabled=True), "holder")
+    try:
+        await live.add("u1", b"body", 0.0)
+        await live.add("u2", b"body", 0.0)
+        assert [w.uid for w in await holder.read(1, block_ms=10)] == ["u1"]  # holder keeps it pending
+        (done,) = await gone.read(1, block_ms=10)  # gone: scored u2, then its process ended
+        await gone.done(done.entry_id)
+        await asyncio.sleep(0.05)
+        assert await live.forget_dead_consumers(idle_s=0.01) == ["gone"]
+        names = {c["name"].decode() for c in await store._redis.xinfo_consumers(live.stream, live.group)}
+    finally:
+        await store.aclose()
+        server.stop()
+    assert names == {"holder"}  # the one with a pending entry stays until it is claimed
