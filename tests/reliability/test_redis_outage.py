@@ -16,6 +16,7 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from judge_gateway.store import RedisStore, StoreError
 from tests.support.fake_openai import FakeOpenAIServer, free_port
+from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch
 from tests.support.redis_server import RedisServer
 from tests.support.reliability import (
     enqueue,
@@ -87,9 +88,6 @@ async def test_the_store_answers_503_with_retry_after_while_redis_is_down(slow_b
 
 
 async def enqueue_once(client: httpx.AsyncClient) -> httpx.Response:
-    from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch
-    from tests.support.reliability import META
-
     return await client.post("/api/reward/enqueue", content=enqueue_body(META, image_batch(2)), headers=HEADERS)
 
 
