@@ -15,8 +15,8 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from judge_gateway.store import RedisStore, StoreError
-from tests.support.fake_openai import FakeOpenAIServer, free_port
 from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch
+from tests.support.fake_openai import FakeOpenAIServer, free_port
 from tests.support.redis_server import RedisServer
 from tests.support.reliability import (
     enqueue,
