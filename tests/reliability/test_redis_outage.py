@@ -18,7 +18,14 @@ from judge_gateway.store import RedisStore, StoreError
 from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch
 from tests.support.fake_openai import FakeOpenAIServer, free_port
 from tests.support.redis_server import RedisServer
-from tests.support.reliability import META, enqueue, figures, lost, resolve_all, slow_cosmos_config
+from tests.support.reliability import (
+    META,
+    enqueue,
+    figures,
+    lost,
+    resolve_all,
+    slow_cosmos_config,
+)
 
 OUTAGE_S = 10.0
 PENDING = 6
