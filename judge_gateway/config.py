@@ -41,6 +41,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class AdmissionConfig(_Strict):
+    """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
+    at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
+    most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
+    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending)."""
+
+    max_active: int = Field(256, gt=0, description="Synchronous requests scored at once (native + Flow-Factory).")
+    max_waiting: int = Field(512, ge=0, description="Requests that may wait for a slot; beyond: refused at once.")
+    max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot; then refused.")
+    retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
+
+
 class ServerConfig(_Strict):
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8080, ge=0, le=65535)
@@ -72,6 +84,7 @@ class ServerConfig(_Strict):
         16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 431 (400 when h11's own buffer bound trips first, on headers still arriving)."
     )
     max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
 
     @field_validator("api_keys")
     @classmethod

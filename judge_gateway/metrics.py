@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -62,6 +62,21 @@ class Metrics:
             self.media_encodes.labels(kind).inc(n)
         for kind, n in hits.items():
             self.media_cache_hits.labels(kind).inc(n)
+
+        self.admission_active = Gauge(
+            "judge_gateway_admission_active", "Synchronous requests scoring now.", registry=self.registry,
+        )
+        self.admission_waiting = Gauge(
+            "judge_gateway_admission_waiting", "Synchronous requests waiting for a slot.", registry=self.registry,
+        )
+        self.admission_limit = Gauge(
+            "judge_gateway_admission_limit", "The admission bounds (server.admission): max_active, "
+            "max_waiting, max_wait_s.", ["bound"], registry=self.registry,
+        )
+        self.admission_refused = Counter(
+            "judge_gateway_admission_refused_total", "Synchronous requests refused by admission control.",
+            ["api", "reason"], registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -23,6 +23,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class QueueConfig(_Strict):
+    """The durable queue of accepted cosmos-rl work (store.kind = redis): a Redis Stream with one
+    consumer group shared by every gateway replica on that Redis. An entry is acknowledged only
+    when its result is stored; a replica that dies leaves its entries pending, and another claims
+    them (XAUTOCLAIM) once they have been idle `visibility_timeout_s` and scores them."""
+
+    enabled: bool = Field(False, description="Put accepted cosmos-rl work on the Redis Stream (needs kind = redis).")
+    visibility_timeout_s: float = Field(
+        30.0, ge=2.0, description="An entry no live replica has touched for this long is claimed by another. "
+        "Live replicas touch theirs every 1/4 of it (at most every 5 s)."
+    )
+    claim_interval_s: float = Field(2.0, gt=0, description="How often a replica looks for entries to claim.")
+    max_backlog: int = Field(4096, gt=0, description="Accepted, not yet stored entries on the stream; beyond: 503.")
+
+
 class StoreConfig(_Strict):
     kind: Literal["memory", "redis"] = Field("memory", description="memory: this process only; redis: shared, survives restarts.")
     url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
@@ -49,6 +64,19 @@ class StoreConfig(_Strict):
         7 * 86400.0, gt=0,
         description="How long a key that expired or was evicted is remembered, so a pull says `expired`, not `unknown`.",
     )
+
+    persistence: Literal["refuse", "warn", "off"] = Field(
+        "warn",
+        description="kind = redis: at start-up, check (CONFIG GET) that Redis persists (AOF or RDB snapshots); "
+        "without, a Redis restart loses every stored result. refuse: do not start; warn: log; off: no check.",
+    )
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+
+    @model_validator(mode="after")
+    def _queue_needs_redis(self) -> StoreConfig:
+        if self.queue.enabled and self.kind != "redis":
+            raise ValueError("store.queue.enabled needs store.kind = 'redis' (the queue is a Redis Stream)")
+        return self
 
     def resolved_url(self) -> str | None:
         import os

@@ -15,29 +15,68 @@ Retention (so that a slow trainer does not outlive its results):
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .protocol_config import StoreConfig
 
 log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
+T = TypeVar("T")
 
 
 class StoreError(RuntimeError):
     """The store could not be reached or answered nonsense."""
 
 
+async def retry_store_write(write: Callable[[], Awaitable[T]], what: str, *, give_up_after_s: float,
+                            first_delay_s: float = 0.2, max_delay_s: float = 5.0) -> T:
+    """`write()` again and again (backoff) while the store is unreachable: a Redis outage or
+    restart delays an accepted request's result, it does not lose it. StoreError after
+    `give_up_after_s` (the entry would have expired by then anyway)."""
+    give_up_at = time.monotonic() + give_up_after_s
+    delay = first_delay_s
+    failures = 0
+    while True:
+        try:
+            result = await write()
+        except StoreError as err:
+            failures += 1
+            if time.monotonic() + delay > give_up_at:
+                raise StoreError(f"{what}: gave up after {failures} attempts over {give_up_after_s:.0f} s: {err}") from err
+            if failures == 1 or failures % 20 == 0:
+                log.warning("%s: the store is unavailable (%s); retrying every <= %.0f s (attempt %d)",
+                            what, err, max_delay_s, failures)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay_s)
+            continue
+        if failures:
+            log.info("%s: stored after %d failed attempts", what, failures)
+        return result
+
+
 class ResultStore(Protocol):
     async def put(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None: ...
 
+    async def put_final(self, key: str, value: dict[str, Any]) -> bool:
+        """Store a request's final entry (result or failure) unless one was stored already (a
+        request scored twice, by two replicas, writes one result): True when this one was written."""
+        ...
+
     async def get(self, key: str) -> dict[str, Any] | None: ...
+
+    async def check_persistence(self, policy: str) -> str | None:
+        """Whether stored entries survive a restart of the store: None when they do, else why not
+        (logged under policy = warn, StoreError under refuse)."""
+        ...
 
     async def consumed(self, key: str) -> None:
         """The entry was pulled: it may go after `pulled_ttl_s`, and before unpulled ones."""
@@ -91,6 +130,13 @@ class MemoryStore:
         heapq.heappush(self._expiries, (entry.expires, key))
         self._bytes += len(text)
         self._expire_and_evict(keep=key)
+
+    async def put_final(self, key: str, value: dict[str, Any]) -> bool:
+        await self.put(key, value)  # one process: nobody else scores its requests
+        return True
+
+    async def check_persistence(self, policy: str) -> str | None:
+        return None  # results live as long as the process: nothing to configure
 
     async def get(self, key: str) -> dict[str, Any] | None:
         entry = self._data.get(key)
@@ -202,6 +248,9 @@ class RedisStore:
         # Entries in their own namespace: no key a client names can read a marker or the index.
         return self.prefix + "entry:" + key
 
+    def _final(self, key: str) -> str:
+        return self.prefix + "final:" + key
+
     async def put(self, key: str, value: dict[str, Any], ttl_s: float | None = None) -> None:
         ttl = ttl_s or self.ttl_s
         ttl_ms = max(1, int(ttl * 1000))
@@ -213,20 +262,67 @@ class RedisStore:
                 pipe.zadd(self._index, {key: time.time()}, nx=True)
                 pipe.zcard(self._index)
                 *_, count = await pipe.execute()
-            if count > self.max_entries:
-                evicted = await self._redis.zpopmin(self._index, count - self.max_entries)
-                names = [k.decode() if isinstance(k, bytes) else k for k, _ in evicted]
-                if names:
-                    async with self._redis.pipeline(transaction=False) as pipe:
-                        pipe.delete(*[self._entry(n) for n in names])
-                        for n, (_, score) in zip(names, evicted):
-                            pulled = score < time.time() - self.PULLED_OFFSET / 2
-                            why = ("evicted after its pull" if pulled else "evicted before anyone pulled it")
-                            pipe.set(self._marker(n), f"{why}: the store was full (store.max_entries = "
-                                                      f"{self.max_entries})", px=int(self.forget_after_s * 1000))
-                        await pipe.execute()
+            await self._bound(count)
         except Exception as err:
             raise StoreError(f"redis put failed: {type(err).__name__}: {err}") from err
+
+    # KEYS: entry, gone marker, final marker, index. ARGV: value, ttl ms, forget ms, reason, now, key.
+    _PUT_FINAL = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[4], 'NX', ARGV[5], ARGV[6])
+return redis.call('ZCARD', KEYS[4])
+"""
+
+    async def put_final(self, key: str, value: dict[str, Any]) -> bool:
+        ttl_ms = max(1, int(self.ttl_s * 1000))
+        forget_ms = ttl_ms + int(self.forget_after_s * 1000)
+        try:
+            count = await self._redis.eval(
+                self._PUT_FINAL, 4, self._entry(key), self._marker(key), self._final(key), self._index,
+                json.dumps(value), ttl_ms, forget_ms, _expired_reason(self.ttl_s, False), time.time(), key)
+            if count < 0:
+                return False
+            await self._bound(count)
+            return True
+        except Exception as err:
+            raise StoreError(f"redis put failed: {type(err).__name__}: {err}") from err
+
+    async def _bound(self, count: int) -> None:
+        if count > self.max_entries:
+            evicted = await self._redis.zpopmin(self._index, count - self.max_entries)
+            names = [k.decode() if isinstance(k, bytes) else k for k, _ in evicted]
+            if names:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.delete(*[self._entry(n) for n in names])
+                    for n, (_, score) in zip(names, evicted):
+                        pulled = score < time.time() - self.PULLED_OFFSET / 2
+                        why = ("evicted after its pull" if pulled else "evicted before anyone pulled it")
+                        pipe.set(self._marker(n), f"{why}: the store was full (store.max_entries = "
+                                                  f"{self.max_entries})", px=int(self.forget_after_s * 1000))
+                    await pipe.execute()
+
+    async def check_persistence(self, policy: str) -> str | None:
+        if policy == "off":
+            return None
+        try:
+            aof = (await self._redis.config_get("appendonly")).get("appendonly")
+            save = (await self._redis.config_get("save")).get("save")
+        except Exception as err:  # managed Redis often renames CONFIG: say we could not tell
+            why = (f"cannot check Redis persistence (CONFIG GET failed: {type(err).__name__}: {err}); make sure "
+                   "it has AOF (appendonly yes) or RDB snapshots (save ...)")
+            log.warning("store.persistence = %s: %s", policy, why)
+            return why
+        if aof == "yes" or (save or "").strip():
+            return None
+        why = ("Redis has neither AOF (appendonly = no) nor RDB snapshots (save = ''): a Redis restart loses every "
+               "stored result and pending request; set `appendonly yes` (see README \"Redis in production\")")
+        if policy == "refuse":
+            raise StoreError(f"store.persistence = refuse: {why}")
+        log.warning("store.persistence = warn: %s", why)
+        return why
 
     async def get(self, key: str) -> dict[str, Any] | None:
         try:

@@ -30,5 +30,8 @@ fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 echo "== unit tests"
 .venv/bin/python -m pytest tests/unit -q "$@"
+echo "== reliability suite (fuzz, backend / Redis / replica / head faults; a few minutes)"
+# -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
+.venv/bin/python -m pytest tests/reliability -q -s "$@"
 echo "== integration tests (real vLLM on CPU, local heads)"
 .venv/bin/python -m pytest tests/integration -q "$@"

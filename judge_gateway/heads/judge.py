@@ -92,7 +92,9 @@ class HeadJudge(Judge):
         try:
             outputs = await self.worker.infer(frames, sample.prompt)
         except HeadError as exc:
-            raise JudgeFailure(ErrorCode.head_error, str(exc), details=facts) from None
+            # worker_crashed: it respawns, so a caller that re-scores (cosmos-rl) may try again
+            raise JudgeFailure(ErrorCode.head_error, str(exc),
+                               details={**facts, "worker_crashed": True} if exc.crashed else facts) from None
         if self.kind == "ocr":
             assert target is not None
             per_frame = [ocr_reward(target, out.get("lines", [])) for out in outputs]

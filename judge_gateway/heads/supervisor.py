@@ -44,7 +44,12 @@ MAX_BACKOFF_S = 30.0
 
 
 class HeadError(RuntimeError):
-    """The worker could not produce a result for a request (crashed, failed to load, refused)."""
+    """The worker could not produce a result for a request (crashed, failed to load, refused).
+    `crashed`: the worker died with the item in flight; it respawns, so scoring again can work."""
+
+    def __init__(self, message: str, *, crashed: bool = False) -> None:
+        super().__init__(message)
+        self.crashed = crashed
 
 
 @dataclass
@@ -346,11 +351,11 @@ class HeadWorker:
                 arena.released.set()  # wake a sender waiting for space: it sees the arena is gone
             arena.close()
 
-    def _fail_pending(self, why: str) -> None:
+    def _fail_pending(self, why: str, crashed: bool = False) -> None:
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
-                fut.set_exception(HeadError(f"head {self.name!r}: {why}"))
+                fut.set_exception(HeadError(f"head {self.name!r}: {why}", crashed=crashed))
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         python = self.options.python or sys.executable
@@ -458,7 +463,7 @@ class HeadWorker:
         code = await proc.wait()
         await stderr_task
         self.reason = f"worker exited with code {code}{self._tail()}"
-        self._fail_pending(f"worker crashed while scoring ({self.reason})")
+        self._fail_pending(f"worker crashed while scoring ({self.reason})", crashed=True)
         return "exited"
 
     async def _read_frame(self, stream: asyncio.StreamReader) -> dict[str, Any] | None:

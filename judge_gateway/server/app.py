@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import uuid
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,8 +14,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..config import check_api_key
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
+from ..work_queue import make_work_queue
 from . import cosmos_rl, flow_factory, native
+from .admission import Admission
 from .guards import RequestGuardMiddleware
+from .heap import ReleaseMemoryMiddleware
 
 # Paths that answer without a key: liveness must work for orchestrators.
 OPEN_PATHS = frozenset({"/healthz"})
@@ -98,10 +102,17 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     cfg = gateway.config.server
     keys = [check_api_key(k).encode() for k in (api_keys if api_keys is not None else cfg.resolved_api_keys())]
     result_store = store if store is not None else make_store(gateway.config.store)
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl)
+    instance = uuid.uuid4().hex  # this process among the replicas sharing the store
+    # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
+    queue = make_work_queue(result_store, gateway.config.store.queue, instance)
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        # A Redis without AOF/RDB loses every result on restart: refuse or warn (store.persistence).
+        await result_store.check_persistence(gateway.config.store.persistence)
+        if gateway.config.cosmos_rl.enabled:
+            await cosmos.start()
         yield
         await cosmos.aclose()
         await result_store.aclose()
@@ -138,14 +149,17 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
                     )
             return await call_next(request)
 
+    app.add_middleware(ReleaseMemoryMiddleware)  # freed heap back to the OS after large bodies
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
                        media_limits=gateway.config.media.limits())
-    native.install(app, gateway)
+    admission = Admission(cfg.admission, gateway.metrics)  # shared: both APIs load the same judges
+    app.state.admission = admission
+    native.install(app, gateway, admission)
     app.state.cosmos_rl = cosmos
     if gateway.config.cosmos_rl.enabled:
         cosmos_rl.install(app, cosmos)
     if gateway.config.flow_factory.enabled:
-        flow_factory.install(app, flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory))
+        flow_factory.install(app, flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory), admission)
     return app

@@ -47,7 +47,7 @@ from ..protocol_config import (
     LegacyKey,
 )
 from ..schema import TRANSIENT_ERRORS, ErrorCode, JudgeScore, RewardRequest, SampleInput
-from ..store import ResultStore, StoreError
+from ..store import ResultStore, StoreError, retry_store_write
 from ..tensors import (
     EnqueueMeta,
     PayloadError,
@@ -62,6 +62,7 @@ from ..tensors import (
     sniff,
     split_body,
 )
+from ..work_queue import BacklogFull, QueuedWork, RedisWorkQueue
 from .cosmos_legacy import legacy_lists
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0
 HEARTBEAT_TTL_S = 20.0
 MAX_FORM_FIELDS = 64  # pull and ping forms carry two
+DEAD_CONSUMER_S = 600.0  # a queue consumer (a past gateway process) idle this long, with nothing pending, is dropped
 
 
 @dataclass
@@ -89,11 +91,18 @@ class Prepared:
 
 
 class CosmosRLService:
-    def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig) -> None:
+    def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig,
+                 queue: RedisWorkQueue | None = None, instance: str | None = None) -> None:
         self.gateway = gateway
         self.store = store
         self.cfg = cfg
-        self.instance = uuidlib.uuid4().hex
+        self.instance = instance or uuidlib.uuid4().hex
+        # store.queue: accepted work sits on a Redis Stream until its result is stored; any replica
+        # on that Redis scores it (work_queue.py). None: this process scores what it accepts.
+        self.queue = queue
+        self._consumer: asyncio.Task | None = None
+        self._entry_ids: dict[str, str] = {}  # uid -> its stream entry, while it runs here
+        self._unstored: dict[str, dict[str, Any]] = {}  # uid -> final entry the store has not taken yet
         self.worker = TorchWorker(cfg.latents) if cfg.latents.python else None
         self._tasks: dict[str, asyncio.Task] = {}
         self._accepted: dict[str, dict[str, Any]] = {}  # uid -> _accepted_of(prepared), while it runs
@@ -160,7 +169,7 @@ class CosmosRLService:
 
     # ---- enqueue ---------------------------------------------------------------------------
 
-    async def prepare(self, body: bytes) -> Prepared:
+    async def prepare(self, body: bytes, *, check_ready: bool = True) -> Prepared:
         meta_json, data = split_body(body)
         meta = parse_meta(meta_json)
         rewards, skipped = {}, []
@@ -171,7 +180,7 @@ class CosmosRLService:
             rewards[name] = self.resolve(name)
         if not rewards:
             raise PayloadError("every reward in `reward_fn` has weight <= 0: nothing to score")
-        if self.cfg.refuse_unready:
+        if self.cfg.refuse_unready and check_ready:
             await self._check_ready(rewards)
         def check_medium(medium: str, what: str) -> None:
             wrong = [n for n, r in rewards.items() if medium not in self.media_of(r)]
@@ -255,33 +264,50 @@ class CosmosRLService:
         """Validate, store a pending entry, start scoring in the background; the uuid.
         `until` wraps the preparation (the server cancels it when the client leaves before it has
         a uuid); once a uuid is given, the request is accepted and runs to its end."""
-        if len(self._tasks) >= self.cfg.max_pending:
+        if self.queue is None and len(self._tasks) >= self.cfg.max_pending:
             raise QueueFull(f"{len(self._tasks)} requests are being scored (cosmos_rl.max_pending = "
                             f"{self.cfg.max_pending}); retry shortly")
         preparing = self.prepare(body)
         prepared = await (until(preparing) if until is not None else preparing)
-        if len(self._tasks) >= self.cfg.max_pending:  # re-check: preparing awaited
+        if self.queue is None and len(self._tasks) >= self.cfg.max_pending:  # re-check: preparing awaited
             raise QueueFull(f"cosmos_rl.max_pending = {self.cfg.max_pending} requests are being scored; retry shortly")
+        if self.queue is not None:
+            try:
+                await self.queue.check_room()
+            except BacklogFull as err:
+                raise QueueFull(str(err)) from None
         await self._ensure_heartbeat()
         uid = str(uuidlib.uuid4())
         now = time.time()
+        deadline = now + self.cfg.request_timeout_s
         await self.store.put(uid, {
             "status": "pending", "owner": self.instance, "accepted_at": now,
-            "deadline": now + self.cfg.request_timeout_s, **self._accepted_of(prepared),
+            "deadline": deadline, **self._accepted_of(prepared),
         }, ttl_s=self.cfg.request_timeout_s + self._ttl())
+        if self.queue is not None:  # accepted once it is on the stream; a consumer (any replica) scores it
+            await self.queue.add(uid, body, deadline)
+            return uid
+        self._track(uid, self._run(uid, prepared, deadline))
         self._accepted[uid] = self._accepted_of(prepared)
-        task = asyncio.create_task(self._run(uid, prepared))
-        self._tasks[uid] = task
-        task.add_done_callback(lambda _t, u=uid: (self._tasks.pop(u, None), self._accepted.pop(u, None)))
         return uid
+
+    def _track(self, uid: str, work: Awaitable[None], entry_id: str | None = None) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks[uid] = task
+        if entry_id is not None:
+            self._entry_ids[uid] = entry_id
+        task.add_done_callback(lambda _t, u=uid: (self._tasks.pop(u, None), self._accepted.pop(u, None),
+                                                  self._entry_ids.pop(u, None)))
 
     def _ttl(self) -> float:
         return float(getattr(self.store, "ttl_s", 3600.0))
 
-    async def _run(self, uid: str, p: Prepared) -> None:
-        deadline = time.monotonic() + self.cfg.request_timeout_s
+    async def _run(self, uid: str, p: Prepared, deadline_at: float, entry_id: str | None = None) -> None:
+        """Score an accepted request by its deadline (wall time) and store its one final entry."""
+        left = max(0.0, deadline_at - time.time())
+        deadline = time.monotonic() + left
         try:
-            async with asyncio.timeout(self.cfg.request_timeout_s):
+            async with asyncio.timeout(left):
                 entry = await self._score(uid, p, deadline)
         except TimeoutError:
             entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s",
@@ -293,10 +319,84 @@ class CosmosRLService:
         except Exception as err:
             log.exception("cosmos-rl request %s failed", uid)
             entry = self._failed(f"{type(err).__name__}: {err}", self._accepted_of(p))
+        await self._store_final(uid, entry, entry_id)
+
+    async def _store_final(self, uid: str, entry: dict[str, Any], entry_id: str | None) -> None:
+        """Store the result through a store outage (retried, served from memory here meanwhile),
+        then acknowledge its queue entry: accepted work is never dropped for a failed write."""
+        self._unstored[uid] = entry
         try:
-            await self.store.put(uid, entry)
+            written = await retry_store_write(lambda: self.store.put_final(uid, entry), f"result of {uid}",
+                                              give_up_after_s=self._ttl())
+            if not written:
+                log.info("cosmos-rl %s: another replica stored its result first; this one is dropped", uid)
+            if entry_id is not None and self.queue is not None:
+                queue = self.queue
+                await retry_store_write(lambda: queue.done(entry_id), f"acknowledgement of {uid}",
+                                        give_up_after_s=self._ttl())
         except StoreError:
-            log.exception("cannot store the result of %s", uid)
+            log.exception("cosmos-rl %s: its result could not be stored", uid)
+        finally:
+            self._unstored.pop(uid, None)
+
+    # ---- the durable queue (store.queue) -----------------------------------------------------
+
+    async def _consume(self) -> None:
+        """Take work from the stream as far as max_pending allows: idle entries of dead replicas
+        first (every claim_interval_s), then new ones. A store outage pauses it, never ends it."""
+        assert self.queue is not None
+        queue = self.queue
+        claimed_at = 0.0
+        swept_at = time.monotonic()
+        delay = 0.2
+        while True:
+            room = self.cfg.max_pending - len(self._tasks)
+            if room <= 0:
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                items: list[QueuedWork] = []
+                if time.monotonic() - claimed_at >= queue.cfg.claim_interval_s:
+                    claimed_at = time.monotonic()
+                    items = await queue.claim_idle(room)
+                    if items:
+                        log.warning("cosmos-rl: claimed %d requests of a replica that stopped touching them: %s",
+                                    len(items), ", ".join(w.uid for w in items))
+                    if time.monotonic() - swept_at >= DEAD_CONSUMER_S:
+                        swept_at = time.monotonic()
+                        await queue.forget_dead_consumers(DEAD_CONSUMER_S)
+                if not items:
+                    items = await queue.read(room, block_ms=int(min(1.0, queue.cfg.claim_interval_s) * 1000))
+                delay = 0.2
+            except StoreError as err:
+                log.warning("cosmos-rl queue unavailable (%s); retrying in %.1f s", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            for work in items:
+                if work.uid not in self._tasks:  # else already scoring here
+                    self._track(work.uid, self._run_queued(work), work.entry_id)
+
+    async def _run_queued(self, work: QueuedWork) -> None:
+        try:
+            existing = await self.store.get(work.uid)
+        except StoreError:
+            existing = None
+        if existing is not None and existing.get("status") in ("done", "failed"):  # stored by another
+            assert self.queue is not None
+            queue = self.queue
+            await retry_store_write(lambda: queue.done(work.entry_id), f"acknowledgement of {work.uid}",
+                                    give_up_after_s=self._ttl())
+            return
+        accepted = {k: existing[k] for k in ("rewards", "skipped", "prompts") if existing and k in existing}
+        try:
+            prepared = await self.prepare(work.body, check_ready=False)
+        except (PayloadError, JudgeUnready, TorchWorkerError) as err:  # replicas configured differently?
+            entry = self._failed(f"the request could not be prepared on gateway {self.instance}: {err}", accepted)
+            await self._store_final(work.uid, entry, work.entry_id)
+            return
+        self._accepted[work.uid] = self._accepted_of(prepared)
+        await self._run(work.uid, prepared, work.deadline, work.entry_id)
 
     @staticmethod
     def _accepted_of(p: Prepared) -> dict[str, Any]:
@@ -439,10 +539,13 @@ class CosmosRLService:
 
     async def pull(self, uid: str, reward: str, *, type_given: bool = True) -> tuple[int, dict[str, Any]]:
         base = {"uuid": uid, "type": reward}
+        if self.queue is not None:
+            await self.start()  # an app whose lifespan did not run (e.g. mounted elsewhere) still consumes
         if not _is_uuid(uid):  # only uuids this service gave out name entries: no other store key
             return 404, {**base, "status": "unknown",
                          "message": f"Not found scores for {uid[:80]!r}: not a uuid this gateway gave out"}
-        entry = await self.store.get(uid)
+        unstored = self._unstored.get(uid)  # finished here, the store not back yet
+        entry = unstored if unstored is not None else await self.store.get(uid)
         if entry is None:
             gone = await self.store.gone(uid)
             if gone is not None:  # it was here: say so, not "unknown"
@@ -469,7 +572,8 @@ class CosmosRLService:
         results = entry.get("results", {})
         if reward not in results:
             return self._not_asked(base, entry, reward, type_given)
-        await self.store.consumed(uid)  # pulled: it may now go after store.pulled_ttl_s
+        if unstored is None:
+            await self.store.consumed(uid)  # pulled: it may now go after store.pulled_ttl_s
         return 200, results[reward]
 
     def _not_asked(self, base: dict[str, Any], entry: dict[str, Any], reward: str,
@@ -489,7 +593,7 @@ class CosmosRLService:
             return (f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s "
                     "(the gateway that accepted it stopped?); enqueue it again")
         owner = entry.get("owner")
-        if owner == self.instance:
+        if owner == self.instance or self.queue is not None:  # queued work outlives its owner: claimed
             return None
         if await self.store.get(f"instance:{owner}") is None:
             return "the gateway process that accepted this request is gone (restart or crash); enqueue it again"
@@ -542,28 +646,52 @@ class CosmosRLService:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def _ensure_heartbeat(self) -> None:
+    async def start(self) -> None:
+        """At start-up (and lazily on first use): the heartbeat, and in queue mode the consumer, so
+        a replica claims a dead one's work without waiting for a request of its own."""
+        if self.queue is not None and (self._consumer is None or self._consumer.done()):
+            self._consumer = asyncio.create_task(self._consume())
         if self._heartbeat is None or self._heartbeat.done():
-            await self.store.put(f"instance:{self.instance}", {"alive": True}, ttl_s=HEARTBEAT_TTL_S)
             self._heartbeat = asyncio.create_task(self._beat())
 
+    async def _ensure_heartbeat(self) -> None:
+        if self._heartbeat is None or self._heartbeat.done():
+            # written before the first uuid is given: another replica's pull reads it
+            await self.store.put(f"instance:{self.instance}", {"alive": True}, ttl_s=HEARTBEAT_TTL_S)
+        await self.start()
+
     async def _beat(self) -> None:
+        interval = HEARTBEAT_S
+        if self.queue is not None:  # touch running entries well within the visibility timeout
+            interval = min(HEARTBEAT_S, self.queue.cfg.visibility_timeout_s / 4)
+        wait = 0.0
         while True:
-            await asyncio.sleep(HEARTBEAT_S)
+            await asyncio.sleep(wait)
             try:
                 await self.store.put(f"instance:{self.instance}", {"alive": True}, ttl_s=HEARTBEAT_TTL_S)
+                if self.queue is not None:
+                    await self.queue.keep(list(self._entry_ids.values()))
+                wait = interval
             except StoreError:
-                log.warning("heartbeat write failed", exc_info=True)
+                log.warning("heartbeat write failed; retrying in 0.5 s", exc_info=True)
+                wait = 0.5  # back soon after the store returns: others read a missing heartbeat as death
 
     async def aclose(self) -> None:
-        """Stop: unfinished requests are stored as failed (never left pending)."""
+        """Stop. Without the queue, unfinished requests are stored as failed (never left pending);
+        with it, they stay on the stream for another replica (or this one restarted) to claim."""
+        if self._consumer is not None:
+            self._consumer.cancel()
         for uid, task in list(self._tasks.items()):
             task.cancel()
+            if self.queue is not None:
+                continue
             try:
                 await self.store.put(uid, self._failed("the gateway shut down before finishing; enqueue it again",
                                                        self._accepted.get(uid)))
             except StoreError:
                 pass
+        if self.queue is not None and self._tasks:
+            log.info("cosmos-rl: %d unfinished requests left on the queue for another replica", len(self._tasks))
         if self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         if self._heartbeat is not None:
@@ -610,7 +738,11 @@ def _video_fps(i: int, info: dict[str, Any]) -> float:
 
 
 def _transient(cell: JudgeScore) -> bool:
-    return not cell.valid and cell.error is not None and cell.error.code in TRANSIENT_ERRORS
+    """Worth scoring again: a backend fault, or a head whose worker crashed under it (respawned)."""
+    if cell.valid or cell.error is None:
+        return False
+    return cell.error.code in TRANSIENT_ERRORS or (cell.error.code == ErrorCode.head_error
+                                                    and bool(cell.details.get("worker_crashed")))
 
 
 async def _fields(request: Request) -> dict[str, str]:
@@ -677,7 +809,9 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
                     resp.headers["Retry-After"] = "10"
                 return resp
             except StoreError as err:
-                return bad(f"result store unavailable: {err}", 503)
+                resp = bad(f"result store unavailable: {err}", 503)
+                resp.headers["Retry-After"] = "2"
+                return resp
             status = "ok"
             return JSONResponse({"uuid": uid})
         finally:

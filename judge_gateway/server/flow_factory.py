@@ -31,6 +31,7 @@ from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
+from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ class FlowFactoryService:
         return 200, {"rewards": rewards, "valid": flags}
 
 
-def install(app: FastAPI, service: FlowFactoryService) -> None:
+def install(app: FastAPI, service: FlowFactoryService, admission: Admission) -> None:
     prefix = service.cfg.path_prefix
     metrics = service.gateway.metrics
 
@@ -212,10 +213,15 @@ def install(app: FastAPI, service: FlowFactoryService) -> None:
         status = "error"
         try:
             raw = await request.body()
-            # The client gives up after its timeout and retries: stop scoring the abandoned copy.
-            code, body = await unless_disconnected(request, service.compute(profile, raw))
+            async with admission.slot("flow_factory"):
+                # The client gives up after its timeout and retries: stop scoring the abandoned copy.
+                code, body = await unless_disconnected(request, service.compute(profile, raw))
             status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
             return JSONResponse(body, status_code=code)
+        except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)
+            status = "refused"
+            return JSONResponse({"detail": str(err)}, status_code=503,
+                                headers={"Retry-After": str(err.retry_after_s)})
         except ClientDisconnected:
             status = "cancelled"
             metrics.cancelled_requests.labels("flow_factory").inc()

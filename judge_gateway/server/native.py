@@ -9,12 +9,13 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
 
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
+from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 
@@ -46,10 +47,11 @@ def parse_reward_request(body: bytes) -> RewardRequest:
     return RewardRequest.model_validate_json(body)
 
 
-def install(app: FastAPI, gateway: Gateway) -> None:
+def install(app: FastAPI, gateway: Gateway, admission: Admission) -> None:
     metrics = gateway.metrics
     responses = {400: {"model": ErrorBody}, 401: {"model": ErrorBody}, 413: {"model": ErrorBody},
-                 422: {"model": ErrorBody}}
+                 422: {"model": ErrorBody},
+                 429: {"model": ErrorBody, "description": "overloaded (server.admission): retry after Retry-After"}}
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -78,33 +80,38 @@ def install(app: FastAPI, gateway: Gateway) -> None:
         started = time.perf_counter()
         status = "error"
         try:
-            body = await request.body()
-            try:
-                reward_request = await run_in_threadpool(parse_reward_request, body)
-            except ValidationError as err:
-                status = "invalid"
-                errors = validation_errors(err)
-                return _error("invalid_request",
-                              "; ".join(f"{e['field']}: {e['message']}" for e in errors), 422, errors=errors)
-            except JSONBodyError as err:
-                status = "invalid"
-                return _error("invalid_request", str(err), 422)
-            try:
-                # A client that leaves (its timeout) takes its judge calls with it.
-                response = await unless_disconnected(request, gateway.score(reward_request))
-            except ClientDisconnected:
-                status = "cancelled"
-                metrics.cancelled_requests.labels("native").inc()
-                return Response(status_code=CLIENT_CLOSED)
-            except UnknownJudgeError as err:
-                status = "invalid"
-                return _error("unknown_judge", str(err), 400, field="judges")
-            except RequestTooLargeError as err:
-                status = "invalid"
-                return _error("too_many_samples", str(err), 413, field="samples")
-            status = "ok"
-            # Serialised here so the response model is not validated twice.
-            return Response(response.model_dump_json(), media_type="application/json")
+            body = await request.body()  # before the slot: a slow upload never holds one
+            async with admission.slot("native"):
+                try:
+                    reward_request = await run_in_threadpool(parse_reward_request, body)
+                except ValidationError as err:
+                    status = "invalid"
+                    errors = validation_errors(err)
+                    return _error("invalid_request",
+                                  "; ".join(f"{e['field']}: {e['message']}" for e in errors), 422, errors=errors)
+                except JSONBodyError as err:
+                    status = "invalid"
+                    return _error("invalid_request", str(err), 422)
+                try:
+                    # A client that leaves (its timeout) takes its judge calls with it.
+                    response = await unless_disconnected(request, gateway.score(reward_request))
+                except ClientDisconnected:
+                    status = "cancelled"
+                    metrics.cancelled_requests.labels("native").inc()
+                    return Response(status_code=CLIENT_CLOSED)
+                except UnknownJudgeError as err:
+                    status = "invalid"
+                    return _error("unknown_judge", str(err), 400, field="judges")
+                except RequestTooLargeError as err:
+                    status = "invalid"
+                    return _error("too_many_samples", str(err), 413, field="samples")
+                status = "ok"
+                # Serialised here so the response model is not validated twice.
+                return Response(response.model_dump_json(), media_type="application/json")
+        except Refused as err:
+            status = "refused"
+            return JSONResponse({"error": {"type": "overloaded", "message": str(err)}}, status_code=429,
+                                headers={"Retry-After": str(err.retry_after_s)})
         finally:
             metrics.requests.labels("native", status).inc()
             metrics.request_latency.labels("native").observe(time.perf_counter() - started)

@@ -168,8 +168,8 @@ def free_port() -> int:
 class FakeOpenAIServer:
     """Runs the fake app with uvicorn in a thread; `base_url` ends in /v1."""
 
-    def __init__(self, stall_s: float = 30.0, flaky_failures: int = 1) -> None:
-        self.port = free_port()
+    def __init__(self, stall_s: float = 30.0, flaky_failures: int = 1, port: int | None = None) -> None:
+        self.port = port or free_port()  # a port again: the same backend restarted
         self.app = make_app(stall_s=stall_s, flaky_failures=flaky_failures)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
@@ -195,3 +195,8 @@ class FakeOpenAIServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+    def kill(self) -> None:
+        """Down at once: open requests are dropped, not answered (a killed vLLM server)."""
+        self.server.force_exit = True
+        self.stop()

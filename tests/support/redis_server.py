@@ -1,6 +1,8 @@
 """A real redis-server on a free loopback port, for the Redis result-store tests.
 
 A failed start raises (the tests fail, they do not skip): scripts/test.sh installs redis-server.
+`stop()` then `start()` is a Redis outage and restart on the same port; `persist=True` runs it with
+AOF (what a deployment needs, see README "Redis in production"), so a restart keeps its data.
 """
 
 from __future__ import annotations
@@ -19,15 +21,22 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
+    def __init__(self, workdir: Path, *, persist: bool = False) -> None:
+        self.exe = shutil.which("redis-server")
+        if self.exe is None:
             raise RuntimeError("redis-server is not installed (scripts/test.sh installs it: apt-get install -y redis-server)")
         self.port = _free_port()
         self.workdir = workdir
+        self.persist = persist
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        persistence = (["--appendonly", "yes", "--appendfsync", "always", "--save", ""] if self.persist
+                       else ["--save", "", "--appendonly", "no"])
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir), "--protected-mode", "yes"],
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *persistence,
+             "--dir", str(self.workdir), "--protected-mode", "yes"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 15
@@ -52,12 +61,15 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout:
-            self.proc.stdout.close()
+                proc.kill()
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()

@@ -1,0 +1,69 @@
+"""Admission control of the synchronous APIs: bounded waiting, then a refusal with Retry-After.
+
+Without it, at 10x a backend's capacity every request queued inside the backend pool and waited
+(p50 5-10 s, all eventually 200): trainers' clients time out and retry, doubling the load. Here a
+request either gets one of `max_active` slots, waits for one (at most `max_waiting` requests, each
+at most `max_wait_s`), or is refused at once. The caller turns `Refused` into its protocol's
+status (429 native, 503 Flow-Factory) with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from ..config import AdmissionConfig
+from ..metrics import Metrics
+
+
+class Refused(Exception):
+    """No slot now; `retry_after_s` says when to come back."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Admission:
+    def __init__(self, cfg: AdmissionConfig, metrics: Metrics) -> None:
+        self.cfg = cfg
+        self.metrics = metrics
+        self._slots = asyncio.Semaphore(cfg.max_active)
+        self.active = 0
+        self.waiting = 0
+        metrics.admission_limit.labels("max_active").set(cfg.max_active)
+        metrics.admission_limit.labels("max_waiting").set(cfg.max_waiting)
+        metrics.admission_limit.labels("max_wait_s").set(cfg.max_wait_s)
+
+    def _refuse(self, api: str, reason: str, message: str) -> Refused:
+        self.metrics.admission_refused.labels(api, reason).inc()
+        return Refused(message, self.cfg.retry_after_s)
+
+    @asynccontextmanager
+    async def slot(self, api: str) -> AsyncIterator[None]:
+        if self._slots.locked() and self.waiting >= self.cfg.max_waiting:
+            raise self._refuse(api, "queue_full", (
+                f"overloaded: {self.active} requests scoring (server.admission.max_active = {self.cfg.max_active}) "
+                f"and {self.waiting} waiting (max_waiting = {self.cfg.max_waiting}); retry after "
+                f"{self.cfg.retry_after_s} s"))
+        self.waiting += 1
+        self.metrics.admission_waiting.set(self.waiting)
+        try:
+            async with asyncio.timeout(self.cfg.max_wait_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise self._refuse(api, "wait_timeout", (
+                f"overloaded: no scoring slot within server.admission.max_wait_s = {self.cfg.max_wait_s} s "
+                f"({self.cfg.max_active} requests scoring); retry after {self.cfg.retry_after_s} s")) from None
+        finally:
+            self.waiting -= 1
+            self.metrics.admission_waiting.set(self.waiting)
+        self.active += 1
+        self.metrics.admission_active.set(self.active)
+        try:
+            yield
+        finally:
+            self.active -= 1
+            self.metrics.admission_active.set(self.active)
+            self._slots.release()

@@ -1,0 +1,121 @@
+"""Admission control of the synchronous APIs (issue 14, finding 5): at ~10x a slow backend's
+capacity, requests beyond the bound are refused at once with 429 (native) / 503 (Flow-Factory)
+and Retry-After; the accepted ones complete; the bounds are in /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+import httpx
+import pytest
+
+from judge_gateway.config import ConfigError, validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.server import create_app
+from tests.conftest import png_bytes
+from tests.support.fake_openai import FakeOpenAIServer
+
+STALL_S = 0.6  # the fake backend's answer time
+CAPACITY = 2  # its concurrency (backend max_concurrency)
+
+
+@pytest.fixture(scope="module")
+def slow_backend():
+    server = FakeOpenAIServer(stall_s=STALL_S).start()
+    yield server
+    server.stop()
+
+
+def slow_config(base_url: str, **admission) -> dict:
+    return {
+        "server": {"admission": {"max_active": CAPACITY, "max_waiting": CAPACITY, "max_wait_s": 5.0,
+                                 "retry_after_s": 3, **admission}},
+        "backends": {"slow": {"model": "fake-stall", "base_urls": [base_url], "timeout_s": 30,
+                              "max_retries": 0, "max_concurrency": CAPACITY}},
+        "judges": {"quality": {"kind": "yes_no", "backend": "slow", "template": "image_quality@1"}},
+        "flow_factory": {"profiles": {"t2i": {"judges": {"quality": 1.0}}}},
+    }
+
+
+async def _burst(client: httpx.AsyncClient, n: int, send) -> list[tuple[httpx.Response, float]]:
+    async def one(i: int) -> tuple[httpx.Response, float]:
+        t0 = time.monotonic()
+        r = await send(client, i)
+        return r, time.monotonic() - t0
+    return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def _native(client: httpx.AsyncClient, i: int) -> httpx.Response:
+    return await client.post("/v1/rewards", json={"samples": [{"prompt": f"a cat {i}", "image": base64.b64encode(png_bytes(i)).decode()}]})
+
+
+async def _flow(client: httpx.AsyncClient, i: int) -> httpx.Response:
+    image = base64.b64encode(png_bytes(i)).decode()
+    return await client.post("/flow-factory/t2i/compute", json={"prompt": [f"a cat {i}"], "image": [image],
+                                                                 "video": None, "condition_images": None,
+                                                                 "condition_videos": None})
+
+
+@pytest.mark.parametrize("api, send, refused_status", [("native", _native, 429), ("flow_factory", _flow, 503)])
+async def test_beyond_the_bound_is_refused_at_once_with_retry_after(slow_backend, api, send, refused_status):
+    gw = Gateway(validate_config(slow_config(slow_backend.base_url)))
+    app = create_app(gw)
+    n = 10 * CAPACITY
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                                     timeout=60) as client:
+            t0 = time.monotonic()
+            results = await _burst(client, n, send)
+            wall = time.monotonic() - t0
+            metrics = (await client.get("/metrics")).text
+    finally:
+        await gw.aclose()
+    codes = [r.status_code for r, _ in results]
+    ok = [(r, s) for r, s in results if r.status_code == 200]
+    refused = [(r, s) for r, s in results if r.status_code == refused_status]
+    print(f"\n{api}: {n} requests at 10x capacity: {codes.count(200)} x 200, {len(refused)} x {refused_status}, "
+          f"refusals answered in <= {max(s for _, s in refused):.3f} s, wall {wall:.2f} s")
+    assert len(ok) + len(refused) == n, codes
+    # max_active scoring + max_waiting waiting are accepted; the other 16 are refused.
+    assert len(ok) == 2 * CAPACITY and len(refused) == n - 2 * CAPACITY, codes
+    for r, seconds in refused:
+        assert r.headers["Retry-After"] == "3"
+        assert "server.admission" in r.text
+        assert seconds < STALL_S / 2, seconds  # refused at once, not after waiting in line
+    for r, _ in ok:  # the accepted ones score, valid
+        body = r.json()
+        if api == "native":
+            assert body["results"][0]["scores"]["quality"]["valid"] is True
+        else:
+            assert len(body["rewards"]) == 1 and "error" not in body
+    assert f'judge_gateway_admission_limit{{bound="max_active"}} {float(CAPACITY)}' in metrics
+    assert f'judge_gateway_admission_limit{{bound="max_waiting"}} {float(CAPACITY)}' in metrics
+    assert 'judge_gateway_admission_limit{bound="max_wait_s"} 5.0' in metrics
+    assert f'judge_gateway_admission_refused_total{{api="{api}",reason="queue_full"}} {float(n - 2 * CAPACITY)}' \
+        in metrics
+
+
+async def test_a_request_waiting_past_max_wait_s_is_refused(slow_backend):
+    gw = Gateway(validate_config(slow_config(slow_backend.base_url, max_active=1, max_waiting=10, max_wait_s=0.2)))
+    app = create_app(gw)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                                     timeout=60) as client:
+            results = await _burst(client, 3, _native)
+    finally:
+        await gw.aclose()
+    codes = sorted(r.status_code for r, _ in results)
+    assert codes == [200, 429, 429]
+    for r, seconds in results:
+        if r.status_code == 429:
+            assert "max_wait_s = 0.2" in r.json()["error"]["message"]
+            assert 0.15 < seconds < STALL_S, seconds
+
+
+@pytest.mark.parametrize("bad", [{"max_active": 0}, {"max_waiting": -1}, {"max_wait_s": 0}, {"retry_after_s": 0},
+                                 {"max_active": "many"}, {"queue": 3}])
+def test_admission_config_is_validated_at_load(bad):
+    with pytest.raises(ConfigError, match="admission"):
+        validate_config({"server": {"admission": bad}, "backends": {}, "judges": {}})
