@@ -33,3 +33,27 @@ class LocalRayCluster:
         finally:
             ray.shutdown()
             self.cluster.shutdown()
+
+
+def kill_replica(actor_name: str) -> None:
+    """Kill a Serve replica's actor process outright (as a lost node would); Serve starts another."""
+    ray.kill(ray.get_actor(actor_name, namespace="serve"), no_restart=True)
+
+
+def gateway_test_config(vllm_url: str, redis_url: str, http_port: int, *, gateway_replicas: int = 2,
+                        ocr_replicas: int = 2) -> dict:
+    """The OCR head and a VLM judge on the real CPU vLLM; cosmos-rl on; the shared Redis store; and
+    a [ray] section with small replicas (the machine has 2 cores)."""
+    return {
+        "backends": {"qwen_vl": {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "base_urls": [vllm_url],
+                                 "timeout_s": 120, "max_concurrency": 8}},
+        "judges": {
+            "image_quality": {"kind": "yes_no", "backend": "qwen_vl", "template": "image_quality@1",
+                              "image": {"max_pixels": 50176}},
+            "ocr": {"kind": "ocr", "default": False, "options": {"device": "cpu", "max_batch_size": 8}},
+        },
+        "store": {"kind": "redis", "url": redis_url},
+        "ray": {"http_port": http_port,
+                "gateway": {"num_replicas": gateway_replicas, "num_cpus": 0.5},
+                "heads": {"ocr": {"num_replicas": ocr_replicas, "num_cpus": 0.5}}},
+    }
