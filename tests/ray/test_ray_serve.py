@@ -15,8 +15,10 @@ import collections
 import copy
 import io
 import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,7 +28,12 @@ from PIL import Image
 
 from judge_gateway import cli
 from judge_gateway.config import validate_config
-from judge_gateway.ray_mode.deploy import GATEWAY_DEPLOYMENT, deploy, head_deployment_name, status
+from judge_gateway.ray_mode.deploy import (
+    GATEWAY_DEPLOYMENT,
+    deploy,
+    head_deployment_name,
+    status,
+)
 from tests.support.cosmos_client import HEADERS, enqueue_body, poll
 from tests.support.fake_openai import free_port
 from tests.support.heads_env import text_image_png
@@ -38,7 +45,7 @@ pytestmark = pytest.mark.integration
 APP = "judge-gateway"
 OCR = head_deployment_name("ocr")
 JUDGES = ["ocr", "image_quality"]
-TEXT_SIZE = (384, 128)
+TEXT_SIZE = (288, 96)
 
 
 def png_b64(text: str) -> str:
@@ -190,20 +197,25 @@ async def test_requests_from_many_clients_are_batched_inside_a_head_replica(depl
 
 # ---- one gateway replica and one OCR replica killed under a steady load ----------------------
 
-LOAD_S = 80.0
-KILL_GATEWAY_AT = 25.0
-KILL_OCR_AT = 40.0
+LOAD_S = 100.0
+KILL_GATEWAY_AT = 30.0
+KILL_OCR_AT = 45.0
 WINDOW_S = 5.0
 NATIVE_CLIENTS = 2
-ENQUEUE_EVERY_S = 1.5
+ENQUEUE_EVERY_S = 6.0
+# A request in flight on a gateway replica that dies gets Serve's proxy's 500 at once (the proxy
+# never re-sends an HTTP request); scoring is idempotent, so the client sends it again, as a
+# trainer's client does.
+NATIVE_TRIES = 3
 
 
 @dataclass
 class NativeCall:
     started: float
     ended: float
-    outcome: str  # the HTTP status, or the client-side exception's name
+    outcome: str  # the final HTTP status, or the client-side exception's name
     valid: bool = False
+    failed_tries: list[tuple[float, str]] = field(default_factory=list)  # (ended, outcome) of tries sent again
 
 
 @dataclass
@@ -213,8 +225,18 @@ class KillRun:
     uuids: list[tuple[float, str]] = field(default_factory=list)
     pulls: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     killed: dict[str, str] = field(default_factory=dict)  # deployment -> replica id
+    killed_pids: dict[str, int] = field(default_factory=dict)
+    pid_gone_after_s: dict[str, float | None] = field(default_factory=dict)
     depth_samples: list[dict[str, int]] = field(default_factory=list)
     replicas_after: dict[str, int] = field(default_factory=dict)
+
+    def recovered_after_s(self) -> dict[str, float | None]:
+        """Per kill: seconds until the next native reply came back scored (the gap in service)."""
+        out: dict[str, float | None] = {}
+        for deployment, at in ((GATEWAY_DEPLOYMENT, KILL_GATEWAY_AT), (OCR, KILL_OCR_AT)):
+            ends = [c.ended for c in self.native if c.ended >= at and c.outcome == "200" and c.valid]
+            out[deployment] = round(min(ends) - at, 1) if ends else None
+        return out
 
     def completions(self, start: float, end: float) -> int:
         return sum(1 for c in self.native if c.outcome == "200" and c.valid and start <= c.ended < end)
@@ -225,13 +247,19 @@ async def _native_client(http: httpx.AsyncClient, run: KillRun, t0: float, stop:
     while time.monotonic() - t0 < stop:
         text = f"LOAD {k}{n % 10}"
         body = {"samples": [{"prompt": f'a sign that says "{text}"', "image": png_b64(text)}], "judges": JUDGES}
-        started = time.monotonic() - t0
-        try:
-            r = await http.post("/v1/rewards", json=body)
-            valid = r.status_code == 200 and all(s["valid"] for s in r.json()["results"][0]["scores"].values())
-            run.native.append(NativeCall(started, time.monotonic() - t0, str(r.status_code), valid))
-        except httpx.HTTPError as exc:
-            run.native.append(NativeCall(started, time.monotonic() - t0, type(exc).__name__))
+        call = NativeCall(time.monotonic() - t0, 0.0, "")
+        for _ in range(NATIVE_TRIES):
+            try:
+                r = await http.post("/v1/rewards", json=body)
+                call.outcome = str(r.status_code)
+                call.valid = r.status_code == 200 and all(s["valid"] for s in r.json()["results"][0]["scores"].values())
+            except httpx.HTTPError as exc:
+                call.outcome = type(exc).__name__
+            call.ended = time.monotonic() - t0
+            if call.outcome == "200" or call.outcome.startswith("4"):
+                break
+            call.failed_tries.append((call.ended, call.outcome))
+        run.native.append(call)
         n += 1
 
 
@@ -260,6 +288,23 @@ async def _killer(run: KillRun, t0: float) -> None:
         victim = next(r for d in deployments if d.name == deployment for r in d.replicas if r.state == "RUNNING")
         await asyncio.to_thread(kill_replica, f"SERVE_REPLICA::{APP}#{deployment}#{victim.replica_id}")
         run.killed[deployment] = victim.replica_id
+        assert victim.pid is not None
+        run.killed_pids[deployment] = victim.pid
+        run.pid_gone_after_s[deployment] = await pid_gone_after(victim.pid)
+
+
+async def pid_gone_after(pid: int, timeout_s: float = 10.0) -> float | None:
+    """Seconds until the process is gone (both nodes are on this machine), None if it stays."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        try:
+            os.kill(pid, 0)
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return time.monotonic() - started
+        except (ProcessLookupError, OSError):
+            return time.monotonic() - started
+        await asyncio.sleep(0.05)
+    return None
 
 
 async def _depths(run: KillRun, t0: float, stop: float) -> None:
@@ -279,8 +324,7 @@ async def kill_run(deployed) -> KillRun:
         # The trainer pulls every accepted uuid, each reward, until a final answer.
         for _, uid in run.uuids:
             for name in ("ocr", "image_quality"):
-                run.pulls[(uid, name)] = (await poll(http, uid, name, timeout=300, interval=0.5)).json() | {
-                    "_status": None}
+                run.pulls[(uid, name)] = (await poll(http, uid, name, timeout=300, interval=0.5)).json()
     _, deployments = await asyncio.to_thread(status, APP)
     run.replicas_after = {d.name: sum(r.state == "RUNNING" for r in d.replicas) for d in deployments}
     _print_figures(run)
@@ -293,10 +337,16 @@ def _print_figures(run: KillRun) -> None:
                                    for c in run.native)
     resolved = sum(1 for p in run.pulls.values() if p.get("valid") and all(p["valid"]) and p.get("status") != "failed")
     print(f"\nkill run: {LOAD_S:.0f} s, gateway replica killed at {KILL_GATEWAY_AT:.0f} s, "
-          f"OCR replica at {KILL_OCR_AT:.0f} s; killed {run.killed}")
-    print(f"  native requests: {len(run.native)}, outcomes {dict(outcomes)}, "
-          f"longest {max(c.ended - c.started for c in run.native):.1f} s")
-    print(f"  completed per {WINDOW_S:.0f} s window: {windows}")
+          f"OCR replica at {KILL_OCR_AT:.0f} s; killed {run.killed} (pids {run.killed_pids}, gone after "
+          f"{run.pid_gone_after_s} s)")
+    latencies = sorted(c.ended - c.started for c in run.native)
+    print(f"  native requests: {len(run.native)}, outcomes {dict(outcomes)}, latency p50 "
+          f"{latencies[len(latencies) // 2]:.1f} s, max {latencies[-1]:.1f} s; sent again: "
+          f"{[t for c in run.native for t in c.failed_tries]}")
+    print(f"  completed per {WINDOW_S:.0f} s window: {windows}; next scored reply after each kill in s: "
+          f"{run.recovered_after_s()}; completed per s before the kills "
+          f"{run.completions(5.0, KILL_GATEWAY_AT) / (KILL_GATEWAY_AT - 5.0):.2f}, in the last 25 s "
+          f"{run.completions(LOAD_S - 25.0, LOAD_S) / 25.0:.2f}")
     print(f"  cosmos-rl enqueues {collections.Counter(s for _, s in run.enqueues)}; accepted uuids "
           f"{len(run.uuids)}; (uuid, reward) pulls resolved with a real result: {resolved}/{len(run.pulls)}")
     failed = [(uid, name, p.get("reason")) for (uid, name), p in run.pulls.items() if p.get("status") == "failed"]
@@ -308,14 +358,19 @@ def _print_figures(run: KillRun) -> None:
 
 def test_kill_run_every_native_request_returns(kill_run):
     assert kill_run.killed.keys() == {GATEWAY_DEPLOYMENT, OCR}
+    assert all(s is not None and s < 10 for s in kill_run.pid_gone_after_s.values()), kill_run.pid_gone_after_s
     assert kill_run.native and all(c.ended - c.started < 180 for c in kill_run.native)
     bad = [c for c in kill_run.native if not (c.outcome == "200" and c.valid)]
     assert not bad, bad
+    # Only requests in flight on the killed gateway replica were answered with an error (at the
+    # kill, not after a wait), and the OCR replica's death cost no request anything.
+    failed_tries = [t for c in kill_run.native for t in c.failed_tries]
+    assert all(KILL_GATEWAY_AT <= ended < KILL_GATEWAY_AT + 5.0 for ended, _ in failed_tries), failed_tries
 
 
 def test_kill_run_every_accepted_uuid_resolves_with_a_real_result(kill_run):
     """The issue's bar: no fill, no "failed" for any uuid the gateway accepted."""
-    assert len(kill_run.uuids) >= 20
+    assert len(kill_run.uuids) >= 15
     bad = {key: (p.get("status"), p.get("reason")) for key, p in kill_run.pulls.items()
            if p.get("status") == "failed" or not p.get("valid") or not all(p["valid"])}
     assert not bad, f"{len(bad)} of {len(kill_run.pulls)} pulls: {list(bad.items())[:3]}"
@@ -324,8 +379,9 @@ def test_kill_run_every_accepted_uuid_resolves_with_a_real_result(kill_run):
 
 
 def test_kill_run_throughput_recovers_and_serve_replaces_the_replicas(kill_run):
-    before = kill_run.completions(KILL_GATEWAY_AT - 15.0, KILL_GATEWAY_AT)
-    after = kill_run.completions(LOAD_S - 15.0, LOAD_S)
+    before = kill_run.completions(5.0, KILL_GATEWAY_AT) / (KILL_GATEWAY_AT - 5.0)
+    after = kill_run.completions(LOAD_S - 25.0, LOAD_S) / 25.0
     assert before > 0 and after >= 0.5 * before, (before, after)
+    assert all(r is not None and r < 30.0 for r in kill_run.recovered_after_s().values()), kill_run.recovered_after_s()
     assert kill_run.replicas_after == {GATEWAY_DEPLOYMENT: 2, OCR: 2}
     assert max(sum(s.values()) for s in kill_run.depth_samples) > 0  # ray-status saw work queued
