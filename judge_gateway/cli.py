@@ -32,7 +32,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
               "server.api_keys; or set server.allow_unauthenticated_public)", file=sys.stderr)
         return 2
-    if args.ray is not None:
+    if args.ray is not None or cfg.ray is not None:  # a [ray] section means Ray mode
         return _serve_on_ray(cfg, keys, args.ray or None)
     app = create_app(Gateway(cfg), api_keys=keys)
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", action="append", help="accepted Bearer token (repeatable)")
     s.add_argument("--log-level", default="info")
     s.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                   help="deploy on Ray Serve instead ([ray] section; ADDRESS overrides ray.address) and return")
+                   help="deploy on Ray Serve and return (also when the config has a [ray] section; "
+                        "ADDRESS overrides ray.address)")
     s.set_defaults(func=_cmd_serve)
 
     s = sub.add_parser("ray-status", help="Ray mode: deployments, replicas and their queue depths")

@@ -104,7 +104,7 @@ def status(app_name: str, timeout_s: float = 5.0) -> tuple[str, list[DeploymentS
                 try:
                     actor = ray.get_actor(r.actor_name, namespace="serve")
                     depth = ray.get(actor.get_num_ongoing_requests.remote(), timeout=timeout_s)
-                except Exception:  # a replica that is going away: its depth is unknown, not 0
+                except (ray.exceptions.RayError, ValueError):  # going away: its depth is unknown, not 0
                     depth = None
             replicas.append(ReplicaStatus(r.replica_id, r.state.value, r.node_ip, r.pid, depth))
         out.append(DeploymentStatus(name, dep.status.value, replicas))

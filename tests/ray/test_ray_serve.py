@@ -45,16 +45,17 @@ pytestmark = pytest.mark.integration
 APP = "judge-gateway"
 OCR = head_deployment_name("ocr")
 JUDGES = ["ocr", "image_quality"]
-TEXT_SIZE = (288, 96)
+LOAD_SIZE = (288, 96)  # the kill run's images: small, so the 2 cores keep up with the load
+CLEAR_SIZE = (384, 128)  # the parity test's: large enough for OCR to read them back exactly
 
 
-def png_b64(text: str) -> str:
-    return base64.b64encode(text_image_png(text, TEXT_SIZE)).decode()
+def png_b64(text: str, size: tuple[int, int] = LOAD_SIZE) -> str:
+    return base64.b64encode(text_image_png(text, size)).decode()
 
 
-def text_pixels(texts: list[str]) -> np.ndarray:
+def text_pixels(texts: list[str], size: tuple[int, int] = LOAD_SIZE) -> np.ndarray:
     """npy uint8 [B, H, W, 3], as cosmos-rl's image clients send."""
-    return np.stack([np.asarray(Image.open(io.BytesIO(text_image_png(t, TEXT_SIZE))).convert("RGB"))
+    return np.stack([np.asarray(Image.open(io.BytesIO(text_image_png(t, size))).convert("RGB"))
                      for t in texts])
 
 
@@ -119,8 +120,9 @@ async def test_ray_mode_gives_the_scores_of_one_machine(deployed):
     machine, for the native API and for cosmos-rl pulls."""
     local = ServedGateway({k: v for k, v in deployed.data.items() if k != "ray"})
     texts = ["Hello World", "Goodbye Moon", "RAY SERVE"]
-    native = {"samples": [{"prompt": 'a sign that says "Hello World"', "image": png_b64(t)} for t in texts]
-              + [{"prompt": "a sign with no quoted text", "image": png_b64("plain")}], "judges": JUDGES}
+    native = {"samples": [{"prompt": 'a sign that says "Hello World"', "image": png_b64(t, CLEAR_SIZE)}
+                          for t in texts]
+              + [{"prompt": "a sign with no quoted text", "image": png_b64("plain", CLEAR_SIZE)}], "judges": JUDGES}
     meta = {"reward_fn": {"ocr": 1.0, "image_quality": 1.0}, "media_type": "image",
             "prompts": [f'a sign that says "{t}"' for t in texts]}
     replies: dict[str, Any] = {}
@@ -132,7 +134,7 @@ async def test_ray_mode_gives_the_scores_of_one_machine(deployed):
                 assert (await http.post("/v1/rewards", json=warm)).status_code == 200
                 r = await http.post("/v1/rewards", json=native)
                 assert r.status_code == 200, r.text
-                e = await http.post("/api/reward/enqueue", content=enqueue_body(meta, text_pixels(texts)),
+                e = await http.post("/api/reward/enqueue", content=enqueue_body(meta, text_pixels(texts, CLEAR_SIZE)),
                                     headers=HEADERS)
                 assert e.status_code == 200, e.text
                 pulls = {name: (await poll(http, e.json()["uuid"], name, timeout=300, interval=0.2)).json()
@@ -203,6 +205,8 @@ KILL_OCR_AT = 45.0
 WINDOW_S = 5.0
 NATIVE_CLIENTS = 2
 ENQUEUE_EVERY_S = 6.0
+BURST = 6  # enqueues sent together BURST_LEAD_S before the gateway kill
+BURST_LEAD_S = 1.5
 # A request in flight on a gateway replica that dies gets Serve's proxy's 500 at once (the proxy
 # never re-sends an HTTP request); scoring is idempotent, so the client sends it again, as a
 # trainer's client does.
@@ -263,22 +267,33 @@ async def _native_client(http: httpx.AsyncClient, run: KillRun, t0: float, stop:
         n += 1
 
 
+async def _enqueue(http: httpx.AsyncClient, run: KillRun, t0: float, name: str) -> None:
+    texts = [f"TRAIN {name}A", f"TRAIN {name}B"]
+    meta = {"reward_fn": {"ocr": 1.0, "image_quality": 1.0}, "media_type": "image",
+            "prompts": [f'a sign that says "{t}"' for t in texts]}
+    t = time.monotonic() - t0
+    try:
+        r = await http.post("/api/reward/enqueue", content=enqueue_body(meta, text_pixels(texts)), headers=HEADERS)
+        run.enqueues.append((t, str(r.status_code)))
+        if r.status_code == 200:
+            run.uuids.append((t, r.json()["uuid"]))
+    except httpx.HTTPError as exc:
+        run.enqueues.append((t, type(exc).__name__))
+
+
 async def _trainer(http: httpx.AsyncClient, run: KillRun, t0: float, stop: float) -> None:
     n = 0
     while time.monotonic() - t0 < stop:
-        texts = [f"TRAIN {n}A", f"TRAIN {n}B"]
-        meta = {"reward_fn": {"ocr": 1.0, "image_quality": 1.0}, "media_type": "image",
-                "prompts": [f'a sign that says "{t}"' for t in texts]}
-        t = time.monotonic() - t0
-        try:
-            r = await http.post("/api/reward/enqueue", content=enqueue_body(meta, text_pixels(texts)), headers=HEADERS)
-            run.enqueues.append((t, str(r.status_code)))
-            if r.status_code == 200:
-                run.uuids.append((t, r.json()["uuid"]))
-        except httpx.HTTPError as exc:
-            run.enqueues.append((t, type(exc).__name__))
+        await _enqueue(http, run, t0, str(n))
         n += 1
         await asyncio.sleep(ENQUEUE_EVERY_S)
+
+
+async def _burst(http: httpx.AsyncClient, run: KillRun, t0: float) -> None:
+    """Enqueues just before the gateway kill, so the killed replica surely holds accepted work
+    that is not scored yet (what a dead replica must not lose)."""
+    await asyncio.sleep(max(0.0, KILL_GATEWAY_AT - BURST_LEAD_S - (time.monotonic() - t0)))
+    await asyncio.gather(*(_enqueue(http, run, t0, f"burst{i}") for i in range(BURST)))
 
 
 async def _killer(run: KillRun, t0: float) -> None:
@@ -320,7 +335,8 @@ async def kill_run(deployed) -> KillRun:
     t0 = time.monotonic()
     async with httpx.AsyncClient(base_url=deployed.url, timeout=180) as http:
         await asyncio.gather(*(_native_client(http, run, t0, LOAD_S, k) for k in range(NATIVE_CLIENTS)),
-                             _trainer(http, run, t0, LOAD_S), _killer(run, t0), _depths(run, t0, LOAD_S))
+                             _trainer(http, run, t0, LOAD_S), _burst(http, run, t0), _killer(run, t0),
+                             _depths(run, t0, LOAD_S))
         # The trainer pulls every accepted uuid, each reward, until a final answer.
         for _, uid in run.uuids:
             for name in ("ocr", "image_quality"):
@@ -347,8 +363,8 @@ def _print_figures(run: KillRun) -> None:
           f"{run.recovered_after_s()}; completed per s before the kills "
           f"{run.completions(5.0, KILL_GATEWAY_AT) / (KILL_GATEWAY_AT - 5.0):.2f}, in the last 25 s "
           f"{run.completions(LOAD_S - 25.0, LOAD_S) / 25.0:.2f}")
-    print(f"  cosmos-rl enqueues {collections.Counter(s for _, s in run.enqueues)}; accepted uuids "
-          f"{len(run.uuids)}; (uuid, reward) pulls resolved with a real result: {resolved}/{len(run.pulls)}")
+    print(f"  cosmos-rl enqueues {collections.Counter(s for _, s in run.enqueues)} ({BURST} of them "
+          f"{BURST_LEAD_S} s before the gateway kill); accepted uuids {len(run.uuids)}; (uuid, reward) pulls resolved with a real result: {resolved}/{len(run.pulls)}")
     failed = [(uid, name, p.get("reason")) for (uid, name), p in run.pulls.items() if p.get("status") == "failed"]
     if failed:
         print(f"  failed pulls: {len(failed)}, e.g. {failed[:2]}")

@@ -73,3 +73,17 @@ def test_serve_ray_and_ray_status_are_commands():
     assert build_parser().parse_args(["serve"]).ray is None  # one machine, the default
     args = build_parser().parse_args(["ray-status", "--address", "auto", "--json"])
     assert args.address == "auto" and args.json
+
+
+def test_serve_with_a_ray_section_deploys_on_ray_never_on_one_machine(tmp_path, capsys, monkeypatch):
+    """A [ray] section is never silently served on one machine: `serve` takes the Ray path (here,
+    with Ray hidden, it says which extra is missing instead of starting uvicorn)."""
+    from judge_gateway import cli
+
+    path = tmp_path / "ray.toml"
+    path.write_text('[judges.ocr]\nkind = "ocr"\ndefault = false\n\n[ray]\naddress = "127.0.0.1:1"\n')
+    monkeypatch.setitem(sys.modules, "ray", None)  # as where the extra is not installed
+    monkeypatch.setitem(sys.modules, "judge_gateway.ray_mode.deploy", None)
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("served on one machine"))
+    assert cli.main(["serve", "--config", str(path)]) == 2
+    assert "Ray mode needs the `ray` extra (scripts/setup_ray.sh)" in capsys.readouterr().err
