@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError,
 from .bands import check_bands
 from .media import MAX_VIDEO_FRAMES, MediaLimits
 from .protocol_config import CosmosRLConfig, FlowFactoryConfig, StoreConfig, check_protocols
+from .ray_config import RayConfig, check_ray
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -386,6 +387,8 @@ class GatewayConfig(_Strict):
     cosmos_rl: CosmosRLConfig = Field(default_factory=CosmosRLConfig)
     flow_factory: FlowFactoryConfig = Field(default_factory=FlowFactoryConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    # Distributed mode (`judge-gateway serve --ray`); absent: one machine, no Ray needed.
+    ray: RayConfig | None = None
 
     def judge_options(self, name: str) -> BaseModel:
         judge = self.judges[name]
@@ -462,6 +465,8 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                         problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
                                         "slot for a video's first frame to fill")
     problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
+    problems += check_ray(cfg.ray, {n for n, j in cfg.judges.items() if j.kind in HEAD_KINDS}, set(cfg.judges),
+                          cfg.store.kind, cfg.cosmos_rl.enabled)
     host = cfg.server.host
     if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
         if not cfg.server.allow_unauthenticated_public:

@@ -16,6 +16,7 @@ scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-
 scripts/setup_geneval.sh   # .venv-geneval: mmdet + mmcv (built once per machine, ~10-20 min) for the gen_eval head
 scripts/setup_imagereward.sh   # .venv-imagereward: the image-reward package (transformers 4.45 stack), ~2.5 min
 scripts/setup_cosmos_rl_client.sh   # .venv-cosmosrl: cosmos-rl's real trainer reward client (--no-deps + CPU torch), ~2.5 min
+scripts/setup_ray.sh    # .venv-ray: the gateway with the `ray` extra (ray[serve]) for the Ray mode tests, ~1 min
 # The Redis result-store tests start their own redis-server (a missing one is a failure).
 if ! command -v redis-server >/dev/null 2>&1; then
     echo "== installing redis-server (Debian)"
@@ -35,3 +36,5 @@ echo "== reliability suite (fuzz, backend / Redis / replica / head faults; a few
 .venv/bin/python -m pytest tests/reliability -q -s "$@"
 echo "== integration tests (real vLLM on CPU, local heads)"
 .venv/bin/python -m pytest tests/integration -q "$@"
+echo "== Ray mode tests (.venv-ray; two-node local Ray cluster, real vLLM on CPU, replica kills)"
+.venv-ray/bin/python -m pytest tests/ray -q -p no:warnings "$@"

@@ -62,11 +62,7 @@ class HeadJudge(Judge):
         return ("image", "video")
 
     async def probe(self) -> tuple[bool, str | None]:
-        try:
-            self.worker.ensure_started()
-        except HeadError as exc:
-            return False, str(exc)
-        return self.worker.readiness()
+        return await self.worker.probe()
 
     async def aclose(self) -> None:
         await self.worker.aclose()

@@ -118,6 +118,14 @@ class HeadWorker:
             return True, None
         return False, f"{self.state}: {self.reason}" if self.reason else self.state
 
+    async def probe(self) -> tuple[bool, str | None]:
+        """Readiness, starting the worker on the first probe (so /readyz loads the model)."""
+        try:
+            self.ensure_started()
+        except HeadError as exc:
+            return False, str(exc)
+        return self.readiness()
+
     async def wait_ready(self) -> None:
         self.ensure_started()
         assert self._ready is not None
