@@ -466,7 +466,7 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
                                         "slot for a video's first frame to fill")
     problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
     problems += check_ray(cfg.ray, {n for n, j in cfg.judges.items() if j.kind in HEAD_KINDS}, set(cfg.judges),
-                          cfg.store.kind, cfg.cosmos_rl.enabled)
+                          cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
     host = cfg.server.host
     if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
         if not cfg.server.allow_unauthenticated_public:

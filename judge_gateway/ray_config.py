@@ -71,7 +71,7 @@ class RayConfig(_Strict):
 
 
 def check_ray(ray: RayConfig | None, head_judges: set[str], all_judges: set[str], store_kind: str,
-              cosmos_enabled: bool) -> list[str]:
+              cosmos_enabled: bool, queue_enabled: bool = False) -> list[str]:
     """Cross-section problems of [ray], each naming its key."""
     if ray is None:
         return []
@@ -85,4 +85,8 @@ def check_ray(ray: RayConfig | None, head_judges: set[str], all_judges: set[str]
         # Pulls land on any replica: an in-memory store would answer `unknown` for another's uuid.
         problems.append(f"ray.gateway: {ray.gateway.replica_bounds()[1]} replicas serving cosmos-rl need "
                         "store.kind = \"redis\" (each replica's memory store holds only its own uuids)")
+    elif cosmos_enabled and ray.gateway.replica_bounds()[1] > 1 and not queue_enabled:
+        # Without the durable queue a dead replica's accepted uuids end "failed" (measured: 7 of 23).
+        problems.append(f"ray.gateway: {ray.gateway.replica_bounds()[1]} replicas serving cosmos-rl need "
+                        "store.queue.enabled = true (else the accepted work of a replica that dies is lost)")
     return problems

@@ -16,7 +16,8 @@ BACKENDS = {"qwen": {"model": "m", "base_urls": ["http://127.0.0.1:9/v1"]}}
 
 def config(ray: dict, store: dict | None = None, **extra) -> dict:
     return {"backends": BACKENDS, "judges": {"ocr": HEAD, "quality": VLM},
-            "store": store or {"kind": "redis", "url": "redis://127.0.0.1:6379/0"}, "ray": ray, **extra}
+            "store": store or {"kind": "redis", "url": "redis://127.0.0.1:6379/0", "queue": {"enabled": True}},
+            "ray": ray, **extra}
 
 
 def test_a_ray_section_loads_typed_with_its_defaults():
@@ -46,6 +47,8 @@ def test_without_a_ray_section_there_is_none_and_loading_one_imports_no_ray():
      'ray.gateway: 2 replicas serving cosmos-rl need store.kind = "redis"'),
     ({"gateway": {"autoscaling": {"min_replicas": 1, "max_replicas": 3}}}, {"kind": "memory"},
      'ray.gateway: 3 replicas serving cosmos-rl need store.kind = "redis"'),
+    ({"gateway": {"num_replicas": 2}}, {"kind": "redis", "url": "redis://127.0.0.1:6379/0"},
+     "ray.gateway: 2 replicas serving cosmos-rl need store.queue.enabled = true"),
     ({"gateway": {"num_replicas": 2, "autoscaling": {}}}, None, "set num_replicas or autoscaling, not both"),
     ({"gateway": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, None,
      "min_replicas = 3 exceeds max_replicas = 2"),
