@@ -56,13 +56,6 @@ class Metrics:
             "Encodes reused by another judge or sample of the same request, by kind.",
             ["kind"], registry=self.registry,
         )
-
-    def observe_media(self, encodes: dict[str, int], hits: dict[str, int]) -> None:
-        for kind, n in encodes.items():
-            self.media_encodes.labels(kind).inc(n)
-        for kind, n in hits.items():
-            self.media_cache_hits.labels(kind).inc(n)
-
         self.admission_active = Gauge(
             "judge_gateway_admission_active", "Synchronous requests scoring now.", registry=self.registry,
         )
@@ -77,6 +70,12 @@ class Metrics:
             "judge_gateway_admission_refused_total", "Synchronous requests refused by admission control.",
             ["api", "reason"], registry=self.registry,
         )
+
+    def observe_media(self, encodes: dict[str, int], hits: dict[str, int]) -> None:
+        for kind, n in encodes.items():
+            self.media_encodes.labels(kind).inc(n)
+        for kind, n in hits.items():
+            self.media_cache_hits.labels(kind).inc(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
