@@ -28,7 +28,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(built):
-    return TestClient(create_browse_app(load_runs([str(built.a), str(built.b)])))
+    return TestClient(create_browse_app(load_runs([str(built.a), str(built.b)])), base_url="http://localhost")
 
 
 def test_pages_render_scores_critique_and_charts(client, built):
@@ -82,9 +82,12 @@ def test_never_serves_outside_the_run_folders(client, built, tmp_path_factory):
     (built.a / "link_out").symlink_to(outside)
     (built.a / "frames").mkdir(exist_ok=True)
     (built.a / "frames" / "f0.png").write_bytes(b"\x89PNG inside")
-    assert client.get("/run/0/file/frames/f0.png").content == b"\x89PNG inside"
-    assert client.get("/run/0/file/run.json").status_code == 200
-    assert client.get("/run/0/file/clip0008.webm").status_code == 200  # the input folder is a root
+    # No route serves an arbitrary file any more (the old /run/{r}/file/ route served anything
+    # under the input root, the JSONL's parent folder, which can be $HOME): only /media serves
+    # the files scores.jsonl names.
+    for path in ("frames/f0.png", "run.json", "clip0008.webm"):
+        assert client.get(f"/run/0/file/{path}").status_code == 404, path
+    assert client.get("/run/0/media/8/video").status_code == 200
     rel = os.path.relpath(outside, built.a)
     for path in ("../../../../etc/passwd", "%2e%2e/%2e%2e/%2e%2e/etc/passwd", "..%2f..%2f..%2fetc%2fpasswd",
                  "%2fetc%2fpasswd", "/etc/passwd", "link_out", rel, rel.replace("/", "%2f"), str(outside)):
@@ -108,7 +111,7 @@ def test_never_serves_outside_the_run_folders(client, built, tmp_path_factory):
     lines[1]["image"] = str(outside)
     lines[2]["image"] = os.path.relpath(outside, built.inputs)
     (evil_run / "scores.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    evil = TestClient(create_browse_app(load_runs([str(evil_run)])))
+    evil = TestClient(create_browse_app(load_runs([str(evil_run)])), base_url="http://127.0.0.1")
     assert evil.get("/run/0/media/1/image").status_code == 404
     assert evil.get("/run/0/media/2/image").status_code == 404
     assert evil.get("/run/0/media/3/image").status_code == 200
