@@ -56,7 +56,8 @@ def load_run(path: Path, name: str | None = None) -> Run:
     info = runs.read_run_info(path)
     if not isinstance(info, dict):
         info = {}
-    lines, problems = normalize_lines(runs.read_lines(path))
+    raw = runs.read_lines(path)
+    lines, problems = normalize_lines(raw)
     for problem in problems[:5]:
         print(f"warning: {path / runs.SCORES_FILE}: {problem}", file=sys.stderr)
     if len(problems) > 5:
@@ -75,7 +76,7 @@ def load_run(path: Path, name: str | None = None) -> Run:
         media = [input_root]
     return Run(name=name or here.name, path=here, info=info, lines=lines, judges=judges,
                roots=[here, *media], bases=[b for b in (here, input_root) if b is not None],
-               skipped=sum(1 for p in problems if p.startswith("line")))
+               skipped=len(raw) - len(lines))
 
 
 def _folder(value: Any) -> Path | None:
