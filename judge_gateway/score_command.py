@@ -2,7 +2,9 @@
 
 Resumable: a sample whose line is already in RUN_DIR/scores.jsonl (by content key) is not sent
 again, so a killed run is continued by running the same command. A folder scored with another
-config, other judges or other templates is refused rather than mixed.
+config, other judges, templates, models, judge kinds or weights is refused rather than mixed
+(with --server there is no config hash: the judges the server lists are all that identifies them).
+An input file that cannot be read is that sample's bad_input (keyed by its path), never the run's end.
 Exit status: 0 when every sample is valid, 1 when any is invalid or lost to a request error.
 """
 

@@ -15,7 +15,12 @@ from fastapi.testclient import TestClient
 
 from judge_gateway.browse.app import create_browse_app
 from judge_gateway.browse.data import load_runs
-from judge_gateway.browse.stats import compare_runs, invalid_by_code, rank_groups, valid_rewards
+from judge_gateway.browse.stats import (
+    compare_runs,
+    invalid_by_code,
+    rank_groups,
+    valid_rewards,
+)
 from judge_gateway.cli import main as cli_main
 from tests.support import scored_runs as sr
 from tests.support.live_server import LiveServer
@@ -268,6 +273,8 @@ def test_invalid_samples_with_a_filled_reward_are_not_valid_rewards(tmp_path):
     assert c.paired == 2 and c.mean_a == pytest.approx(0.6) and c.mean_b == pytest.approx(0.5)
     _, rows = rank_groups([ra], COMBINED)
     assert rows[0].n == 3 and rows[0].mean == pytest.approx(0.6)
+    stats = _local([ra, rb]).get("/stats").text
+    assert '<td>a</td><td>3</td><td>0.6000</td>\n<td class="filled">1</td><td>0.0000</td>' in stats
 
 
 def test_dollar_signs_in_names_are_plain_text(tmp_path, capsys):
@@ -325,7 +332,12 @@ def test_the_frames_shown_are_the_frames_the_judge_saw(tmp_path):
     """65 source frames, num_frames = 7: the sampler's half-up rounding and even_frames give
     0 11 21 32 43 53, which no arithmetic sequence from first/step reproduces (43 vs 42)."""
     from judge_gateway.browse.data import judge_frames
-    from judge_gateway.media import VideoMedia, VideoSampling, encode_video, sample_frame_indices
+    from judge_gateway.media import (
+        VideoMedia,
+        VideoSampling,
+        encode_video,
+        sample_frame_indices,
+    )
     from tests.support.media_files import write_video
 
     sampling = VideoSampling(num_frames=7)
