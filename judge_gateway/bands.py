@@ -2,7 +2,8 @@
 
 A map is {label: lower bound}; a reward gets the label of the highest bound it reaches, and the
 lowest band also takes every reward below its own bound (it is open below), so every valid
-reward has a band. Video judges get DEFAULT_VIDEO_BANDS unless their config sets `bands`.
+reward has a band. VLM judges scoring a video get DEFAULT_VIDEO_BANDS unless their config sets
+`bands` (their rewards are in [0, 1]); heads, whose scores have their own scale, only configured ones.
 """
 
 from __future__ import annotations

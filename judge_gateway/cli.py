@@ -169,13 +169,14 @@ def _cmd_browse(args: argparse.Namespace) -> int:
         return 0
     import uvicorn
 
-    from .browse.app import create_browse_app
+    from .browse.app import allowed_hosts, create_browse_app
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: the browser has no authentication; {args.host} serves these runs' media to "
               "anyone who can reach it", file=sys.stderr)
     print(f"browsing {len(runs)} run(s) at http://{args.host}:{args.port}/", file=sys.stderr)
-    uvicorn.run(create_browse_app(runs), host=args.host, port=args.port, log_level="warning")
+    hosts = allowed_hosts(args.host, args.allowed_host)
+    uvicorn.run(create_browse_app(runs, hosts), host=args.host, port=args.port, log_level="warning")
     return 0
 
 
@@ -252,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="folders written by `score -o`")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only)")
     s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a Host header to answer besides localhost, 127.0.0.1 and --host (repeatable; "
+                        "needed with --host 0.0.0.0)")
     s.add_argument("--export", metavar="REPORT.html", help="write one self-contained HTML file instead")
     s.set_defaults(func=_cmd_browse)
 

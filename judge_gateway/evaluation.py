@@ -112,8 +112,12 @@ class BinaryReport:
     fp: int
     fn: int
     tn: int
-    ece: float
+    ece: float | None
     bins: list[dict[str, float]]
+    calibration_refused: str | None = None  # why no calibration was computed
+
+    def to_json(self) -> dict[str, Any]:
+        return _json_safe(self.__dict__)
 
     def render(self) -> str:
         invalid = sum(self.invalid.values())
@@ -127,7 +131,8 @@ class BinaryReport:
             "              pred good  pred bad",
             f"  label good  {self.tp:9d}  {self.fn:8d}",
             f"  label bad   {self.fp:9d}  {self.tn:8d}",
-            f"expected calibration error ({CALIBRATION_BINS} bins): {self.ece:.4f}",
+            f"expected calibration error ({CALIBRATION_BINS} bins): {self.ece:.4f}" if self.ece is not None
+            else f"calibration: not computed: {self.calibration_refused}",
         ])
 
 
@@ -137,11 +142,17 @@ def binary_report(judge: str, rewards: list[float | None], labels: list[int], co
     s = np.array([rewards[i] for i in ok], dtype=float)
     y = np.array([labels[i] for i in ok], dtype=int)
     pred = (s >= threshold).astype(int)
+    outside = s[(s < 0) | (s > 1)]
+    refused = None
+    if len(outside):
+        # The plot compares a reward with a fraction of good labels: only a reward in [0, 1] is one.
+        refused = (f"{len(outside)} of {len(s)} rewards lie outside [0, 1] (min {s.min():g}, max {s.max():g}); "
+                   "calibration compares a reward with a probability")
     bins = []
     edges = np.linspace(0.0, 1.0, CALIBRATION_BINS + 1)
     which = np.clip(np.digitize(s, edges[1:-1]), 0, CALIBRATION_BINS - 1)  # rewards in [0, 1]
     ece = 0.0
-    for b in range(CALIBRATION_BINS):
+    for b in range(0 if refused else CALIBRATION_BINS):
         in_bin = which == b
         if in_bin.any():
             mean, frac = float(s[in_bin].mean()), float(y[in_bin].mean())
@@ -154,7 +165,18 @@ def binary_report(judge: str, rewards: list[float | None], labels: list[int], co
         accuracy=float((pred == y).mean()) if len(y) else math.nan, auc=roc_auc(s, y),
         tp=int(((pred == 1) & (y == 1)).sum()), fp=int(((pred == 1) & (y == 0)).sum()),
         fn=int(((pred == 0) & (y == 1)).sum()), tn=int(((pred == 0) & (y == 0)).sum()),
-        ece=float(ece) if len(s) else math.nan, bins=bins)
+        ece=None if refused else (float(ece) if len(s) else math.nan), bins=bins, calibration_refused=refused)
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN / inf: such a figure (AUC with one class only, ...) is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def plot_calibration(report: BinaryReport, path: Path) -> None:
@@ -202,6 +224,9 @@ def _pairwise(cfg: Any, judge: str, path: Path, opts: Any, out: TextIO) -> int:
     codes = Counter(row.error_code for row in table.values() if not row.valid)
     print(f"judge {judge}: {len(labelled)} labelled pairs, {int(np.isnan(d).sum())} left out (a side invalid"
           + (f": {', '.join(f'{c}={n}' for c, n in codes.most_common())}" if codes else "") + ")", file=out)
+    if not np.isfinite(d).any():
+        print("error: no pair has a valid score on both sides; nothing to evaluate", file=sys.stderr)
+        return 1
     print(f"pairwise accuracy without ties: {acc['acc_no_ties']:.4f} ({acc['pairs_no_ties']} pairs)", file=out)
     print(f"pairwise accuracy with ties: {acc['acc_with_ties']:.4f} ({acc['pairs']} pairs, tie threshold "
           f"{t:.4f} calibrated on this data)", file=out)
@@ -237,8 +262,12 @@ def run_eval_command(args: argparse.Namespace, out: TextIO | None = None) -> int
         print("error: no sample got a valid score; nothing to evaluate", file=sys.stderr)
         return 1
     plot = Path(args.plot) if args.plot else path.with_suffix(".calibration.png")
-    plot_calibration(report, plot)
-    print(f"calibration plot: {plot}", file=out)
+    if report.calibration_refused is None:
+        plot_calibration(report, plot)
+        print(f"calibration plot: {plot}", file=out)
+    else:
+        print(f"no calibration plot: {report.calibration_refused}", file=sys.stderr)
     summary = plot.with_suffix(".json")
-    summary.write_text(json.dumps(report.__dict__, indent=2) + "\n", encoding="utf-8")
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    summary.write_text(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return 0

@@ -1395,6 +1395,9 @@ class EncodedVideo:
             "frame_first": idx[0] if idx else None,
             "frame_last": idx[-1] if idx else None,
             "frame_step": round((idx[-1] - idx[0]) / (len(idx) - 1), 6) if len(idx) > 1 else None,
+            # the exact list: rounding, the max_frames stride and even_frames make it no
+            # arithmetic sequence in general (the browser shows these frames)
+            "frame_indices": list(idx),
             "width": self.width,
             "height": self.height,
             "source_width": self.source_width,

@@ -3,8 +3,14 @@
     RUN_DIR/scores.jsonl   one line per sample: index, source, key, prompt, image|video (a path
                            relative to the run's input root), model/checkpoint when given, and
                            the sample's result (scores per judge, reward, valid, ...)
-    RUN_DIR/summary.json   counts: samples, valid, invalid by error code, per-judge means
-    RUN_DIR/run.json       what produced it: input, judges, config sha256, template hashes
+    RUN_DIR/summary.json   counts: samples, valid, invalid by error code, per-judge means; the
+                           combined mean is over valid samples only (invalid ones that got a
+                           reward through combine.on_invalid = skip / fill: `invalid_with_reward`)
+    RUN_DIR/run.json       what produced it: input, media folders, judges with their models,
+                           kinds and weights, config sha256, template hashes
+
+Every file is replaced whole (a temporary file and a rename), except that scores.jsonl is
+appended to while a run scores, so a kill loses at most a torn last line.
 
 A line with `request_error` (its request failed as a whole) or with a judge's transient error
 (timeout, backend unavailable or failing) is not done: a resumed run scores it again. Every
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -25,6 +32,27 @@ from .schema import TRANSIENT_ERRORS
 SCORES_FILE = "scores.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename, so a reader or a kill
+    mid-write never sees half a file (the old one stays until the new one is whole)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def media_roots(paths: list[Path]) -> list[str]:
+    """The folders holding the given media files, none inside another: what `browse` may serve."""
+    folders = sorted({p.resolve().parent for p in paths})
+    kept: list[Path] = []
+    for folder in folders:
+        if not any(folder.is_relative_to(k) for k in kept):
+            kept.append(folder)
+    return [str(k) for k in kept]
 
 
 def config_sha256(doc: dict[str, Any]) -> str:
@@ -96,12 +124,17 @@ def summarize(lines: list[dict[str, Any]], judges: list[str]) -> dict[str, Any]:
             "invalid_by_code": dict(codes.most_common()),
             "mean_reward": statistics.fmean(valid) if valid else None,
         }
-    combined = [line["reward"] for line in lines if line.get("reward") is not None]
+    # combine.on_invalid = skip / fill gives an invalid sample a combined reward: it is reported
+    # on its own, never averaged with the valid ones.
+    combined = [line["reward"] for line in lines if line.get("valid") and line.get("reward") is not None]
+    rewarded_invalid = [line["reward"] for line in invalid if line.get("reward") is not None]
     return {
         "samples": len(lines),
         "valid": len(lines) - len(invalid),
         "invalid": len(invalid),
         "invalid_by_code": dict(by_code.most_common()),
         "mean_reward": statistics.fmean(combined) if combined else None,
+        "invalid_with_reward": {"samples": len(rewarded_invalid),
+                                "mean_reward": statistics.fmean(rewarded_invalid) if rewarded_invalid else None},
         "judges": per_judge,
     }

@@ -2,7 +2,9 @@
 
 Resumable: a sample whose line is already in RUN_DIR/scores.jsonl (by content key) is not sent
 again, so a killed run is continued by running the same command. A folder scored with another
-config, other judges or other templates is refused rather than mixed.
+config, other judges, templates, models, judge kinds or weights is refused rather than mixed
+(with --server there is no config hash: the judges the server lists are all that identifies them).
+An input file that cannot be read is that sample's bad_input (keyed by its path), never the run's end.
 Exit status: 0 when every sample is valid, 1 when any is invalid or lost to a request error.
 """
 
@@ -34,6 +36,16 @@ def _media_fields(item: InputItem, root: Path) -> dict[str, str]:
     return out
 
 
+def _content_key(item: InputItem) -> str:
+    """The sample's content key; for a file that cannot be read (a dangling link, no permission)
+    a key from its path, so that one sample becomes bad_input (in _prepare) and the run goes on."""
+    try:
+        return sample_key(item)
+    except OSError:
+        paths = [p for p in (item.image, item.video, *item.condition_images) if p is not None]
+        return "path:" + "|".join(str(p.absolute()) for p in paths)
+
+
 def _bad_input_line(base: dict[str, Any], err: Exception) -> dict[str, Any]:
     message = str(err).splitlines()[0] if str(err) else type(err).__name__
     return {**base, "scores": {}, "reward": None, "valid": False,
@@ -51,6 +63,22 @@ def _prepare(batch: list[tuple[int, InputItem, dict[str, Any]]], fps: float | No
         except (ValueError, OSError) as err:
             bad.append(_bad_input_line(base, err))
     return ok, bad
+
+
+def _result_lines(ok: list[tuple[dict[str, Any], SampleInput]], resp: RewardResponse) -> list[dict[str, Any]]:
+    """Each sample's line, matched by the result's index; a sample the server returned no result
+    for is a request error (invalid, scored again on resume), never dropped."""
+    by_index = {res.index: res for res in resp.results}
+    lines = []
+    for k, (base, _) in enumerate(ok):
+        res = by_index.get(k)
+        if res is None:
+            lines.append({**base, "valid": False, "reward": None,
+                          "request_error": f"the server returned {len(resp.results)} results for "
+                                           f"{len(ok)} samples; none for this one"})
+        else:
+            lines.append({**base, **res.model_dump(mode="json", exclude={"index"})})
+    return lines
 
 
 async def _score(todo: list[tuple[int, InputItem, dict[str, Any]]], client: Any, *, judges: list[str] | None,
@@ -73,8 +101,7 @@ async def _score(todo: list[tuple[int, InputItem, dict[str, Any]]], client: Any,
                     lines += [{**base, "valid": False, "reward": None,
                                "request_error": f"{type(exc).__name__}: {exc}"} for base, _ in ok]
                 else:
-                    lines += [{**base, **res.model_dump(mode="json", exclude={"index"})}
-                              for (base, _), res in zip(ok, resp.results)]
+                    lines += _result_lines(ok, resp)
         out.writelines(json.dumps(line) + "\n" for line in lines)
         out.flush()
         written.extend(lines)
@@ -105,7 +132,11 @@ def _print_summary(lines: list[dict[str, Any]], judges: list[str], summary: dict
                       f"{j['mean_reward']:.4f}" if j["mean_reward"] is not None else "-",
                       f"{statistics.median(latency[name]):.0f}" if latency[name] else "-")
     mean = summary["mean_reward"]
-    table.caption = f"combined reward: mean {mean:.4f}" if mean is not None else "no combined reward"
+    table.caption = (f"combined reward of valid samples: mean {mean:.4f}" if mean is not None
+                     else "no valid combined reward")
+    extra = summary["invalid_with_reward"]
+    if extra["samples"]:
+        table.caption += f"; {extra['samples']} invalid samples got one (mean {extra['mean_reward']:.4f})"
     Console(file=sys.stderr).print(table)
 
 
@@ -124,6 +155,9 @@ async def _run_identity(client: Any, judges: list[str] | None, config_doc: dict[
         "templates": {name: (infos[name].template.model_dump(mode="json") if infos[name].template else None)
                       for name in chosen},
         "models": {name: infos[name].model for name in chosen},
+        # With --server there is no config hash: what the server reports is all that names the judges.
+        "kinds": {name: infos[name].kind for name in chosen},
+        "weights": {name: infos[name].weight for name in chosen},
     }
 
 
@@ -138,9 +172,13 @@ def _occurrences(keys: list[str]) -> list[tuple[str, int]]:
     return out
 
 
+# What must match for a resumed run's old lines to belong with its new ones.
+IDENTITY_FIELDS = ("judges", "config_sha256", "templates", "models", "kinds", "weights")
+
+
 def _check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
     before = runs.read_run_info(run_dir)
-    for field in ("judges", "config_sha256", "templates"):
+    for field in IDENTITY_FIELDS:
         if field in before and before[field] != identity[field]:
             raise ValueError(f"{run_dir} was scored with other {field} ({before[field]!r}, now {identity[field]!r}); "
                              "score into a new folder")
@@ -151,6 +189,8 @@ def run_score_command(args: argparse.Namespace) -> int:
 
     input_path = Path(args.input)
     items = read_inputs(input_path)
+    if not items:
+        raise ValueError(f"{input_path}: no samples (no image or video files / JSONL lines)")
     judges = [j.strip() for j in args.judges.split(",") if j.strip()] if args.judges else None
     if args.batch_size < 1 or args.concurrency < 1:
         raise ValueError("--batch-size and --concurrency must be >= 1")
@@ -168,7 +208,7 @@ def run_score_command(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
         config_doc = cfg.model_dump(mode="json")
 
-    keyed = [(i, it, {"index": i, "source": it.source, "key": sample_key(it), "prompt": it.prompt,
+    keyed = [(i, it, {"index": i, "source": it.source, "key": _content_key(it), "prompt": it.prompt,
                       **_media_fields(it, root), **it.origin, **({"group_id": it.group_id} if it.group_id else {})})
              for i, it in enumerate(items)]
 
@@ -195,12 +235,12 @@ def run_score_command(args: argparse.Namespace) -> int:
                 print(f"dropping {gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
             todo = [k for k, ident in zip(keyed, idents) if ident not in done]
             info = {"input": str(input_path.resolve()), "input_root": str(root),
+                    "media_roots": runs.media_roots([p for it in items for p in (it.image, it.video) if p]),
                     "server": args.server, **identity}
-            (run_dir / runs.RUN_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            runs.write_atomic(run_dir / runs.RUN_FILE, json.dumps(info, indent=2) + "\n")
             # Rewrite what is done (dropping torn lines, request and transient errors), then append.
-            with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:  # noqa: ASYNC230
-                out.writelines(json.dumps(line) + "\n" for line in kept)
-                out.flush()
+            runs.write_atomic(run_dir / runs.SCORES_FILE, "".join(json.dumps(line) + "\n" for line in kept))
+            with open(run_dir / runs.SCORES_FILE, "a", encoding="utf-8") as out:  # noqa: ASYNC230
                 if kept:
                     print(f"resuming: {len(kept)} of {len(keyed)} samples already scored", file=sys.stderr)
                 new = await _score(todo, client, judges=identity["judges"], batch_size=args.batch_size,
@@ -212,10 +252,9 @@ def run_score_command(args: argparse.Namespace) -> int:
 
     identity, lines, _ = asyncio.run(main())
     lines.sort(key=lambda x: x["index"])
-    with open(run_dir / runs.SCORES_FILE, "w", encoding="utf-8") as out:
-        out.writelines(json.dumps(line) + "\n" for line in lines)
+    runs.write_atomic(run_dir / runs.SCORES_FILE, "".join(json.dumps(line) + "\n" for line in lines))
     summary = runs.summarize(lines, identity["judges"])
-    (run_dir / runs.SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    runs.write_atomic(run_dir / runs.SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     _print_summary(lines, identity["judges"], summary)
     print(f"wrote {run_dir / runs.SCORES_FILE} and {runs.SUMMARY_FILE}", file=sys.stderr)
     if summary["invalid"]:

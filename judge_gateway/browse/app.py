@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from .data import Run, judge_frames
@@ -37,10 +38,25 @@ def server_links(runs: list[Run]) -> Links:
                  media=lambda r, i, kind: f"/run/{r}/media/{i}/{kind}", frames=frames, nav=nav)
 
 
-def create_browse_app(runs: list[Run]) -> FastAPI:
+LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+
+def allowed_hosts(bind: str, extra: list[str] | None = None) -> list[str]:
+    """The Host headers the browser answers: this machine's names, the bound address when it is
+    a name or an IP one can type (not a wildcard), and any named with --allowed-host. Any other
+    Host is refused (400), so a web page whose DNS name is rebound to 127.0.0.1 cannot read it."""
+    hosts = list(LOCAL_HOSTS)
+    for host in [bind, *(extra or [])]:
+        if host and host not in ("0.0.0.0", "::", "") and host not in hosts:
+            hosts.append(host)
+    return hosts
+
+
+def create_browse_app(runs: list[Run], hosts: list[str] | None = None) -> FastAPI:
     if not runs:
         raise ValueError("browse needs at least one run folder")
     app = FastAPI(title="judge-gateway browse", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts or list(LOCAL_HOSTS))
     links = server_links(runs)
 
     def run_at(r: int) -> Run:
@@ -78,22 +94,15 @@ def create_browse_app(runs: list[Run]) -> FastAPI:
             raise HTTPException(404, f"sample {i} has no {kind} inside the run's folders")
         return FileResponse(path)
 
-    @app.get("/run/{r}/file/{rel:path}")
-    def file(r: int, rel: str) -> FileResponse:
-        path = run_at(r).resolve(rel)
-        if path is None:
-            raise HTTPException(404, "no such file inside the run's folders")
-        return FileResponse(path)
-
     @lru_cache(maxsize=64)
     def sheet(r: int, i: int, judge: str) -> bytes:
         line = line_at(r, i)
-        indices = judge_frames((line.get("scores") or {}).get(judge) or {})
+        seen = judge_frames((line.get("scores") or {}).get(judge) or {})
         video = runs[r].resolve(line.get("video") or "")
-        if not indices or video is None:
+        if not seen or video is None:
             raise HTTPException(404, f"no recorded frames of {judge} for sample {i}")
         try:
-            return contact_sheet(video, indices)
+            return contact_sheet(video, seen.indices)
         except (ValueError, OSError) as err:
             raise HTTPException(404, str(err)) from None
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import math
+from collections.abc import Callable
+from typing import ParamSpec
 
 import matplotlib
 
@@ -11,6 +14,20 @@ matplotlib.use("Agg")  # no display: charts are files
 import matplotlib.pyplot as plt
 
 from .stats import RankRow
+
+P = ParamSpec("P")
+
+# Run, judge, checkpoint and model names are user text: a `$` in one must print as a `$`, not
+# start mathtext (which fails on unbalanced or invalid TeX).
+_PLAIN_TEXT = {"text.parse_math": False}
+
+
+def _plain_text(draw: Callable[P, str]) -> Callable[P, str]:
+    @functools.wraps(draw)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> str:
+        with plt.rc_context(_PLAIN_TEXT):
+            return draw(*args, **kwargs)
+    return wrapped
 
 
 def _svg(fig) -> str:
@@ -21,6 +38,7 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and doctype: it is inlined in HTML
 
 
+@_plain_text
 def histogram(values_by_run: dict[str, list[float]], title: str) -> str:
     fig, ax = plt.subplots(figsize=(4.2, 2.6))
     bins = [i / 20 for i in range(21)]
@@ -37,6 +55,7 @@ def histogram(values_by_run: dict[str, list[float]], title: str) -> str:
     return _svg(fig)
 
 
+@_plain_text
 def invalid_rates(rates: dict[str, dict[str, float]], title: str) -> str:
     """A stacked bar per judge: the share of its samples invalid, split by error code."""
     judges = list(rates)
@@ -56,6 +75,7 @@ def invalid_rates(rates: dict[str, dict[str, float]], title: str) -> str:
     return _svg(fig)
 
 
+@_plain_text
 def ranking(rows: list[RankRow], title: str, judge: str) -> str:
     fig, ax = plt.subplots(figsize=(5.0, 0.5 + 0.35 * max(len(rows), 2)))
     names = [r.group for r in rows][::-1]
@@ -68,6 +88,7 @@ def ranking(rows: list[RankRow], title: str, judge: str) -> str:
     return _svg(fig)
 
 
+@_plain_text
 def scatter(a: list[float], b: list[float], name_a: str, name_b: str, title: str) -> str:
     fig, ax = plt.subplots(figsize=(3.6, 3.4))
     ax.scatter(a, b, s=8, alpha=0.6)

@@ -33,12 +33,12 @@ def export_links(runs: list[Run]) -> Links:
 
     def frames(r: int, i: int, judge: str) -> str | None:
         line = runs[r].sample(i) or {}
-        indices = judge_frames((line.get("scores") or {}).get(judge) or {})
+        seen = judge_frames((line.get("scores") or {}).get(judge) or {})
         video = runs[r].resolve(line.get("video") or "")
-        if not indices or video is None:
+        if not seen or video is None:
             return None
         try:
-            return "data:image/png;base64," + base64.b64encode(contact_sheet(video, indices)).decode()
+            return "data:image/png;base64," + base64.b64encode(contact_sheet(video, seen.indices)).decode()
         except (ValueError, OSError):
             return None
 

@@ -13,6 +13,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from . import charts
 from .data import Run, judge_frames, sample_row, violations_of
 from .stats import (
+    COMBINED,
     common_judges,
     compare_runs,
     invalid_by_code,
@@ -72,7 +73,13 @@ def stats_context(runs: list[Run]) -> dict[str, Any]:
             table.append({"run": run.name, "judge": judge, "valid": len(scored) - len(invalid),
                           "invalid": len(invalid),
                           "codes": ", ".join(f"{c} {100 * p:.1f}%" for c, p in rates.get(judge, {}).items()) or "-"})
-    return {"charts": plots, "table": table}
+    combined = []
+    for run in runs:
+        valid = valid_rewards(run, COMBINED)
+        filled = [float(x["reward"]) for x in run.lines if not x.get("valid") and x.get("reward") is not None]
+        combined.append({"run": run.name, "valid": len(valid), "mean": sum(valid) / len(valid) if valid else None,
+                         "filled": len(filled), "filled_mean": sum(filled) / len(filled) if filled else None})
+    return {"charts": plots, "table": table, "combined": combined}
 
 
 def compare_context(runs: list[Run], a: int, b: int, links: Links, judge: str | None = None) -> dict[str, Any]:

@@ -21,8 +21,8 @@ PASS_AT = 0.5
 
 
 def valid_rewards(run: Run, judge: str) -> list[float]:
-    if judge == COMBINED:
-        return [float(x["reward"]) for x in run.lines if x.get("reward") is not None]
+    if judge == COMBINED:  # an invalid sample's skip/fill reward is no valid reward
+        return [float(x["reward"]) for x in run.lines if x.get("valid") and x.get("reward") is not None]
     out = []
     for line in run.lines:
         s = (line.get("scores") or {}).get(judge)
@@ -49,7 +49,9 @@ def _score(line: dict[str, Any], judge: str) -> tuple[float | None, str | None]:
     """(reward, verdict) of one judge (or the combined reward) on one line."""
     if judge == COMBINED:
         r = line.get("reward")
-        return (None, None) if r is None else (float(r), "pass" if r >= PASS_AT else "fail")
+        if r is None or not line.get("valid"):
+            return None, None
+        return float(r), "pass" if r >= PASS_AT else "fail"
     s = (line.get("scores") or {}).get(judge)
     if not s or not s.get("valid") or s.get("reward") is None:
         return None, None
@@ -60,14 +62,51 @@ def _score(line: dict[str, Any], judge: str) -> tuple[float | None, str | None]:
 PAIRINGS = ("key", "source", "prompt")
 
 
+def _occurrence_keys(lines: list[dict[str, Any]], field: str) -> list[tuple[Any, int] | None]:
+    """(value of `field`, how many earlier lines had it) per line, in index order: the k-th
+    sample of a prompt in A pairs with the k-th sample of that prompt in B (several seeds per
+    prompt), never all of them with one."""
+    seen: Counter[Any] = Counter()
+    out: list[tuple[Any, int] | None] = []
+    for line in lines:
+        value = line.get(field)
+        if value is None or value == "":
+            out.append(None)
+            continue
+        out.append((value, seen[value]))
+        seen[value] += 1
+    return out
+
+
+def _by_index(run: Run) -> list[dict[str, Any]]:
+    return sorted(run.lines, key=lambda x: x.get("index", 0))
+
+
 def pairing(a: Run, b: Run) -> str:
     """How samples of two runs correspond: by content key (same media and prompt: two templates
     or models on one set), else by file name or prompt (two checkpoints rendering the same
     prompts): whichever pairs the most."""
     def count(field: str) -> int:
-        right = {x.get(field) for x in b.lines if x.get(field) is not None}
-        return sum(1 for x in a.lines if x.get(field) is not None and x.get(field) in right)
+        right = {k for k in _occurrence_keys(_by_index(b), field) if k is not None}
+        return sum(1 for k in _occurrence_keys(_by_index(a), field) if k is not None and k in right)
     return max(PAIRINGS, key=lambda f: (count(f), -PAIRINGS.index(f)))
+
+
+def _counts(run: Run, field: str) -> Counter[Any]:
+    return Counter(x.get(field) for x in run.lines if x.get(field) not in (None, ""))
+
+
+def repeated_values(a: Run, b: Run, field: str) -> int:
+    """How many values of `field` (in both runs) more than one sample of a run shares."""
+    ca, cb = _counts(a, field), _counts(b, field)
+    return sum(1 for v in ca.keys() & cb.keys() if ca[v] > 1 or cb[v] > 1)
+
+
+def ambiguous_values(a: Run, b: Run, field: str) -> int:
+    """How many values of `field` repeat within a run and occur a different number of times in
+    A and B: their samples pair by order of index, which may not be the same seed in each."""
+    ca, cb = _counts(a, field), _counts(b, field)
+    return sum(1 for v in ca.keys() & cb.keys() if (ca[v] > 1 or cb[v] > 1) and ca[v] != cb[v])
 
 
 @dataclass
@@ -75,6 +114,8 @@ class Comparison:
     judge: str
     paired_by: str
     paired: int
+    repeated: int  # values of paired_by shared by several samples (paired in index order)
+    ambiguous: int  # of those, values whose count differs between A and B
     spearman: float
     mean_a: float
     mean_b: float
@@ -90,10 +131,11 @@ def common_judges(a: Run, b: Run) -> list[str]:
 def compare_runs(a: Run, b: Run, judge: str) -> Comparison:
     """Per-sample agreement of two runs, samples paired as `pairing` says."""
     by = pairing(a, b)
-    right = {x.get(by): x for x in b.lines if x.get(by) is not None}
+    lines_a, lines_b = _by_index(a), _by_index(b)
+    right = {k: x for k, x in zip(_occurrence_keys(lines_b, by), lines_b) if k is not None}
     ra, rb, flipped = [], [], []
-    for left in a.lines:
-        other = right.get(left.get(by))
+    for left, k in zip(lines_a, _occurrence_keys(lines_a, by)):
+        other = right.get(k) if k is not None else None
         if other is None:
             continue
         (xa, va), (xb, vb) = _score(left, judge), _score(other, judge)
@@ -106,7 +148,8 @@ def compare_runs(a: Run, b: Run, judge: str) -> Comparison:
                             "source": left.get("source", ""), "prompt": left.get("prompt", ""),
                             "verdict_a": va, "verdict_b": vb, "reward_a": xa, "reward_b": xb})
     x, y = np.array(ra), np.array(rb)
-    return Comparison(judge=judge, paired_by=by, paired=len(x), spearman=spearman(x, y) if len(x) else math.nan,
+    return Comparison(judge=judge, paired_by=by, paired=len(x), repeated=repeated_values(a, b, by),
+                      ambiguous=ambiguous_values(a, b, by), spearman=spearman(x, y) if len(x) else math.nan,
                       mean_a=float(x.mean()) if len(x) else math.nan,
                       mean_b=float(y.mean()) if len(y) else math.nan, flipped=flipped,
                       rewards_a=ra, rewards_b=rb)

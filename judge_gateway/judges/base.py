@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..bands import DEFAULT_VIDEO_BANDS, band_of
+from ..bands import band_of
 from ..config import JudgeConfig, NormalizeConfig
 from ..schema import ErrorCode, JudgeInfo, JudgeScore, TemplateRef
 
@@ -64,12 +64,10 @@ class Judge(ABC):
         self.deadline_s = cfg.deadline_s
 
     def bands_for(self, details: dict[str, Any]) -> dict[str, float]:
-        """The configured score bands; by default High/Medium/Low where the judge saw a video
-        (a VLM's `details.video`, a head's `details.media`), none for an image."""
-        if self.cfg.bands is not None:
-            return self.cfg.bands
-        saw_video = "video" in details or details.get("media") == "video"
-        return DEFAULT_VIDEO_BANDS if saw_video else {}
+        """The configured score bands, else none. (VLM judges, whose rewards are in [0, 1], add
+        default ones for video; a head's score has its own scale, so it gets bands only when
+        configured.)"""
+        return self.cfg.bands if self.cfg.bands is not None else {}
 
     # Facts for the score and for GET /v1/judges.
     @property

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..backends import BackendPool
+from ..bands import DEFAULT_VIDEO_BANDS
 from ..config import JudgeConfig
 from ..media import ImageEncoding, VideoSampling
 from ..prompts import Template, load_template
@@ -44,6 +45,13 @@ class VLMJudge(Judge):
         if shadow_ref:
             options = {k: v for k, v in cfg.options.items() if k != "shadow_template"}
             self.shadow = type(self)(name, cfg.model_copy(update={"template": shadow_ref, "options": options}), pool)
+
+    def bands_for(self, details: dict[str, Any]) -> dict[str, float]:
+        """The configured bands, else High/Medium/Low where the judge saw a video (its reward is
+        in [0, 1], which the default bounds assume), none for an image."""
+        if self.cfg.bands is not None:
+            return self.cfg.bands
+        return DEFAULT_VIDEO_BANDS if "video" in details else {}
 
     async def score(self, sample: "SampleInput", ctx: ScoreContext) -> JudgeScore:
         if self.shadow is None:

@@ -77,7 +77,6 @@ def test_grid_loads_sorts_and_filters(browser, served, tmp_path):
     browser.get(f"{url}/run/0")
     assert _wait(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#grid tbody tr")) == n)
     load_s = time.monotonic() - started
-    assert load_s < 30, load_s
     print(f"grid of {n} samples loaded in {load_s:.2f} s")
     videos = browser.find_elements(By.CSS_SELECTOR, "#grid video")
     images = browser.find_elements(By.CSS_SELECTOR, "#grid img")

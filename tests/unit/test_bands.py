@@ -74,3 +74,30 @@ async def test_an_image_judge_gets_bands_only_when_configured(fake_backend):
     s = await _scores(cfg, [png_bytes(i, size=(32, 32)) for i in range(4)])
     # image_quality@1 rewards P(yes): 0.8 / 0.95
     assert s["image"].reward == pytest.approx(0.8 / 0.95) and s["image"].details["band"] == "good"
+
+
+def _video_head(raw: float, bands=None):
+    """A head-like judge (not a VLM) that saw a video and returns VideoAlign-scale scores."""
+    from judge_gateway.config import JudgeConfig
+    from judge_gateway.judges.base import Judge, Verdict
+
+    class Head(Judge):
+        kind = "videoalign"
+
+        async def evaluate(self, sample, ctx):
+            return Verdict(raw=raw, details={"media": "video", "frames": 8})
+
+    cfg = JudgeConfig.model_construct(kind="videoalign", weight=1.0, deadline_s=None, normalize=None,
+                                      bands=bands, options={})
+    return Head("overall", cfg)
+
+
+async def test_a_head_score_gets_no_default_bands():
+    """VideoAlign's overall is unbounded (here 3.2): High/Medium/Low's [0, 1] bounds mean nothing
+    for it, so a head gets bands only when its config sets them."""
+    s = await _video_head(3.2).score(None, None)
+    assert s.valid and s.reward == 3.2 and "band" not in s.details
+    s = await _video_head(-0.4).score(None, None)
+    assert s.valid and s.reward == -0.4 and "band" not in s.details
+    configured = await _video_head(3.2, bands={"good": 2.0, "bad": -math.inf}).score(None, None)
+    assert configured.details["band"] == "good"

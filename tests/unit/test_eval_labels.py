@@ -127,3 +127,56 @@ def test_eval_refuses_bad_labels(tmp_path, fake_backend, capsys):
     assert "label must be 1/0 or true/false" in capsys.readouterr().err
     assert cli_main(["eval", str(tmp_path / "l.jsonl"), "--judge", "nope", "--config", cfg]) == 2
     assert "unknown judge 'nope'" in capsys.readouterr().err
+
+
+def _config_model(tmp_path, base_url: str, model: str) -> str:
+    path = _config(tmp_path, base_url)
+    with open(path, encoding="utf-8") as f:
+        text = f.read().replace('"fake-p-from-image"', f'"{model}"')
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def test_eval_pairwise_exits_1_when_no_pair_is_valid(tmp_path, fake_backend, capsys):
+    lines = []
+    for i in range(3):
+        _gray(tmp_path / f"a{i}.png", 0.2 + 0.1 * i)
+        _gray(tmp_path / f"b{i}.png", 0.7)
+        lines.append(json.dumps({"id": f"p{i}", "prompt": "x", "a": f"a{i}.png", "b": f"b{i}.png", "label": "b"}))
+    (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n")
+    cfg = _config_model(tmp_path, fake_backend.base_url, "fake-no-answer")  # every score: answer_missing
+    assert cli_main(["eval", str(tmp_path / "pairs.jsonl"), "--judge", "quality", "--config", cfg,
+                     "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    # 4 distinct images (the three b's are one file's bytes), every one answer_missing
+    assert "3 labelled pairs, 3 left out (a side invalid: answer_missing=4)" in captured.out
+    assert "no pair has a valid score on both sides" in captured.err
+
+
+def test_eval_json_has_null_not_nan(tmp_path, fake_backend, capsys):
+    """Every sample labelled good: ROC-AUC is undefined. JSON has no NaN: it is written as null."""
+    lines = []
+    for i, p in enumerate((0.2, 0.6, 0.9)):
+        _gray(tmp_path / f"s{i}.png", p)
+        lines.append(json.dumps({"id": f"s{i}", "prompt": "a photo", "image": f"s{i}.png", "label": 1}))
+    (tmp_path / "labels.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli_main(["eval", str(tmp_path / "labels.jsonl"), "--judge", "quality", "--config",
+                     _config(tmp_path, fake_backend.base_url), "--no-progress"]) == 0
+    text = (tmp_path / "labels.calibration.json").read_text()
+    assert "NaN" not in text
+    report = json.loads(text)
+    assert report["auc"] is None and report["accuracy"] == 2 / 3 and report["tp"] == 2
+
+
+def test_calibration_is_refused_for_rewards_outside_0_1():
+    import math
+
+    from judge_gateway.evaluation import binary_report
+
+    report = binary_report("head", [-1.5, 0.2, 2.5, 0.9], [0, 0, 1, 1], [None] * 4, threshold=0.5)
+    assert report.bins == [] and report.ece is None
+    assert report.calibration_refused.startswith("2 of 4 rewards lie outside [0, 1] (min -1.5, max 2.5)")
+    assert "calibration: not computed: 2 of 4 rewards" in report.render()
+    assert report.accuracy == 1.0 and report.auc == 1.0  # rank figures hold on any scale
+    assert not math.isnan(report.accuracy)

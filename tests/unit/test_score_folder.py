@@ -180,3 +180,137 @@ def test_score_through_a_service(tmp_path, fake_backend, capsys):
     info = json.loads((run / "run.json").read_text())
     assert info["config_sha256"] is None and info["server"] == server.url
     assert info["templates"]["quality"]["id"] == "image_quality"
+
+
+def _served(tmp_path, base_url: str, model: str, name: str):
+    from judge_gateway.config import load_config
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.server import create_app
+
+    d = tmp_path / name
+    d.mkdir()
+    return create_app(Gateway(load_config(_config(d, base_url, model=model))), api_keys=["k"])
+
+
+def test_resume_through_a_server_with_another_model_is_refused(tmp_path, fake_backend, capsys):
+    """With --server there is no config hash: the models the server reports must match, or two
+    models' scores would end up in one run folder."""
+    from tests.support.live_server import LiveServer
+
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(2):
+        write_image(media / f"{i}.png", seed=i)
+    run = tmp_path / "run"
+    argv = ["score", str(media), "-o", str(run), "--api-key", "k", "--judges", "quality", "--no-progress"]
+    with LiveServer(_served(tmp_path, fake_backend.base_url, "fake-yes", "a")) as server:
+        assert cli_main([*argv, "--server", server.url]) == 0
+    first = _rows(run)
+    assert json.loads((run / "run.json").read_text())["models"] == {"quality": "fake-yes"}
+    # The run was killed after one sample; it is resumed through a server serving another model.
+    (run / "scores.jsonl").write_text(json.dumps(first[0]) + "\n")
+    capsys.readouterr()
+    with LiveServer(_served(tmp_path, fake_backend.base_url, "fake-no", "b")) as server:
+        assert cli_main([*argv, "--server", server.url]) == 2
+    err = capsys.readouterr().err
+    assert "scored with other models" in err and "fake-no" in err
+    assert _rows(run) == first[:1]  # nothing mixed in
+
+
+def test_an_unreadable_file_is_one_bad_input_sample(tmp_path, fake_backend, capsys):
+    media = tmp_path / "media"
+    media.mkdir()
+    write_image(media / "a.png", seed=1)
+    write_image(media / "c.png", seed=2)
+    (media / "b.png").symlink_to(tmp_path / "gone.png")  # dangling
+    run = tmp_path / "run"
+    rc = cli_main(["score", str(media), "-o", str(run), "--config", _config(tmp_path, fake_backend.base_url),
+                   "--judges", "quality", "--no-progress"])
+    assert rc == 1
+    assert "error: 1 of 3 samples invalid (bad_input=1)" in capsys.readouterr().err
+    rows = {r["source"]: r for r in _rows(run)}
+    assert rows["b.png"]["error"]["code"] == "bad_input" and rows["b.png"]["key"] == f"path:{media / 'b.png'}"
+    assert rows["a.png"]["scores"]["quality"]["reward"] == pytest.approx(0.8 / 0.95)
+    assert rows["c.png"]["valid"]
+
+
+def test_a_server_returning_fewer_results_invalidates_the_missing_samples(tmp_path, fake_backend, capsys,
+                                                                          monkeypatch):
+    from judge_gateway import client as client_module
+
+    create = client_module._AsyncRewards.create
+
+    async def short(self, **kwargs):
+        resp = await create(self, **kwargs)
+        return resp.model_copy(update={"results": resp.results[:-1]})
+
+    monkeypatch.setattr(client_module._AsyncRewards, "create", short)
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(3):
+        write_image(media / f"{i}.png", seed=i)
+    run = tmp_path / "run"
+    rc = cli_main(["score", str(media), "-o", str(run), "--config", _config(tmp_path, fake_backend.base_url),
+                   "--judges", "quality", "--batch-size", "3", "--no-progress"])
+    assert rc == 1
+    assert "error: 1 of 3 samples invalid (request_error=1)" in capsys.readouterr().err
+    rows = _rows(run)
+    assert [r["source"] for r in rows] == ["0.png", "1.png", "2.png"]
+    assert [r["valid"] for r in rows] == [True, True, False]
+    assert "returned 2 results for 3 samples" in rows[2]["request_error"]
+
+
+def test_an_empty_input_exits_nonzero(tmp_path, fake_backend, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    rc = cli_main(["score", str(empty), "-o", str(tmp_path / "run"), "--config",
+                   _config(tmp_path, fake_backend.base_url), "--judges", "quality", "--no-progress"])
+    assert rc == 2 and "no samples" in capsys.readouterr().err
+
+
+def test_a_crash_while_rewriting_scores_keeps_the_old_file(tmp_path, fake_backend, capsys, monkeypatch):
+    """scores.jsonl is rewritten through a temporary file: a failure half-way through writing it
+    (here: serialising the 4th line) leaves the previous file whole, never a truncated one."""
+    import judge_gateway.score_command as sc
+
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(6):
+        write_image(media / f"{i}.png", seed=i)
+    run = tmp_path / "run"
+    argv = ["score", str(media), "-o", str(run), "--config", _config(tmp_path, fake_backend.base_url),
+            "--judges", "quality", "--no-progress"]
+    assert cli_main(argv) == 0
+    before = (run / "scores.jsonl").read_text()
+
+    class Failing:
+        calls = 0
+
+        @staticmethod
+        def dumps(obj, **kw):
+            if isinstance(obj, dict) and "scores" in obj:
+                Failing.calls += 1
+                if Failing.calls == 4:
+                    raise RuntimeError("disk full")
+            return json.dumps(obj, **kw)
+
+    monkeypatch.setattr(sc, "json", Failing)
+    with pytest.raises(RuntimeError, match="disk full"):
+        cli_main(argv)
+    assert (run / "scores.jsonl").read_text() == before and len(before.splitlines()) == 6
+
+
+def test_summary_means_count_only_valid_samples():
+    """combine.on_invalid = skip / fill gives an invalid sample a combined reward: reported on
+    its own, never in the mean of the valid ones."""
+    from judge_gateway.runs import summarize
+
+    def line(reward, valid):
+        return {"index": 0, "reward": reward, "valid": valid,
+                "scores": {"q": {"reward": reward if valid else None, "valid": valid,
+                                 "error": None if valid else {"code": "parse_error"}}}}
+
+    summary = summarize([line(0.9, True), line(0.5, True), line(0.0, False), line(0.1, False)], ["q"])
+    assert summary["mean_reward"] == pytest.approx(0.7)
+    assert summary["invalid_with_reward"] == {"samples": 2, "mean_reward": pytest.approx(0.05)}
+    assert summary["judges"]["q"]["mean_reward"] == pytest.approx(0.7)
