@@ -19,21 +19,16 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.support.fake_openai import FakeOpenAIServer
+from tests.support.fuzz_run import config as fuzz_config
 from tests.support.hostile_media import mp4_of_black_frames, png_declaring
 
 
 def config(base_url: str) -> dict:
-    backend = {"model": "fake-yes", "base_urls": [base_url], "timeout_s": 30, "max_retries": 0}
-    return {
-        "backends": {"yes": backend},
-        "judges": {
-            # the embedded default config's encodings, so the old code decodes as it would in use
-            "quality": {"kind": "yes_no", "backend": "yes", "template": "image_quality@1",
-                        "image": {"max_pixels": 1003520}},
-            "cosmos_reason1": {"kind": "yes_no", "backend": "yes", "template": "cosmos_reason1@1", "default": False,
-                               "video": {"max_frames": 160, "total_pixels": 7225344, "even_frames": True}},
-        },
-    }
+    """The fuzz run's gateway (fake-yes backend, the embedded default config's encodings, so the
+    old code decodes as it would in use), without its Flow-Factory profile."""
+    cfg = fuzz_config(base_url)
+    cfg.pop("flow_factory")
+    return cfg
 
 
 def rss_mb() -> float:
