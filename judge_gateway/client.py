@@ -25,6 +25,12 @@ from .schema import JudgeInfo, RewardRequest, RewardResponse, SampleInput
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_MAX_RETRIES = 2
+# As AsyncOpenAI: scoring is idempotent, so a request the service could not take (429, 503
+# admission), or lost to a replica that died (a proxy's 500/502/504), or whose connection broke,
+# is sent again; a 4xx that names a fault of the request is not.
+RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+MAX_RETRY_WAIT_S = 30.0
 
 
 class RewardAPIError(Exception):
@@ -63,6 +69,35 @@ def _raise_for(resp: httpx.Response) -> None:
     raise RewardAPIError(resp.status_code, message, body)
 
 
+def _retry_wait(attempt: int, resp: httpx.Response | None) -> float:
+    """Seconds before retry `attempt` (0-based): the service's Retry-After when it gives one,
+    else 0.5 s doubling, capped."""
+    if resp is not None:
+        try:
+            return min(MAX_RETRY_WAIT_S, max(0.0, float(resp.headers.get("retry-after", ""))))
+        except ValueError:
+            pass
+    return min(MAX_RETRY_WAIT_S, 0.5 * 2 ** attempt)
+
+
+async def _send(c: "AsyncRewardClient", method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One call with up to `c.max_retries` retries of what `RETRY_STATUSES` and broken
+    connections say may succeed again; the last answer (or error) is what the caller sees."""
+    for attempt in range(c.max_retries + 1):
+        last = attempt == c.max_retries
+        try:
+            resp = await c._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            if last or isinstance(exc, httpx.UnsupportedProtocol):
+                raise
+            await asyncio.sleep(_retry_wait(attempt, None))
+            continue
+        if resp.status_code not in RETRY_STATUSES or last:
+            return resp
+        await asyncio.sleep(_retry_wait(attempt, resp))
+    raise AssertionError("unreachable")
+
+
 def _resolve_gateway(gateway: Gateway | None, config: GatewayConfig | str | Path | None) -> Gateway | None:
     if gateway is not None:
         return gateway
@@ -83,7 +118,7 @@ class _AsyncRewards:
         c = self._client
         if c._gateway is not None:
             return await c._gateway.score(request)
-        resp = await c._http.post("/v1/rewards", json=request_to_json(request))
+        resp = await _send(c, "POST", "/v1/rewards", json=request_to_json(request))
         _raise_for(resp)
         return RewardResponse.model_validate_json(resp.content)
 
@@ -96,17 +131,22 @@ class _AsyncJudges:
         c = self._client
         if c._gateway is not None:
             return await c._gateway.judge_infos()
-        resp = await c._http.get("/v1/judges")
+        resp = await _send(c, "GET", "/v1/judges")
         _raise_for(resp)
         return [JudgeInfo.model_validate(j) for j in resp.json()["judges"]]
 
 
 class AsyncRewardClient:
-    """Async client. Give a `base_url` for HTTP, or `config`/`gateway` to run in-process."""
+    """Async client. Give a `base_url` for HTTP, or `config`/`gateway` to run in-process.
+    `max_retries`: how often a call the service could not take or lost (429, 408, 409, 5xx, a
+    broken connection) is sent again, after its Retry-After or 0.5 s doubling (0: never)."""
 
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
                  config: GatewayConfig | str | Path | None = None, gateway: Gateway | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.max_retries = max_retries
         self._gateway = _resolve_gateway(gateway, config)
         self._owns_gateway = gateway is None and self._gateway is not None
         if self._gateway is None:
@@ -172,11 +212,12 @@ class RewardClient:
 
     def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
                  config: GatewayConfig | str | Path | None = None, gateway: Gateway | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
         self._runner = _LoopThread()
 
         async def make() -> AsyncRewardClient:
-            return AsyncRewardClient(base_url, api_key=api_key, config=config, gateway=gateway, timeout=timeout)
+            return AsyncRewardClient(base_url, api_key=api_key, config=config, gateway=gateway, timeout=timeout,
+                                     max_retries=max_retries)
 
         try:
             self._async = self._runner.run(make())

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
 import uvicorn
@@ -91,6 +92,62 @@ async def test_async_client_over_http(served):
         with pytest.raises(RewardAPIError) as err:
             await client.judges.list()
         assert err.value.status == 401
+
+
+class _FlakyFront:
+    """An httpx transport in front of the served gateway: answers `faults` first (a status, with
+    Retry-After 0, or "connect" for a refused connection), then forwards; counts the calls."""
+
+    def __init__(self, target: str, faults: list) -> None:
+        self.target, self.faults, self.calls = target, list(faults), 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.faults:
+            fault = self.faults.pop(0)
+            if fault == "connect":
+                raise httpx.ConnectError("refused", request=request)
+            return httpx.Response(fault, headers={"retry-after": "0"}, json={"error": {"message": f"fault {fault}"}})
+        async with httpx.AsyncClient(base_url=self.target) as real:
+            resp = await real.request(request.method, request.url.path, content=request.content,
+                                      headers={k: v for k, v in request.headers.items() if k != "host"})
+            return httpx.Response(resp.status_code, headers=resp.headers, content=resp.content)
+
+
+def _client_through(front: _FlakyFront, max_retries: int = 2) -> AsyncRewardClient:
+    client = AsyncRewardClient("http://gateway.invalid", api_key="k", max_retries=max_retries)
+    client._http = httpx.AsyncClient(base_url="http://gateway.invalid", headers={"Authorization": "Bearer k"},
+                                     transport=httpx.MockTransport(front))
+    return client
+
+
+async def test_client_sends_again_what_the_service_could_not_take_or_lost(served):
+    """429 / 503 (admission), a proxy's 500 for a replica that died, a refused connection: sent
+    again (scoring is idempotent), up to max_retries; a 4xx naming the request's fault is not."""
+    sample = [{"prompt": "p", "image": png_bytes(3)}]
+    for faults in ([429, 503], [500], ["connect", 502]):
+        front = _FlakyFront(served, faults)
+        async with _client_through(front) as client:
+            resp = await client.rewards.create(samples=sample, judges=["final"])
+        assert resp.results[0].scores["final"].reward == pytest.approx(0.75)
+        assert front.calls == len(faults) + 1
+    front = _FlakyFront(served, [503, 503, 503])
+    async with _client_through(front) as client:  # retries spent: the last answer is the error
+        with pytest.raises(RewardAPIError) as err:
+            await client.rewards.create(samples=sample)
+    assert err.value.status == 503 and front.calls == 3
+    front = _FlakyFront(served, [503])
+    async with _client_through(front, max_retries=0) as client:
+        with pytest.raises(RewardAPIError):
+            await client.judges.list()
+    assert front.calls == 1
+    front = _FlakyFront(served, [])
+    async with _client_through(front) as client:
+        with pytest.raises(RewardAPIError) as err:
+            await client.rewards.create(samples=sample, judges=["nope"])
+    assert err.value.status == 400 and front.calls == 1
+    with pytest.raises(ValueError, match="max_retries"):
+        AsyncRewardClient("http://x", max_retries=-1)
 
 
 def test_sync_client_both_modes(served, fake_backend):
