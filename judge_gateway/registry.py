@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .heads.judge import HeadJudge
 
 
-def build_head_judge(name: str, cfg: JudgeConfig) -> "HeadJudge":
+def build_head_judge(name: str, cfg: JudgeConfig) -> HeadJudge:
     """The judge of a head kind: most use HeadJudge; gen_eval runs GenEval's rules on the gateway
     side, videoalign scores whole videos."""
     # Imported here: a gateway without head judges never loads the head side (numpy, workers).
