@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError, field_validator, model_validator
 
 from .bands import check_bands
+from .head_options import HEAD_KIND_OPTIONS, HEAD_KINDS
 from .media import MAX_VIDEO_FRAMES, MediaLimits
 from .protocol_config import CosmosRLConfig, FlowFactoryConfig, StoreConfig, check_protocols
 from .ray_config import RayConfig, check_ray
@@ -369,11 +370,9 @@ KIND_OPTIONS: dict[str, type[BaseModel]] = {
     "rubric": RubricOptions,
     "final_score": FinalScoreOptions,
     "critic": CriticOptions,
+    # Local scorer heads (judge_gateway/heads): options say how their worker process runs.
+    **HEAD_KIND_OPTIONS,
 }
-# Local scorer heads (judge_gateway/heads): options say how their worker process runs.
-from .heads.options import HEAD_KIND_OPTIONS, HEAD_KINDS  # noqa: E402
-
-KIND_OPTIONS.update(HEAD_KIND_OPTIONS)
 
 
 class GatewayConfig(_Strict):
@@ -538,7 +537,7 @@ def _check_profile(key: str, judge: JudgeConfig, template: Any, source: str) -> 
     ref = judge.options.get("aggregation_profile")
     if not isinstance(ref, str):
         return []
-    from .tuning.profile import ProfileError, load_profile
+    from .profiles import ProfileError, load_profile
 
     where = f"{key}.options.aggregation_profile"
     path = Path(ref)

@@ -12,9 +12,10 @@ from pathlib import Path
 from .backends import BackendPool
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
-from .judges import Judge, ScoreContext, build_judges
+from .judges import Judge, ScoreContext
 from .media import MediaCache
 from .metrics import Metrics
+from .registry import build_judges
 from .schema import (
     CombineInfo,
     JudgeInfo,

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .media import ImageMedia, VideoMedia
+
 SCHEMA_VERSION = 1
 # Longest accepted generation prompt (characters); longer is bad input (422 / 400 / 200 {error}).
 MAX_PROMPT_CHARS = 100_000
@@ -202,7 +204,6 @@ class ErrorBody(BaseModel):
 
 # --- Requests -------------------------------------------------------------------------------
 # Media types validate cheaply (magic bytes and headers); pixels are decoded once, on demand.
-from .media import ImageMedia, VideoMedia  # noqa: E402  (after the score models on purpose)
 
 
 class SampleInput(BaseModel):

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import JudgeConfig, NormalizeConfig
+from ..head_options import HEAD_KIND_OPTIONS, HeadOptions
 from ..media import VideoSampling, sample_frame_indices
 from ..schema import ErrorCode
 from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
 from .ocr_text import extract_target_text, ocr_reward
-from .options import HEAD_KIND_OPTIONS, HeadOptions
 from .pooling import pool_scores
 from .supervisor import HeadError, HeadWorker
 
@@ -24,20 +24,6 @@ if TYPE_CHECKING:
     from ..schema import SampleInput
 
 _PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
-
-
-def build_head_judge(name: str, cfg: JudgeConfig) -> "HeadJudge":
-    """The judge of a head kind: most use HeadJudge; gen_eval runs GenEval's rules on the gateway
-    side, videoalign scores whole videos."""
-    if cfg.kind == "gen_eval":
-        from .geneval_judge import GenEvalJudge
-
-        return GenEvalJudge(name, cfg)
-    if cfg.kind == "videoalign":
-        from .videoalign import VideoAlignJudge
-
-        return VideoAlignJudge(name, cfg)
-    return HeadJudge(name, cfg)
 
 
 class HeadJudge(Judge):

@@ -1,4 +1,5 @@
-"""Worker-side head models: the interface, and the registry the worker builds from."""
+"""Worker-side head models: the interface every head implements (the worker builds them with
+`factory.build_head`, so this base module never imports a concrete head)."""
 
 from __future__ import annotations
 
@@ -53,32 +54,3 @@ def preprocess_mode(options: dict[str, Any]) -> str:
 
 def preprocess_processes(options: dict[str, Any]) -> int:
     return int(options.get("preprocess_processes") or min(8, os.cpu_count() or 1))
-
-
-def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
-    # Imported here: only the worker process loads torch / onnxruntime.
-    if kind in ("clip", "pickscore", "hpsv2"):
-        from .clip_models import build_clip_family
-
-        return build_clip_family(kind, options)
-    if kind == "hpsv3":
-        from .hpsv3_model import HPSv3Head
-
-        return HPSv3Head(kind, options)
-    if kind == "ocr":
-        from .ocr_model import RapidOcrHead
-
-        return RapidOcrHead(kind, options)
-    if kind == "gen_eval":
-        from .geneval_model import GenEvalDetectorHead
-
-        return GenEvalDetectorHead(kind, options)
-    if kind == "videoalign":
-        from .videoalign_model import VideoAlignHead
-
-        return VideoAlignHead(kind, options)
-    if kind == "image_reward":
-        from .image_reward_model import ImageRewardHead
-
-        return ImageRewardHead(kind, options)
-    raise HeadLoadError(f"unknown head kind {kind!r}")

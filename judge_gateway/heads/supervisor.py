@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .options import HeadOptions
+from ..head_options import HeadOptions
 from .protocol import (
     PREFIX,
     ProtocolError,

@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from .batcher import Control, Job, MicroBatcher, Staged
-from .models import HeadLoadError, build_head
+from .factory import build_head
+from .models import HeadLoadError
 from .protocol import ProtocolError, encode_frame, jobs_from_frame, read_frame
 from .shm import ArenaView
 

@@ -92,7 +92,7 @@ class RubricJudge(_GenerativeJudge):
         self.profile = None
         if self.options.aggregation_profile:
             # A tuned profile (validated by the config loader) replaces weights and N/A policy.
-            from ..tuning.profile import load_profile
+            from ..profiles import load_profile
 
             self.profile = load_profile(self.options.aggregation_profile,
                                         sha256=self.options.aggregation_profile_sha256)

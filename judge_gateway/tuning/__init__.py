@@ -1,8 +1,8 @@
 """Tuning from human preferences: preference data, a score cache, aggregation fitting with
 cross-validation, versioned aggregation profiles, and template-version comparison.
 
-Import the submodules directly (`tuning.fit` needs numpy; `tuning.profile` does not and is what
-the config loader uses).
+Import the submodules directly (`tuning.fit` needs numpy). The profile format itself is
+`judge_gateway.profiles` (the config loader reads it); `tuning.profile` re-exports it.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _plot_path(args: argparse.Namespace, name: str) -> str | None:
     if args.out_dir:
         from pathlib import Path
 
-        from .profile import next_version
+        from ..profiles import next_version
 
         d = Path(args.out_dir)
         return str(d / f"{name}@{next_version(d, name) if d.is_dir() else 1}.png")

@@ -25,7 +25,7 @@ from .fit import (
     summarize,
 )
 from .prefs import PreferenceData, load_preferences
-from .profile import write_profile
+from ..profiles import write_profile
 from .report import cv_table, fold_record, plot_cv, weights_table
 
 
@@ -159,7 +159,7 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     na_policy: NAPolicy = options.na_policy
     na_norm = (options.na_value - lo) / (hi - lo) if options.na_value is not None else None
     if options.aggregation_profile:
-        from .profile import load_profile
+        from ..profiles import load_profile
 
         prof = load_profile(options.aggregation_profile, sha256=options.aggregation_profile_sha256)
         weights = {a: prof.weights.get(a, 0.0) for a in aspects}

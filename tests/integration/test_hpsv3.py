@@ -22,8 +22,8 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
 from judge_gateway.server import create_app
+from tests.support.cosmos_client import enqueue_body, headers, poll
 from tests.support.heads_env import build_tiny_hpsv3, hpsv3_judge, hpsv3_python
-from tests.unit.test_cosmos_rl import enqueue_body, headers, poll
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -151,7 +151,7 @@ async def test_cosmos_rl_image_reward_name(models, reference, images):
     """cosmos-rl's `image_reward` reward: an enqueue/pull round trip whose legacy key
     `image_reward` holds the head's raw z-score (the package's score)."""
     from judge_gateway.server import create_app
-    from tests.unit.test_cosmos_rl import enqueue_body, headers, poll
+    from tests.support.cosmos_client import enqueue_body, headers, poll
 
     gateway = Gateway(validate_config({"judges": {"image_reward": image_reward_judge(models, threads=2)}}))
     app = create_app(gateway)

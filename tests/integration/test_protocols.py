@@ -22,12 +22,12 @@ import pytest
 from judge_gateway.latents import TorchWorker
 from judge_gateway.protocol_config import LatentDecoderConfig
 from judge_gateway.store import RedisStore
-from tests.integration.test_real_vllm import FINAL_REGEX, real_config
+from tests.support.cosmos_client import enqueue_body, poll
 from tests.support.fake_openai import free_port
+from tests.support.protocol_clients import ff_payload, pil_images
+from tests.support.real_vllm_config import FINAL_REGEX, real_config
 from tests.support.redis_server import RedisServer
 from tests.support.served_gateway import ServedGateway
-from tests.unit.test_cosmos_rl import enqueue_body, poll
-from tests.unit.test_flow_factory import build_payload, pil_images
 
 pytestmark = pytest.mark.integration
 
@@ -141,7 +141,7 @@ async def test_cosmos_bad_bodies_get_400_and_no_uuid(served):
 
 
 async def test_flow_factory_20_concurrent_requests_and_health_stays_fast(served):
-    payloads = [build_payload([f"a picture {k}"] * 8, image=pil_images(8, size=48, seed=k)) for k in range(20)]
+    payloads = [ff_payload([f"a picture {k}"] * 8, image=pil_images(8, size=48, seed=k)) for k in range(20)]
     url = served.url + "/flow-factory/t2i"
     health_latencies: list[float] = []
     done = asyncio.Event()
@@ -389,7 +389,7 @@ async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(vllm):
                 assert body["scores"][name] == [pytest.approx(c["raw"]) for c in body["judge_scores"]]
                 assert body["judge_scores"][0]["judge"] == name
             r = await http.post("/flow-factory/heads/compute",
-                                json=build_payload(["a cat"] * 4, image=pil_images(4, size=48, seed=3)))
+                                json=ff_payload(["a cat"] * 4, image=pil_images(4, size=48, seed=3)))
             r.raise_for_status()
             rewards = r.json()["rewards"]
             assert len(rewards) == 4 and sum(rewards) == pytest.approx(0.0, abs=1e-9)  # z-scored group

@@ -25,16 +25,23 @@ def enqueue_body(meta: dict, arr: np.ndarray) -> bytes:
     return json.dumps(meta).encode("utf-8") + b"\n" + npy(arr)
 
 
-HEADERS = {"Content-Type": "application/octet-stream", "Authorization": "Bearer None"}
+def headers(token: str | None = None) -> dict[str, str]:
+    """An enqueue's headers, as the clients send them (`Bearer None` when they have no token)."""
+    return {"Content-Type": "application/octet-stream", "Authorization": f"Bearer {token}"}
 
 
-async def poll(client: httpx.AsyncClient, uid: str, reward: str | None, *, timeout: float = 60.0,
-               interval: float = 0.05) -> httpx.Response:
-    """Form-encoded pulls until the reply is final (200, failed, expired, unknown)."""
+HEADERS = headers()
+
+
+async def poll(client: httpx.AsyncClient, uid: str, reward: str | None, *, token: str | None = None,
+               timeout: float = 60.0, interval: float = 0.05) -> httpx.Response:
+    """Form-encoded pulls until the reply is final (200, failed, expired, unknown); with `token`,
+    each pull carries it as the clients do."""
     deadline = time.monotonic() + timeout
     data = {"uuid": uid} if reward is None else {"uuid": uid, "type": reward}
+    auth = {} if token is None else {"Authorization": f"Bearer {token}"}
     while True:
-        r = await client.post("/api/reward/pull", data=data)
+        r = await client.post("/api/reward/pull", data=data, headers=auth)
         body = r.json()  # every reply is JSON
         if r.status_code == 200 or body.get("status") in ("failed", "unknown", "expired"):
             return r

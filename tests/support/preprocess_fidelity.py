@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from judge_gateway.heads.models import build_head
+from judge_gateway.heads.factory import build_head
 from tests.support.heads_env import head_judges, load_test_images
 
 PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello"']

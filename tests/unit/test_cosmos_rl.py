@@ -23,34 +23,10 @@ from judge_gateway.server import create_app
 from judge_gateway.server.cosmos_legacy import legacy_lists
 from judge_gateway.store import MemoryStore
 from judge_gateway.tensors import bf16_view_to_float32
-from tests.unit.test_gateway_faults import fault_config
+from tests.support.cosmos_client import enqueue_body, headers, poll
+from tests.support.fault_gateway import fault_config
 
 # ---- the client side, as cosmos-rl's example clients and remote_calculator do it -------------
-
-
-def enqueue_body(meta: dict, arr: np.ndarray) -> bytes:
-    """`<JSON>\\n<npy bytes>`, as the clients send it (application/octet-stream)."""
-    buf = io.BytesIO()
-    np.save(buf, arr)
-    return json.dumps(meta).encode("utf-8") + b"\n" + buf.getvalue()
-
-
-def headers(token: str | None = None) -> dict[str, str]:
-    return {"Content-Type": "application/octet-stream", "Authorization": f"Bearer {token}"}
-
-
-async def poll(client: httpx.AsyncClient, uid: str, reward: str, *, token: str | None = None,
-               timeout: float = 60.0, interval: float = 0.05) -> httpx.Response:
-    """Form-encoded pulls until 200, like the clients (which call .json() on every reply)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        r = await client.post("/api/reward/pull", data={"uuid": uid, "type": reward},
-                              headers={"Authorization": f"Bearer {token}"})
-        body = r.json()  # every reply is JSON
-        if r.status_code == 200 or body.get("status") in ("failed", "unknown"):
-            return r
-        assert time.monotonic() < deadline, f"still {body} after {timeout}s"
-        await asyncio.sleep(interval)
 
 
 def image_batch(b: int = 2, size: int = 512) -> np.ndarray:

@@ -18,7 +18,7 @@ from PIL import Image
 from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
-from tests.unit.test_gateway_faults import fault_config
+from tests.support.fault_gateway import fault_config
 
 
 def image_to_b64(img: Image.Image) -> str:

@@ -11,7 +11,7 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
-from tests.unit.test_gateway_faults import fault_config
+from tests.support.fault_gateway import fault_config
 
 
 def b64png(seed: int) -> str:

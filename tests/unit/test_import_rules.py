@@ -1,0 +1,281 @@
+"""Import rules, read from the source with `ast` (nothing is imported):
+
+- the package's floors run one way (issue 12): a module imports only from its own floor or lower;
+- no circle among the package's modules, nor among its top-level parts;
+- no test module imports another test module (shared helpers live in tests/support or conftest).
+
+Every import counts, at the top of a file or inside a function or `if TYPE_CHECKING:`: a lazy
+import is still a dependency of the module that writes it.
+`python tests/unit/test_import_rules.py` prints what the tests below read.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "judge_gateway"
+
+# The floors, lowest first; a module sits on the floor of its longest listed prefix, and every
+# module must sit on one (a new top-level module or package is placed here on purpose).
+FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    ("media, prompts, parsers", (
+        "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
+        "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
+    )),
+    ("config, schema", ("config", "schema", "head_options", "protocol_config", "ray_config")),
+    ("backends, store, combine", (
+        "backends", "store", "combine",
+        "tensors", "latents", "latent_worker",  # the cosmos-rl payloads and the latent decoder
+        "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
+    )),
+    ("heads, judges", ("heads", "judges")),
+    ("registry", ("registry",)),
+    ("gateway", ("gateway",)),
+    ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
+    ("tuning", (  # the offline tools over run folders and preference data
+        "tuning", "evaluation", "browse", "score_command", "scoring", "runs",
+    )),
+    ("cli", ("cli",)),
+]
+
+# Imports that still run up a floor, as "importer -> imported": a ratchet, it may only shrink.
+# Each entry says why it is still there.
+ALLOWED_UPWARD: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str  # importing module, dotted
+    target: str  # imported module, dotted (the longest existing module the import names)
+    where: str   # path:line of the import
+
+
+def module_files(top: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py under `top` (a package directory)."""
+    mods = {}
+    for f in sorted(top.rglob("*.py")):
+        parts = f.relative_to(top.parent).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return mods
+
+
+def _absolute(module: str, is_package: bool, level: int, name: str | None) -> str:
+    if level == 0:
+        return name or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def _existing(name: str, mods: dict[str, Path]) -> str | None:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_edges(mods: dict[str, Path], prefix: str, root: Path = ROOT) -> list[Edge]:
+    """Every import of a module under `prefix`, by every module of `mods` (paths shown from `root`)."""
+    edges: set[Edge] = set()
+    for mod, path in mods.items():
+        is_package = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(mod, is_package, node.level, node.module)
+                # `from pkg import sub` depends on pkg.sub; `from pkg import name` on pkg itself
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            for name in names:
+                if not (name == prefix or name.startswith(prefix + ".")):
+                    continue
+                target = _existing(name, mods)
+                if target and target != mod:
+                    edges.add(Edge(mod, target, where))
+    return sorted(edges, key=lambda e: (e.source, e.target, e.where))
+
+
+def circles(nodes: set[str], pairs: set[tuple[str, str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan, iterative)."""
+    succ: dict[str, list[str]] = {n: [] for n in nodes}
+    for a, b in pairs:
+        succ[a].append(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(nodes):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(succ[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(succ[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return sorted(found)
+
+
+def floor_of(module: str) -> int | None:
+    rel = module[len(PACKAGE) + 1:] if module != PACKAGE else ""
+    best: tuple[int, int] | None = None  # (prefix length, floor)
+    for floor, (_, prefixes) in enumerate(FLOORS):
+        for p in prefixes:
+            matches = rel == p or (p and rel.startswith(p + "."))
+            if matches and (best is None or len(p) > best[0]):
+                best = (len(p), floor)
+    return None if best is None else best[1]
+
+
+def _part(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+@dataclass
+class PackageReport:
+    modules: dict[str, Path]
+    edges: list[Edge]
+
+    @property
+    def file_circles(self) -> list[list[str]]:
+        return circles(set(self.modules), {(e.source, e.target) for e in self.edges})
+
+    @property
+    def part_circles(self) -> list[list[str]]:
+        pairs = {(_part(e.source), _part(e.target)) for e in self.edges if _part(e.source) != _part(e.target)}
+        return circles({_part(m) for m in self.modules}, pairs)
+
+    @property
+    def unplaced(self) -> list[str]:
+        return sorted(m for m in self.modules if floor_of(m) is None)
+
+    @property
+    def upward(self) -> dict[str, list[str]]:
+        """"importer -> imported" -> where, for every import of a higher floor."""
+        out: dict[str, list[str]] = {}
+        for e in self.edges:
+            a, b = floor_of(e.source), floor_of(e.target)
+            if a is not None and b is not None and b > a:
+                out.setdefault(f"{e.source} -> {e.target}", []).append(e.where)
+        return out
+
+
+def package_report() -> PackageReport:
+    mods = module_files(ROOT / PACKAGE)
+    return PackageReport(mods, import_edges(mods, PACKAGE))
+
+
+def imports_of_test_modules() -> list[str]:
+    """"test module -> what it imports" for every import of a test module by a module of tests/."""
+    mods = module_files(ROOT / "tests")
+    return sorted(f"{e.where}: {e.source} -> {e.target}" for e in import_edges(mods, "tests")
+                  if e.target.rpartition(".")[2].startswith("test_"))
+
+
+
+def render(report: PackageReport) -> str:
+    lines = [f"{len(report.modules)} modules; floors, lowest first:"]
+    lines += [f"  {i}  {name}" for i, (name, _) in enumerate(FLOORS)]
+    lines += [f"file circle: {' <-> '.join(c)}" for c in report.file_circles]
+    lines += [f"part circle: {' <-> '.join(c)}" for c in report.part_circles]
+    lines += [f"unplaced: {m}" for m in report.unplaced]
+    for pair, where in sorted(report.upward.items()):
+        flag = "allowed" if pair in ALLOWED_UPWARD else "NEW"
+        lines.append(f"upward ({flag}): {pair}  [{', '.join(where)}]")
+    lines += [f"test module imported: {t}" for t in imports_of_test_modules()]
+    lines.append(f"{len(report.file_circles)} file circles, {len(report.part_circles)} part circles, "
+                 f"{len(report.upward)} upward imports ({len(ALLOWED_UPWARD)} allowed), "
+                 f"{len(imports_of_test_modules())} test-module imports")
+    return "\n".join(lines)
+
+
+# ---- the rules -------------------------------------------------------------------------------
+
+
+def test_the_package_has_no_import_circle():
+    report = package_report()
+    print(render(report))
+    assert report.file_circles == []
+    assert report.part_circles == []
+
+
+def test_every_module_sits_on_a_floor():
+    assert package_report().unplaced == []
+
+
+def test_floors_import_only_downward_beyond_the_allowlist():
+    report = package_report()
+    print(render(report))
+    assert set(report.upward) <= set(ALLOWED_UPWARD), "an import runs up a floor (see the printout)"
+    # The ratchet: an entry whose import is gone comes off the list.
+    assert set(ALLOWED_UPWARD) <= set(report.upward), "stale ALLOWED_UPWARD entries"
+
+
+def test_no_test_module_imports_another():
+    assert imports_of_test_modules() == []
+
+
+# ---- the rules see what they must see (on small packages written here) ---------------------
+
+
+def _write(tmp: Path, files: dict[str, str]) -> dict[str, Path]:
+    for rel, text in files.items():
+        f = tmp / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return module_files(tmp / rel.split("/")[0])
+
+
+def test_a_lazy_import_in_a_base_module_is_a_circle(tmp_path):
+    """The shape issue 12 found: a factory in the base module imports the concrete class, which
+    imports the base back; the import inside a function still counts."""
+    mods = _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/base.py": "class Base: ...\ndef build():\n    from .concrete import Concrete\n    return Concrete()\n",
+        "pkg/concrete.py": "from .base import Base\nclass Concrete(Base): ...\n",
+    })
+    edges = import_edges(mods, "pkg", root=tmp_path)
+    assert circles(set(mods), {(e.source, e.target) for e in edges}) == [["pkg.base", "pkg.concrete"]]
+
+
+def test_an_import_of_a_higher_floor_is_reported():
+    report = PackageReport({f"{PACKAGE}.config": Path("c"), f"{PACKAGE}.server.app": Path("s")},
+                           [Edge(f"{PACKAGE}.config", f"{PACKAGE}.server.app", "config.py:1"),
+                            Edge(f"{PACKAGE}.server.app", f"{PACKAGE}.config", "server/app.py:1")])
+    assert list(report.upward) == [f"{PACKAGE}.config -> {PACKAGE}.server.app"]
+
+
+if __name__ == "__main__":
+    print(render(package_report()))
+    sys.exit(0)
