@@ -39,11 +39,12 @@ class HeadReplica:
         self.worker = HeadWorker(name, kind, HEAD_KIND_OPTIONS[kind].model_validate(options))
 
     async def infer(self, frames: np.ndarray, prompt: str) -> dict[str, Any]:
-        """{"outputs": per-frame outputs, "info": the worker's model facts} or {"error": why}."""
+        """{"outputs": per-frame outputs, "info": the worker's model facts} or {"error": why,
+        "crashed": whether the worker died under it (it respawns: scoring again can work)}."""
         try:
             outputs = await self.worker.infer(frames, prompt)
         except HeadError as exc:
-            return {"error": str(exc)}
+            return {"error": str(exc), "crashed": exc.crashed}
         return {"outputs": outputs, "info": self.worker.info}
 
     async def probe(self) -> dict[str, Any]:
@@ -54,7 +55,7 @@ class HeadReplica:
         try:
             await self.worker.wait_ready()
         except HeadError as exc:
-            return {"error": str(exc)}
+            return {"error": str(exc), "crashed": exc.crashed}
         return {"info": self.worker.info}
 
     async def stats(self) -> dict[str, Any]:
@@ -83,8 +84,9 @@ class RemoteHeadWorker:
                 return await getattr(self.handle, method).remote(*args)
             except REPLICA_GONE as exc:
                 if attempt == self.retries:
+                    # Transient as a crashed worker: Serve starts a new replica, scoring again can work.
                     raise HeadError(f"head {self.name!r}: its Ray replica is gone ({type(exc).__name__}) "
-                                    f"after {self.retries + 1} tries") from None
+                                    f"after {self.retries + 1} tries", crashed=True) from None
                 self.replica_retries += 1
                 log.warning("head %s: replica gone (%s); sending the call again", self.name, type(exc).__name__)
                 await asyncio.sleep(0.2 * (attempt + 1))
@@ -93,7 +95,7 @@ class RemoteHeadWorker:
     async def infer(self, frames: np.ndarray, prompt: str) -> list[dict[str, Any]]:
         reply = await self._call("infer", np.ascontiguousarray(frames), prompt)
         if "error" in reply:
-            raise HeadError(reply["error"])
+            raise HeadError(reply["error"], crashed=bool(reply.get("crashed")))
         self.info = reply["info"]
         return reply["outputs"]
 
@@ -113,7 +115,7 @@ class RemoteHeadWorker:
     async def wait_ready(self) -> None:
         reply = await self._call("wait_ready")
         if "error" in reply:
-            raise HeadError(reply["error"])
+            raise HeadError(reply["error"], crashed=bool(reply.get("crashed")))
         self.info = reply["info"]
 
     async def stats(self) -> dict[str, Any]:

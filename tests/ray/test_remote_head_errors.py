@@ -1,0 +1,76 @@
+"""RemoteHeadWorker and HeadReplica with fake handles and workers (no Ray cluster): a head's failure
+crosses the Serve boundary with its `crashed` flag, so cosmos-rl scores a crashed head's cells again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from ray.exceptions import RayActorError
+
+from judge_gateway.heads.supervisor import HeadError
+from judge_gateway.ray_mode.heads import HeadReplica, RemoteHeadWorker
+
+FRAMES = np.zeros((1, 4, 4, 3), dtype=np.uint8)
+
+
+class _Method:
+    def __init__(self, answer):
+        self.answer = answer
+        self.calls = 0
+
+    async def remote(self, *args):
+        self.calls += 1
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+class _Handle:
+    def __init__(self, **methods):
+        for name, answer in methods.items():
+            setattr(self, name, _Method(answer))
+
+
+class _CrashingWorker:
+    info: dict = {}
+
+    async def infer(self, frames, prompt):
+        raise HeadError("worker died with the item in flight", crashed=True)
+
+    async def wait_ready(self):
+        raise HeadError("failed to load")
+
+
+def _replica(worker) -> object:
+    replica = object.__new__(HeadReplica.func_or_class)
+    replica.worker = worker
+    return replica
+
+
+def test_a_crashed_worker_reaches_the_gateway_as_crashed():
+    reply = asyncio.run(_replica(_CrashingWorker()).infer(FRAMES, "p"))
+    assert reply == {"error": "worker died with the item in flight", "crashed": True}
+    remote = RemoteHeadWorker("ocr", _Handle(infer=reply), retries=0)
+    with pytest.raises(HeadError) as caught:
+        asyncio.run(remote.infer(FRAMES, "p"))
+    assert caught.value.crashed is True and str(caught.value) == "worker died with the item in flight"
+
+
+def test_a_head_refusal_stays_not_crashed():
+    reply = asyncio.run(_replica(_CrashingWorker()).wait_ready())
+    assert reply == {"error": "failed to load", "crashed": False}
+    remote = RemoteHeadWorker("ocr", _Handle(infer={"error": "bad frames", "crashed": False}), retries=0)
+    with pytest.raises(HeadError) as caught:
+        asyncio.run(remote.infer(FRAMES, "p"))
+    assert caught.value.crashed is False
+
+
+def test_a_replica_still_gone_after_the_retries_is_transient():
+    handle = _Handle(infer=RayActorError())
+    remote = RemoteHeadWorker("ocr", handle, retries=1)
+    with pytest.raises(HeadError) as caught:
+        asyncio.run(remote.infer(FRAMES, "p"))
+    assert caught.value.crashed is True
+    assert handle.infer.calls == 2 and remote.replica_retries == 1
