@@ -36,6 +36,10 @@ class QueueConfig(_Strict):
     )
     claim_interval_s: float = Field(2.0, gt=0, description="How often a replica looks for entries to claim.")
     max_backlog: int = Field(4096, gt=0, description="Accepted, not yet stored entries on the stream; beyond: 503.")
+    max_deliveries: int = Field(
+        3, ge=1, description="Times an entry may be handed out (read, then claimed after a replica stopped touching "
+        "it); beyond, it is stored as failed: a request that kills its replica is not scored again and again."
+    )
 
 
 class StoreConfig(_Strict):

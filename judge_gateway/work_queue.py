@@ -3,8 +3,10 @@ beside the result store, shared by every gateway replica on that Redis.
 
     enqueue (any replica)  XADD   {uuid, body, deadline}            the request is accepted
     each replica           XREADGROUP > (as far as it has room)     it scores the entry
-                           XCLAIM JUSTID its running entries        "still mine" (resets idle time)
-                           XAUTOCLAIM entries idle > visibility     a dead replica's work, scored again
+                           XCLAIM JUSTID its running entries        "still mine" (resets idle time), only
+                                                                    those it still owns (one Lua script)
+                           XAUTOCLAIM entries idle > visibility     a dead replica's work, scored again;
+                                                                    past max_deliveries it is failed
     after the result is stored                  XACK + XDEL          only then
 
 A replica that dies (kill -9, lost node) leaves its entries pending in the group; they go idle,
@@ -38,10 +40,29 @@ class QueuedWork:
     body: bytes
     deadline: float  # wall time (time.time()) by which the request must be finished
     claimed: bool  # taken over from another consumer
+    deliveries: int = 1  # times the group handed it out (XPENDING times_delivered)
+    malformed: str | None = None  # why its fields cannot be read (it is failed and acknowledged)
 
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+# Touch only the entries this consumer still owns: a plain XCLAIM (min-idle 0) would take back an
+# entry another replica has just claimed, and both would score it again and again.
+# KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry ids. Returns the ids not ours.
+_KEEP_OWNED = """
+local lost = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p == 1 and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+"""
 
 
 class RedisWorkQueue:
@@ -52,6 +73,8 @@ class RedisWorkQueue:
         self.group = "scorers"
         self.consumer = consumer
         self._group_ready = False
+        self._keep_owned = self._redis.register_script(_KEEP_OWNED)
+        self._claim_cursor = "0-0"  # XAUTOCLAIM's next start: one sweep walks the whole pending list
 
     async def _call(self, what: str, coro):
         try:
@@ -92,7 +115,11 @@ class RedisWorkQueue:
         if not fields:  # deleted meanwhile (XAUTOCLAIM reports such ids apart; XREADGROUP as empty)
             return None
         f = {_text(k): v for k, v in fields.items()}
-        return QueuedWork(_text(entry_id), _text(f["uuid"]), f["body"], float(_text(f["deadline"])), claimed)
+        try:
+            return QueuedWork(_text(entry_id), _text(f["uuid"]), f["body"], float(_text(f["deadline"])), claimed)
+        except (KeyError, ValueError) as err:  # not written by add(): no reason to stop reading the rest
+            return QueuedWork(_text(entry_id), _text(f.get("uuid", "")), b"", 0.0, claimed,
+                              malformed=f"{type(err).__name__}: {err}")
 
     async def read(self, count: int, block_ms: int) -> list[QueuedWork]:
         await self.ensure_group()
@@ -111,20 +138,31 @@ class RedisWorkQueue:
         await self.ensure_group()
         reply = await self._call("XAUTOCLAIM", self._redis.xautoclaim(
             self.stream, self.group, self.consumer, min_idle_time=int(self.cfg.visibility_timeout_s * 1000),
-            start_id="0-0", count=count))
+            start_id=self._claim_cursor, count=count))
+        self._claim_cursor = _text(reply[0]) if reply else "0-0"
         entries = reply[1] if reply else []
         out = []
         for entry_id, fields in entries:
             work = self._work(entry_id, fields, claimed=True)
             if work is not None:
+                work.deliveries = await self.deliveries(work.entry_id)
                 out.append(work)
         return out
 
-    async def keep(self, entry_ids: list[str]) -> None:
-        """Still being scored here: reset their idle time so nobody claims them."""
-        if entry_ids:
-            await self._call("XCLAIM", self._redis.xclaim(self.stream, self.group, self.consumer, 0, entry_ids,
-                                                          justid=True))
+    async def deliveries(self, entry_id: str) -> int:
+        """How many times the group has handed the entry out (0: no longer pending)."""
+        rows = await self._call("XPENDING", self._redis.xpending_range(
+            self.stream, self.group, min=entry_id, max=entry_id, count=1))
+        return int(rows[0]["times_delivered"]) if rows else 0
+
+    async def keep(self, entry_ids: list[str]) -> list[str]:
+        """Still being scored here: reset their idle time so nobody claims them. Returns the ids
+        this consumer no longer owns (claimed by another replica, or acknowledged): stop those."""
+        if not entry_ids:
+            return []
+        lost = await self._call("XCLAIM", self._keep_owned(keys=[self.stream],
+                                                           args=[self.group, self.consumer, *entry_ids]))
+        return [_text(i) for i in lost or []]
 
     async def done(self, entry_id: str) -> None:
         """Its result is stored: acknowledge and drop the body."""

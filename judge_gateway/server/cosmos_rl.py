@@ -373,26 +373,68 @@ class CosmosRLService:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
+            except Exception:  # a bug must not end the consumer silently: this replica would stop taking work
+                log.exception("cosmos-rl queue consumer failed; retrying in %.1f s", delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
             for work in items:
                 if work.uid not in self._tasks:  # else already scoring here
                     self._track(work.uid, self._run_queued(work), work.entry_id)
 
+    def _stop_lost(self, lost: list[str]) -> None:
+        """Stop scoring entries another replica has claimed (it thought this one dead): it scores them."""
+        gone = set(lost)
+        for uid, entry_id in list(self._entry_ids.items()):
+            task = self._tasks.get(uid)
+            # one storing its result (or acknowledging it just now) finishes on its own
+            if entry_id in gone and task is not None and not task.done() and uid not in self._unstored:
+                log.warning("cosmos-rl %s: another replica claimed its queue entry; it is scored there", uid)
+                task.cancel()
+
+    async def _ack(self, work: QueuedWork) -> None:
+        assert self.queue is not None
+        queue = self.queue
+        try:
+            await retry_store_write(lambda: queue.done(work.entry_id), f"acknowledgement of {work.uid}",
+                                    give_up_after_s=self._ttl())
+        except StoreError:
+            log.exception("cosmos-rl %s: its queue entry could not be acknowledged", work.uid)
+
     async def _run_queued(self, work: QueuedWork) -> None:
+        if work.malformed is not None:
+            log.error("cosmos-rl: queue entry %s is malformed (%s)", work.entry_id, work.malformed)
+            if work.uid:
+                await self._store_final(work.uid, self._failed(f"its queue entry is malformed: {work.malformed}",
+                                                               None), work.entry_id)
+            else:
+                await self._ack(work)
+            return
         try:
             existing = await self.store.get(work.uid)
         except StoreError:
             existing = None
         if existing is not None and existing.get("status") in ("done", "failed"):  # stored by another
-            assert self.queue is not None
-            queue = self.queue
-            await retry_store_write(lambda: queue.done(work.entry_id), f"acknowledgement of {work.uid}",
-                                    give_up_after_s=self._ttl())
+            await self._ack(work)
             return
         accepted = {k: existing[k] for k in ("rewards", "skipped", "prompts") if existing and k in existing}
+        assert self.queue is not None
+        cap = self.queue.cfg.max_deliveries
+        if work.deliveries > cap:  # each replica that took it stopped: it may be what kills them
+            entry = self._failed(f"handed out {work.deliveries} times (store.queue.max_deliveries = {cap}): "
+                                 "every replica that scored it stopped before finishing", accepted)
+            await self._store_final(work.uid, entry, work.entry_id)
+            return
         try:
             prepared = await self.prepare(work.body, check_ready=False)
         except (PayloadError, JudgeUnready, TorchWorkerError) as err:  # replicas configured differently?
             entry = self._failed(f"the request could not be prepared on gateway {self.instance}: {err}", accepted)
+            await self._store_final(work.uid, entry, work.entry_id)
+            return
+        except Exception as err:  # never leave an entry pending for ever: it would be claimed again and again
+            log.exception("cosmos-rl %s: preparing the queued request failed", work.uid)
+            entry = self._failed(f"the request could not be prepared on gateway {self.instance}: "
+                                 f"{type(err).__name__}: {err}", accepted)
             await self._store_final(work.uid, entry, work.entry_id)
             return
         self._accepted[work.uid] = self._accepted_of(prepared)
@@ -670,7 +712,7 @@ class CosmosRLService:
             try:
                 await self.store.put(f"instance:{self.instance}", {"alive": True}, ttl_s=HEARTBEAT_TTL_S)
                 if self.queue is not None:
-                    await self.queue.keep(list(self._entry_ids.values()))
+                    self._stop_lost(await self.queue.keep(list(self._entry_ids.values())))
                 wait = interval
             except StoreError:
                 log.warning("heartbeat write failed; retrying in 0.5 s", exc_info=True)
@@ -682,12 +724,16 @@ class CosmosRLService:
         if self._consumer is not None:
             self._consumer.cancel()
         for uid, task in list(self._tasks.items()):
+            if task.done():  # its result is stored already: a failure must not overwrite it
+                continue
+            finished = self._unstored.get(uid)  # scored, its write under way: that result, not a failure
             task.cancel()
             if self.queue is not None:
                 continue
-            try:
-                await self.store.put(uid, self._failed("the gateway shut down before finishing; enqueue it again",
-                                                       self._accepted.get(uid)))
+            entry = finished or self._failed("the gateway shut down before finishing; enqueue it again",
+                                             self._accepted.get(uid))
+            try:  # put_final: a result another writer stored meanwhile stays
+                await self.store.put_final(uid, entry)
             except StoreError:
                 pass
         if self.queue is not None and self._tasks:
@@ -832,7 +878,8 @@ def install(app: FastAPI, service: CosmosRLService) -> None:
             code, body = await service.pull(uid, reward, type_given=bool(fields.get("type")))
         except StoreError as err:
             return JSONResponse({"uuid": uid, "type": reward, "status": "unavailable",
-                                 "message": f"result store unavailable: {err}"}, status_code=503)
+                                 "message": f"result store unavailable: {err}"}, status_code=503,
+                                headers={"Retry-After": "2"})
         return JSONResponse(body, status_code=code)
 
     @app.post("/api/reward/latent_attr",

@@ -113,3 +113,52 @@ async def test_consumers_of_gone_replicas_are_forgotten_once_idle_and_empty(tmp_
         await store.aclose()
         server.stop()
     assert names == {"holder"}  # the one with a pending entry stays until it is claimed
+
+
+async def test_keep_touches_only_entries_still_owned(tmp_path):
+    """A slow replica's heartbeat must not take back an entry another replica claimed meanwhile
+    (a plain XCLAIM min-idle 0 did: both scored it, again and again)."""
+    from judge_gateway.protocol_config import QueueConfig
+    from judge_gateway.work_queue import RedisWorkQueue
+
+    server = RedisServer(tmp_path)
+    store = RedisStore(server.url, prefix="jg-keep:", ttl_s=60, max_entries=100)
+    slow = RedisWorkQueue(store, QueueConfig(enabled=True), "slow")
+    other = RedisWorkQueue(store, QueueConfig(enabled=True), "other")
+    try:
+        await slow.add("u1", b"body", 0.0)
+        await slow.add("u2", b"body", 0.0)
+        mine, taken = await slow.read(2, block_ms=10)
+        # `other` claims u2 as XAUTOCLAIM does once it has been idle the visibility timeout
+        await store._redis.xclaim(other.stream, other.group, "other", 0, [taken.entry_id])
+        lost = await slow.keep([mine.entry_id, taken.entry_id])
+        owners = {r["message_id"].decode(): r["consumer"].decode()
+                  for r in await store._redis.xpending_range(slow.stream, slow.group, "-", "+", 10)}
+    finally:
+        await store.aclose()
+        server.stop()
+    assert lost == [taken.entry_id]
+    assert owners == {mine.entry_id: "slow", taken.entry_id: "other"}
+
+
+async def test_claimed_entries_carry_how_often_they_were_handed_out(tmp_path):
+    from judge_gateway.protocol_config import QueueConfig
+    from judge_gateway.work_queue import RedisWorkQueue
+
+    server = RedisServer(tmp_path)
+    store = RedisStore(server.url, prefix="jg-deliveries:", ttl_s=60, max_entries=100)
+    # visibility 0 (below the loaded bound of 2 s): every pending entry is claimable at once
+    cfg = QueueConfig.model_construct(enabled=True, visibility_timeout_s=0.0, claim_interval_s=1.0,
+                                      max_backlog=10, max_deliveries=3)
+    a, b = RedisWorkQueue(store, cfg, "a"), RedisWorkQueue(store, cfg, "b")
+    try:
+        await a.add("u1", b"body", 0.0)
+        (first,) = await a.read(1, block_ms=10)
+        seen = [first.deliveries]
+        for queue in (b, a, b):
+            (work,) = await queue.claim_idle(1)
+            seen.append(work.deliveries)
+    finally:
+        await store.aclose()
+        server.stop()
+    assert seen == [1, 2, 3, 4]
