@@ -10,7 +10,7 @@ status (429 native, 503 Flow-Factory) with `Retry-After`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from ..config import AdmissionConfig
@@ -40,25 +40,43 @@ class Admission:
         self.metrics.admission_refused.labels(api, reason).inc()
         return Refused(message, self.cfg.retry_after_s)
 
-    @asynccontextmanager
-    async def slot(self, api: str) -> AsyncIterator[None]:
-        if self._slots.locked() and self.waiting >= self.cfg.max_waiting:
+    async def _wait(self, api: str, until: Callable[[Awaitable[bool]], Awaitable[bool]] | None) -> None:
+        if self.waiting >= self.cfg.max_waiting:
             raise self._refuse(api, "queue_full", (
                 f"overloaded: {self.active} requests scoring (server.admission.max_active = {self.cfg.max_active}) "
                 f"and {self.waiting} waiting (max_waiting = {self.cfg.max_waiting}); retry after "
                 f"{self.cfg.retry_after_s} s"))
         self.waiting += 1
         self.metrics.admission_waiting.set(self.waiting)
+        # Its own task, shielded: whoever gives up (timeout, client gone) gives back a slot taken
+        # at that very moment, so a slot is never lost.
+        acquired = asyncio.ensure_future(self._slots.acquire())
         try:
             async with asyncio.timeout(self.cfg.max_wait_s):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise self._refuse(api, "wait_timeout", (
-                f"overloaded: no scoring slot within server.admission.max_wait_s = {self.cfg.max_wait_s} s "
-                f"({self.cfg.max_active} requests scoring); retry after {self.cfg.retry_after_s} s")) from None
+                await (until(asyncio.shield(acquired)) if until is not None else asyncio.shield(acquired))
+        except BaseException as err:
+            if acquired.done() and not acquired.cancelled() and acquired.exception() is None:
+                self._slots.release()
+            else:
+                acquired.cancel()
+            if isinstance(err, TimeoutError):
+                raise self._refuse(api, "wait_timeout", (
+                    f"overloaded: no scoring slot within server.admission.max_wait_s = {self.cfg.max_wait_s} s "
+                    f"({self.cfg.max_active} requests scoring); retry after {self.cfg.retry_after_s} s")) from None
+            raise
         finally:
             self.waiting -= 1
             self.metrics.admission_waiting.set(self.waiting)
+
+    @asynccontextmanager
+    async def slot(self, api: str,
+                   until: Callable[[Awaitable[bool]], Awaitable[bool]] | None = None) -> AsyncIterator[None]:
+        """A scoring slot. `until` wraps the wait (the caller's unless_disconnected): a client that
+        leaves while waiting gives its waiting place back at once."""
+        if not self._slots.locked():
+            await self._slots.acquire()  # a free slot: taken at once, before any other request looks
+        else:
+            await self._wait(api, until)
         self.active += 1
         self.metrics.admission_active.set(self.active)
         try:

@@ -213,7 +213,7 @@ def install(app: FastAPI, service: FlowFactoryService, admission: Admission) -> 
         status = "error"
         try:
             raw = await request.body()
-            async with admission.slot("flow_factory"):
+            async with admission.slot("flow_factory", until=lambda wait: unless_disconnected(request, wait)):
                 # The client gives up after its timeout and retries: stop scoring the abandoned copy.
                 code, body = await unless_disconnected(request, service.compute(profile, raw))
             status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")

@@ -81,7 +81,7 @@ def install(app: FastAPI, gateway: Gateway, admission: Admission) -> None:
         status = "error"
         try:
             body = await request.body()  # before the slot: a slow upload never holds one
-            async with admission.slot("native"):
+            async with admission.slot("native", until=lambda wait: unless_disconnected(request, wait)):
                 try:
                     reward_request = await run_in_threadpool(parse_reward_request, body)
                 except ValidationError as err:
@@ -108,6 +108,10 @@ def install(app: FastAPI, gateway: Gateway, admission: Admission) -> None:
                 status = "ok"
                 # Serialised here so the response model is not validated twice.
                 return Response(response.model_dump_json(), media_type="application/json")
+        except ClientDisconnected:  # while waiting for a slot
+            status = "cancelled"
+            metrics.cancelled_requests.labels("native").inc()
+            return Response(status_code=CLIENT_CLOSED)
         except Refused as err:
             status = "refused"
             return JSONResponse({"error": {"type": "overloaded", "message": str(err)}}, status_code=429,

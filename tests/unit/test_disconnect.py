@@ -193,6 +193,38 @@ def test_head_items_of_a_cancelled_request_are_not_run(stalling_backend, slow_he
     assert no_errors_logged(caplog) == []
 
 
+def gauge(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+@pytest.mark.parametrize("api", ["native", "flow_factory"])
+def test_a_client_that_leaves_while_waiting_for_a_slot_gives_its_place_back(stalling_backend, api):
+    data = gateway_config(stalling_backend.base_url)
+    data["server"] = {"admission": {"max_active": 1, "max_waiting": 1, "max_wait_s": 60}}
+    app = create_app(Gateway(validate_config(data)))
+    if api == "native":
+        path, body = "/v1/rewards", {"samples": [{"prompt": "p", "image": b64png(1)}], "judges": ["slow_judge"]}
+    else:
+        path, body = "/flow-factory/slow/compute", {"prompt": ["a"], "image": [b64png(1)], "video": None,
+                                                    "condition_images": None, "condition_videos": None}
+    with LiveServer(app) as live:
+        import threading
+
+        holder = threading.Thread(target=hang_up, args=("POST", live.url + path, 14.0), kwargs={"json": body})
+        holder.start()  # holds the one slot (the backend answers after 30 s)
+        try:
+            wait_for(lambda: gauge(live.url, "judge_gateway_admission_active") == 1.0)
+            hang_up("POST", live.url + path, 1.0, json=body)  # waits for the slot, then leaves
+            # its waiting place is free while the holder still scores (old: only once the holder ended)
+            wait_for(lambda: gauge(live.url, "judge_gateway_admission_waiting") == 0.0, timeout=8.0)
+            assert gauge(live.url, "judge_gateway_admission_active") == 1.0
+            assert metric(live.url, "judge_gateway_cancelled_requests_total", api=api) == 1.0
+        finally:
+            holder.join()
+
+
 class FakeRequest:
     """The part of a Starlette request the watcher uses: `receive()` after the body was read."""
 
