@@ -69,6 +69,11 @@ def _raise_for(resp: httpx.Response) -> None:
     raise RewardAPIError(resp.status_code, message, body)
 
 
+# A connection refused or broken under the call: sent again. Not a timeout: the service may still be
+# scoring it (a Read/Write/PoolTimeout retried would hold the caller max_retries times the timeout).
+BROKEN_CONNECTION = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
 def _retry_wait(attempt: int, resp: httpx.Response | None) -> float:
     """Seconds before retry `attempt` (0-based): the service's Retry-After when it gives one,
     else 0.5 s doubling, capped."""
@@ -87,8 +92,8 @@ async def _send(c: "AsyncRewardClient", method: str, path: str, **kwargs: Any) -
         last = attempt == c.max_retries
         try:
             resp = await c._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            if last or isinstance(exc, httpx.UnsupportedProtocol):
+        except BROKEN_CONNECTION:
+            if last:
                 raise
             await asyncio.sleep(_retry_wait(attempt, None))
             continue

@@ -94,6 +94,11 @@ async def test_async_client_over_http(served):
         assert err.value.status == 401
 
 
+TRANSPORT_FAULTS = {"connect": httpx.ConnectError, "protocol": httpx.RemoteProtocolError, "read": httpx.ReadError,
+                    "write": httpx.WriteError, "read_timeout": httpx.ReadTimeout, "write_timeout": httpx.WriteTimeout,
+                    "pool_timeout": httpx.PoolTimeout}
+
+
 class _FlakyFront:
     """An httpx transport in front of the served gateway: answers `faults` first (a status, with
     Retry-After 0, or "connect" for a refused connection), then forwards; counts the calls."""
@@ -105,8 +110,8 @@ class _FlakyFront:
         self.calls += 1
         if self.faults:
             fault = self.faults.pop(0)
-            if fault == "connect":
-                raise httpx.ConnectError("refused", request=request)
+            if fault in TRANSPORT_FAULTS:
+                raise TRANSPORT_FAULTS[fault]("fault", request=request)
             return httpx.Response(fault, headers={"retry-after": "0"}, json={"error": {"message": f"fault {fault}"}})
         async with httpx.AsyncClient(base_url=self.target) as real:
             resp = await real.request(request.method, request.url.path, content=request.content,
@@ -125,12 +130,18 @@ async def test_client_sends_again_what_the_service_could_not_take_or_lost(served
     """429 / 503 (admission), a proxy's 500 for a replica that died, a refused connection: sent
     again (scoring is idempotent), up to max_retries; a 4xx naming the request's fault is not."""
     sample = [{"prompt": "p", "image": png_bytes(3)}]
-    for faults in ([429, 503], [500], ["connect", 502]):
+    for faults in ([429, 503], [500], ["connect", 502], ["protocol", "read"], ["write"]):
         front = _FlakyFront(served, faults)
         async with _client_through(front) as client:
             resp = await client.rewards.create(samples=sample, judges=["final"])
         assert resp.results[0].scores["final"].reward == pytest.approx(0.75)
         assert front.calls == len(faults) + 1
+    for timeout in ("read_timeout", "write_timeout", "pool_timeout"):  # may still be scoring: not sent again
+        front = _FlakyFront(served, [timeout])
+        async with _client_through(front) as client:
+            with pytest.raises(TRANSPORT_FAULTS[timeout]):
+                await client.rewards.create(samples=sample, judges=["final"])
+        assert front.calls == 1, timeout
     front = _FlakyFront(served, [503, 503, 503])
     async with _client_through(front) as client:  # retries spent: the last answer is the error
         with pytest.raises(RewardAPIError) as err:
