@@ -33,8 +33,10 @@ echo "== unit tests"
 .venv/bin/python -m pytest tests/unit -q "$@"
 echo "== reliability suite (fuzz, backend / Redis / replica / head faults; a few minutes)"
 # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
-.venv/bin/python -m pytest tests/reliability -q -s "$@"
+# --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
+# process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.
+.venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@"
 echo "== integration tests (real vLLM on CPU, local heads)"
 .venv/bin/python -m pytest tests/integration -q "$@"
 echo "== Ray mode tests (.venv-ray; two-node local Ray cluster, real vLLM on CPU, replica kills)"
-.venv-ray/bin/python -m pytest tests/ray -q -p no:warnings "$@"
+.venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@"

@@ -74,3 +74,26 @@ def test_a_replica_still_gone_after_the_retries_is_transient():
         asyncio.run(remote.infer(FRAMES, "p"))
     assert caught.value.crashed is True
     assert handle.infer.calls == 2 and remote.replica_retries == 1
+
+
+def test_a_cluster_that_fails_to_start_is_shut_down(monkeypatch):
+    from tests.support import ray_cluster
+
+    shut = []
+
+    class FakeCluster:
+        address = "127.0.0.1:1"
+
+        def __init__(self, **kwargs):
+            pass
+
+        def add_node(self, **kwargs):
+            raise RuntimeError("no room for a second node")
+
+        def shutdown(self):
+            shut.append("cluster")
+
+    monkeypatch.setattr(ray_cluster, "Cluster", FakeCluster)
+    with pytest.raises(RuntimeError, match="no room"):
+        ray_cluster.LocalRayCluster()
+    assert shut == ["cluster"]

@@ -14,9 +14,14 @@ class LocalRayCluster:
     def __init__(self, num_cpus_per_node: int = 4, namespace: str = "judge-gateway") -> None:
         node = {"num_cpus": num_cpus_per_node, "object_store_memory": OBJECT_STORE_BYTES}
         self.cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-        self.worker_node = self.cluster.add_node(**node)
-        self.cluster.wait_for_nodes()
-        ray.init(address=self.cluster.address, namespace=namespace, log_to_driver=False)
+        try:
+            self.worker_node = self.cluster.add_node(**node)
+            self.cluster.wait_for_nodes()
+            ray.init(address=self.cluster.address, namespace=namespace, log_to_driver=False)
+        except BaseException:  # no half-started cluster left running behind a failed fixture
+            ray.shutdown()
+            self.cluster.shutdown()
+            raise
 
     @property
     def address(self) -> str:

@@ -34,15 +34,18 @@ class RedisServer:
     def start(self) -> None:
         persistence = (["--appendonly", "yes", "--appendfsync", "always", "--save", ""] if self.persist
                        else ["--save", "", "--appendonly", "no"])
-        self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *persistence,
-             "--dir", str(self.workdir), "--protected-mode", "yes"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
+        # Its output goes to a file: a pipe nobody reads fills up and blocks the server.
+        self.log_path = self.workdir / f"redis-{self.port}.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *persistence,
+                 "--dir", str(self.workdir), "--protected-mode", "yes"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 15
         while True:
             if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
+                out = self.log_path.read_text(errors="replace")
                 raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {out[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
@@ -71,5 +74,3 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
