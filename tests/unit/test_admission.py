@@ -80,10 +80,12 @@ async def test_beyond_the_bound_is_refused_at_once_with_retry_after(slow_backend
     assert len(ok) + len(refused) == n, codes
     # max_active scoring + max_waiting waiting are accepted; the other 16 are refused.
     assert len(ok) == 2 * CAPACITY and len(refused) == n - 2 * CAPACITY, codes
+    first_scored = min(s for _, s in ok)
     for r, seconds in refused:
         assert r.headers["Retry-After"] == "3"
         assert "server.admission" in r.text
-        assert seconds < STALL_S / 2, seconds  # refused at once, not after waiting in line
+        # refused at once, not after waiting in line: before any accepted request was scored
+        assert seconds < first_scored, (seconds, first_scored)
     for r, _ in ok:  # the accepted ones score, valid
         body = r.json()
         if api == "native":
@@ -108,10 +110,12 @@ async def test_a_request_waiting_past_max_wait_s_is_refused(slow_backend):
         await gw.aclose()
     codes = sorted(r.status_code for r, _ in results)
     assert codes == [200, 429, 429]
+    (scored,) = [s for r, s in results if r.status_code == 200]
     for r, seconds in results:
         if r.status_code == 429:
             assert "max_wait_s = 0.2" in r.json()["error"]["message"]
-            assert 0.15 < seconds < STALL_S, seconds
+            # waited its max_wait_s (a lower bound asyncio guarantees), and gave up before the slot freed
+            assert 0.15 < seconds < scored, (seconds, scored)
 
 
 @pytest.mark.parametrize("bad", [{"max_active": 0}, {"max_waiting": -1}, {"max_wait_s": 0}, {"retry_after_s": 0},
