@@ -21,19 +21,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .server.guards import uvicorn_options
 
     cfg = load_config(args.config)
+    # An empty --api-key would accept requests without a key: refused (main prints the error).
+    keys = cfg.server.resolved_api_keys() + [check_api_key(k, "--api-key") for k in args.api_key or []]
+    if args.ray is not None or cfg.ray is not None:  # a [ray] section means Ray mode
+        unused = [name for name, given in (("--host", bool(args.host)), ("--port", args.port is not None),
+                                           ("server.host", "host" in cfg.server.model_fields_set),
+                                           ("server.port", "port" in cfg.server.model_fields_set)) if given]
+        if unused:
+            print(f"warning: {', '.join(unused)} not used in Ray mode: Serve's proxy listens on "
+                  "ray.http_host / ray.http_port", file=sys.stderr)
+        return _serve_on_ray(cfg, keys, args.ray or None)
     if args.host:
         cfg.server.host = args.host
     if args.port is not None:
         cfg.server.port = args.port
-    # An empty --api-key would accept requests without a key: refused (main prints the error).
-    keys = cfg.server.resolved_api_keys() + [check_api_key(k, "--api-key") for k in args.api_key or []]
     if cfg.server.host not in ("127.0.0.1", "localhost", "::1") and not keys \
             and not cfg.server.allow_unauthenticated_public:
         print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
               "server.api_keys; or set server.allow_unauthenticated_public)", file=sys.stderr)
         return 2
-    if args.ray is not None or cfg.ray is not None:  # a [ray] section means Ray mode
-        return _serve_on_ray(cfg, keys, args.ray or None)
     app = create_app(Gateway(cfg), api_keys=keys)
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
                 **uvicorn_options(cfg.server))

@@ -90,3 +90,20 @@ def test_serve_with_a_ray_section_deploys_on_ray_never_on_one_machine(tmp_path, 
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("served on one machine"))
     assert cli.main(["serve", "--config", str(path)]) == 2
     assert "Ray mode needs the `ray` extra (scripts/setup_ray.sh)" in capsys.readouterr().err
+
+
+def test_serve_on_ray_warns_that_host_and_port_are_unused(tmp_path, capsys, monkeypatch):
+    """Serve's proxy listens on ray.http_host / http_port: --host/--port and server.host/port given
+    with [ray] are said to be unused (not silently ignored, nor checked as if uvicorn bound them)."""
+    from judge_gateway import cli
+
+    path = tmp_path / "ray.toml"
+    path.write_text('[server]\nport = 8123\n\n[judges.ocr]\nkind = "ocr"\ndefault = false\n\n'
+                    '[ray]\naddress = "127.0.0.1:1"\n')
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "judge_gateway.ray_mode.deploy", None)
+    assert cli.main(["serve", "--config", str(path), "--host", "127.0.0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "warning: --host, server.port not used in Ray mode: Serve's proxy listens on ray.http_host / " \
+           "ray.http_port" in err
+    assert "Ray mode needs the `ray` extra" in err
