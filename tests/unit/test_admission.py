@@ -123,3 +123,29 @@ async def test_a_request_waiting_past_max_wait_s_is_refused(slow_backend):
 def test_admission_config_is_validated_at_load(bad):
     with pytest.raises(ConfigError, match="admission"):
         validate_config({"server": {"admission": bad}, "backends": {}, "judges": {}})
+
+
+async def test_a_waiter_that_gives_up_as_it_gets_the_slot_gives_the_slot_back():
+    """The wait for a slot runs under the caller's `until` (unless_disconnected): a client that
+    leaves just as the slot comes free must not keep it (it would be lost for good)."""
+    from judge_gateway.metrics import Metrics
+    from judge_gateway.server.admission import Admission
+    from judge_gateway.server.disconnect import ClientDisconnected
+
+    cfg = validate_config({"server": {"admission": {"max_active": 1, "max_waiting": 1}}, "backends": {},
+                           "judges": {}}).server.admission
+    admission = Admission(cfg, Metrics())
+
+    async def leaves_once_admitted(wait):
+        await wait
+        raise ClientDisconnected("gone")
+
+    async with admission.slot("native"):
+        waiter = asyncio.ensure_future(admission.slot("native", until=leaves_once_admitted).__aenter__())
+        await asyncio.sleep(0)
+        assert admission.waiting == 1
+    with pytest.raises(ClientDisconnected):
+        await waiter
+    assert (admission.active, admission.waiting, admission._slots.locked()) == (0, 0, False)
+    async with admission.slot("native"):  # the one slot is free again
+        assert admission.active == 1
