@@ -34,7 +34,8 @@ class _Handle:
 
 
 class _CrashingWorker:
-    info: dict = {}
+    def __init__(self) -> None:
+        self.info: dict = {}
 
     async def infer(self, frames, prompt):
         raise HeadError("worker died with the item in flight", crashed=True)

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -195,7 +196,7 @@ def test_head_items_of_a_cancelled_request_are_not_run(stalling_backend, slow_he
 
 def gauge(url: str, name: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
+    match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
 
 
@@ -210,8 +211,6 @@ def test_a_client_that_leaves_while_waiting_for_a_slot_gives_its_place_back(stal
         path, body = "/flow-factory/slow/compute", {"prompt": ["a"], "image": [b64png(1)], "video": None,
                                                     "condition_images": None, "condition_videos": None}
     with LiveServer(app) as live:
-        import threading
-
         holder = threading.Thread(target=hang_up, args=("POST", live.url + path, 14.0), kwargs={"json": body})
         holder.start()  # holds the one slot (the backend answers after 30 s)
         try:
