@@ -63,8 +63,17 @@ class HeadReplica:
         return {"worker": await self.worker.stats(), "pid": self.worker.pid, "state": self.worker.state,
                 "restarts": self.worker.restarts}
 
-    async def __del__(self) -> None:
+    async def aclose(self) -> None:
         await self.worker.aclose()
+
+    def __del__(self) -> Any:
+        """Serve calls this once at replica shutdown and awaits the coroutine it returns (the worker
+        process stopped). Not `async def`: the garbage collector calls it again later, and a
+        coroutine made then is never awaited (a RuntimeWarning per replica)."""
+        if getattr(self, "_closing", False) or not hasattr(self, "worker"):
+            return None
+        self._closing = True
+        return self.aclose()
 
 
 class RemoteHeadWorker:

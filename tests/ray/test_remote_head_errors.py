@@ -98,3 +98,18 @@ def test_a_cluster_that_fails_to_start_is_shut_down(monkeypatch):
     with pytest.raises(RuntimeError, match="no room"):
         ray_cluster.LocalRayCluster()
     assert shut == ["cluster"]
+
+
+def test_the_replica_closes_its_worker_once_and_leaves_nothing_unawaited():
+    closed = []
+
+    class Worker:
+        async def aclose(self):
+            closed.append(True)
+
+    replica = _replica(Worker())
+    first = replica.__del__()  # Serve's call at shutdown: it awaits what comes back
+    asyncio.run(first)
+    assert closed == [True]
+    assert replica.__del__() is None  # the garbage collector's call: no coroutine left unawaited
+    assert closed == [True]
