@@ -8,12 +8,12 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import time
 
 import httpx
 
 from tests.support.fake_openai import free_port
 from tests.support.heads_env import ROOT, heads_python, text_image_png
+from tests.support.health import wait_healthy
 
 
 def test_embedded_default_scores_ocr_with_no_gpu_and_no_download(tmp_path):
@@ -25,16 +25,7 @@ def test_embedded_default_scores_ocr_with_no_gpu_and_no_download(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "service did not start"
-            time.sleep(0.2)
+        wait_healthy(url, proc, 60)
         hello = base64.b64encode(text_image_png("Hello World")).decode()
         body = {"samples": [{"prompt": 'a sign that says "Hello World"', "image": hello},
                             {"prompt": 'a sign that says "Goodbye Moon"', "image": hello}],

@@ -9,12 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
 from tests.support.fake_openai import free_port
+from tests.support.health import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,19 +26,11 @@ class GatewayProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.gateway_process", str(path), str(self.port)],
                                      cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway {name} exited with {self.proc.returncode}: see {workdir / (name + '.log')}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"gateway {name} did not answer /healthz within 60 s")
-            time.sleep(0.1)
+        try:
+            wait_healthy(self.url, self.proc, 60)
+        except RuntimeError as exc:
+            self.kill()
+            raise RuntimeError(f"gateway {name}: {exc} (its log: {workdir / (name + '.log')})") from None
 
     @property
     def url(self) -> str:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import httpx
 
 from tests.conftest import png_bytes
 from tests.support.fake_openai import free_port
+from tests.support.health import wait_healthy
 
 
 def test_serve_default_config_without_backends():
@@ -18,16 +18,7 @@ def test_serve_default_config_without_backends():
                              "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "service did not start"
-            time.sleep(0.1)
+        wait_healthy(url, proc, 30)
         ready = httpx.get(f"{url}/readyz", timeout=30)
         assert ready.status_code == 503
         assert ready.json()["judges"]["cosmos_reason1"]["ready"] is False
