@@ -196,7 +196,9 @@ def worker_time(stats: dict, warm: dict) -> dict:
     items = max(1.0, delta("items"))
     return {"mean_batch": items / max(1.0, delta("batches")),
             "prepare_ms": 1000 * delta("prepare_s") / items,
-            "infer_ms": 1000 * delta("infer_s") / items}
+            "infer_ms": 1000 * delta("infer_s") / items,
+            # the image tower's own device time (CUDA events; CLIP family on a GPU, else 0)
+            "gpu_ms": 1000 * delta("gpu_forward_s") / items}
 
 
 async def measure_stream(head: str, gw: Gateway, worker, batch: int, args: argparse.Namespace) -> dict:
@@ -325,7 +327,7 @@ async def main() -> int:
           f"{', ' + torch_device_name(args) if args.device.startswith('cuda') else ''}")
     print(f"{'head':<12} {'load':<6} {'prep':<9} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10}"
           f" {'vs batch 1':>10} {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13} {'gw cpu ms/img':>13}"
-          f" {'bare fwd/s':>10}"
+          f" {'gpu ms/img':>10} {'bare fwd/s':>10}"
           f" {'of bare':>7}")
     bare: dict[tuple[str, int], float] = {}
     loads = {"both": ["single", "grpo"], "all": ["single", "grpo", "stream"]}.get(args.load, args.load.split(","))
@@ -365,7 +367,7 @@ async def main() -> int:
                 print(f"{head:<12} {load:<6} {row['preprocess']:<9} {batch:>9} {row['requests']:>8} "
                       f"{rate:>9.{3 if rate < 1 else 1}f} {row['mean_batch']:>10.1f} {rate / base:>9.1f}x"
                       f" {row['prepare_ms']:>11.2f} {row['infer_ms']:>10.2f} {row['gateway_cpu_ms']:>13.2f}"
-                      f" {row['gateway_cpu_ms_per_image']:>13.3f}{limit}",
+                      f" {row['gateway_cpu_ms_per_image']:>13.3f} {row['gpu_ms']:>10.2f}{limit}",
                       flush=True)
     if "pickscore" in heads and args.peer == "on":
         assert models is not None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
+from dataclasses import dataclass
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,46 @@ def _features(out: Any) -> torch.Tensor:
     raise TypeError(f"unexpected feature output {type(out).__name__}")
 
 
+@dataclass
+class TextRows:
+    """A batch's normalised text rows [n, d]; `ready`: the CUDA event recorded on the side stream
+    after their kernels (None off CUDA)."""
+
+    rows: torch.Tensor
+    ready: Any = None
+
+
+@dataclass
+class PreparedBatch:
+    """A batch made ready before its forward: the image stage's output and its prompts' text rows."""
+
+    staged: Any
+    text: TextRows | None  # None when prepared without prompts
+
+
+class _GpuTimer:
+    """The device time between start() and stop(), read once the stream has synchronised
+    (a no-op off CUDA): what the worker's forward costs on the GPU, apart from its host waits."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
+            if device.type == "cuda" else None
+
+    def start(self) -> None:
+        if self._events:
+            self._events[0].record()
+
+    def stop(self) -> None:
+        if self._events:
+            self._events[1].record()
+
+    def elapsed_s(self) -> float:
+        if not self._events:
+            return 0.0
+        self._events[1].synchronize()
+        return self._events[0].elapsed_time(self._events[1]) / 1000.0
+
+
 class ClipFamilyHead(HeadModel):
     def __init__(self, kind: str, options: dict[str, Any]) -> None:
         super().__init__(kind, options)
@@ -55,6 +96,7 @@ class ClipFamilyHead(HeadModel):
         self.dtype = DTYPES[options.get("dtype", "fp32")]
         self.text_cache = TextEmbeddingCache(int(options.get("text_cache_size", 4096)))
         self.stage: ImageStage | None = None
+        self.gpu_forward_s = 0.0  # the image tower's time on the device (CUDA events), for the bench
 
     # -- model-specific parts ------------------------------------------------------------------
     @abstractmethod
@@ -87,30 +129,65 @@ class ClipFamilyHead(HeadModel):
                                 self._reference(), preprocess_processes(self.options))
         return self.stage.facts()
 
-    def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> Any:
-        """The batch's preprocessed pixels [n, 3, H, W] (see ImageStage.prepare)."""
+    def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> PreparedBatch:
+        """The batch's preprocessed pixels (see ImageStage.prepare) and, given its prompts, their
+        text rows: the worker's stager thread runs this while the previous batch's forward runs,
+        so a step's new prompts go through the text tower off the forward's thread (on a GPU the
+        text kernels queue behind that forward instead of the GPU idling while they launch)."""
         assert self.stage is not None
-        return self.stage.prepare(images)
+        staged = self.stage.prepare(images)
+        return PreparedBatch(staged, self._text(prompts) if prompts else None)
 
-    def embed_images(self, images: Sequence[np.ndarray], prepared: Any = None) -> torch.Tensor:
+    def _text(self, prompts: Sequence[str]) -> TextRows:
+        """The prompts' rows, encoded on the side stream on CUDA: from the stager thread, a
+        synchronous copy of the tokens on the forward's stream would wait for the forward that is
+        running. The cached rows are only ever read on that side stream."""
+        side = self.stage.side_stream if self.stage is not None else None
+        with torch.inference_mode():
+            if side is None:
+                return TextRows(torch.stack(self.text_cache.get_many(list(prompts), self._text_rows)))
+            with torch.cuda.stream(side):
+                rows = torch.stack(self.text_cache.get_many(list(prompts), self._text_rows))
+                ready = torch.cuda.Event()
+                ready.record(side)
+            return TextRows(rows, ready)
+
+    def _text_on_current_stream(self, text: TextRows) -> torch.Tensor:
+        if text.ready is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(text.ready)
+            text.rows.record_stream(current)  # its memory belongs to the side stream's pool
+        return text.rows
+
+    def embed_images(self, images: Sequence[np.ndarray], staged: Any = None) -> torch.Tensor:
+        """Normalised image embeddings; `staged`: the image stage's output for `images`."""
         assert self.stage is not None
-        if prepared is None:
-            prepared = self.prepare(images)
-        emb = self._encode_image(self.stage.pixels(prepared)).float()
+        if staged is None:
+            staged = self.stage.prepare(images)
+        emb = self._encode_image(self.stage.pixels(staged)).float()
         return emb / emb.norm(dim=-1, keepdim=True)
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str],
               prepared: Any = None) -> list[dict[str, Any]]:
+        # `prepared`: what `prepare` returned, or the image stage's own output (no text rows)
+        staged, text = (prepared.staged, prepared.text) if isinstance(prepared, PreparedBatch) else (prepared, None)
+        timer = _GpuTimer(self.device)
         with torch.inference_mode():
-            text = torch.stack(self.text_cache.get_many(list(prompts), self._text_rows))
-            img = self.embed_images(images, prepared)
-            cosine = (img * text).sum(dim=-1)
+            if text is None or len(text.rows) != len(images):
+                text = self._text(prompts)
+            timer.start()
+            img = self.embed_images(images, staged)
+            timer.stop()
+            cosine = (img * self._text_on_current_stream(text)).sum(dim=-1)
             raw = cosine * self._scale()
-        return [{"raw": float(r), "cosine": float(c)} for r, c in zip(raw.tolist(), cosine.tolist())]
+            out = [{"raw": float(r), "cosine": float(c)} for r, c in zip(raw.tolist(), cosine.tolist())]
+        self.gpu_forward_s += timer.elapsed_s()  # the readback above synchronised: no wait here
+        return out
 
     def stats(self) -> dict[str, Any]:
         pids = sorted(self.stage.pids) if self.stage is not None else []
-        return {**self.text_cache.stats(), "preprocess_pids": pids}
+        timing = {"gpu_forward_s": round(self.gpu_forward_s, 4)} if self.device.type == "cuda" else {}
+        return {**self.text_cache.stats(), "preprocess_pids": pids, **timing}
 
     def close(self) -> None:
         if self.stage is not None:

@@ -36,14 +36,14 @@ class ImageStage:
         self.geometry = geometry
         self._device_prep: DevicePreprocessor | None = None
         self._pool: ProcessPreprocessor | None = None
-        self._stream = None
+        # The side stream for work made ready ahead of a forward (device preprocessing, the text
+        # tower): a non-blocking stream, so it neither waits for nor holds up the forward's stream.
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         if mode == "device":
             if geometry is None:
                 raise HeadLoadError("this head's reference transform has no device equivalent: "
                                     "set preprocess = \"reference\"")
             self._device_prep = DevicePreprocessor(geometry, device, dtype)
-            if device.type == "cuda":
-                self._stream = torch.cuda.Stream(device)
         else:
             self._pool = ProcessPreprocessor(reference, processes)
             try:
@@ -52,6 +52,11 @@ class ImageStage:
                 self._pool.close()
                 raise HeadLoadError(f"the preprocessing processes could not build {reference.builder}: "
                                     f"{type(exc).__name__}: {exc}") from None
+
+    @property
+    def side_stream(self) -> Any:
+        """The CUDA side stream (None off CUDA)."""
+        return self._stream
 
     def facts(self) -> dict[str, Any]:
         facts: dict[str, Any] = {"preprocess_mode": self.mode}

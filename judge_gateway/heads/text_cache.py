@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,6 +14,9 @@ class TextEmbeddingCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        # the worker's stager thread fills it while the forward's thread may read it (a batch
+        # retried job by job prepares on that thread)
+        self._lock = threading.Lock()
         self._rows: OrderedDict[str, Any] = OrderedDict()
         self.hits = 0
         self.encoded = 0  # prompts actually run through the text tower
@@ -22,6 +26,10 @@ class TextEmbeddingCache:
         return len(self._rows)
 
     def get_many(self, prompts: Sequence[str], encode: Callable[[list[str]], Any]) -> list[Any]:
+        with self._lock:
+            return self._get_many(prompts, encode)
+
+    def _get_many(self, prompts: Sequence[str], encode: Callable[[list[str]], Any]) -> list[Any]:
         found: dict[str, Any] = {}
         missing: list[str] = []
         for p in prompts:

@@ -72,6 +72,15 @@ def test_reference_mode_equals_the_library_formula(fidelity, head):
     assert fidelity["heads"][head]["reference_vs_library"] <= tol
 
 
+@pytest.mark.parametrize("head", ["clip", "clip_hf", "pickscore", "hpsv2"])
+def test_text_rows_made_in_prepare_are_used_by_infer(fidelity, head):
+    """The worker's stager thread encodes a batch's new prompts in `prepare`, off the forward's
+    thread; `infer` then encodes nothing and scores exactly as when it encodes them itself."""
+    row = fidelity["heads"][head]["prepared_text"]
+    assert row["encodes_in_prepare"] == 1 and row["encodes_in_infer"] == 0
+    assert row["max_abs_delta_raw"] == 0.0
+
+
 def test_reference_transform_runs_in_other_processes_not_threads(fidelity):
     """The transform ran in spawned processes; the process that runs the forward kept no
     preprocessing threads (the old thread pool was named `preprocess_*`)."""

@@ -64,7 +64,7 @@ def noise() -> list[np.ndarray]:
 
 def compare(dev, ref, images: list[np.ndarray]) -> dict:
     with torch.inference_mode():
-        p_dev, p_ref = dev.stage.pixels(dev.prepare(images)), ref.stage.pixels(ref.prepare(images))
+        p_dev, p_ref = dev.stage.pixels(dev.stage.prepare(images)), ref.stage.pixels(ref.stage.prepare(images))
         e_dev, e_ref = ref.embed_images(images, p_dev), ref.embed_images(images, p_ref)
         cos = (e_dev * e_ref).sum(-1)
         raws = []
@@ -74,6 +74,21 @@ def compare(dev, ref, images: list[np.ndarray]) -> dict:
             raws += [abs(x["raw"] - y["raw"]) for x, y in zip(a, b)]
     return {"images": len(images), "max_pixel_diff": float((p_dev.float() - p_ref.float()).abs().max()),
             "min_cosine": float(cos.min()), "max_abs_delta_raw": max(raws)}
+
+
+def prepared_text(head, images: list[np.ndarray]) -> dict:
+    """The text rows made in `prepare` (the worker's stager thread) against those looked up in
+    `infer`: the same scores, and `infer` encodes nothing when it is handed them."""
+    prompts = ["a prompt first seen by prepare"] * len(images)
+    before = head.text_cache.encode_calls
+    prepared = head.prepare(images, prompts)
+    in_prepare = head.text_cache.encode_calls - before
+    a = head.infer(images, prompts, prepared)
+    in_infer = head.text_cache.encode_calls - before - in_prepare
+    head.text_cache = type(head.text_cache)(head.text_cache.capacity)  # empty: infer encodes again
+    b = head.infer(images, prompts, head.stage.prepare(images))
+    return {"encodes_in_prepare": in_prepare, "encodes_in_infer": in_infer,
+            "max_abs_delta_raw": max(abs(x["raw"] - y["raw"]) for x, y in zip(a, b))}
 
 
 def main(argv: list[str]) -> int:
@@ -98,6 +113,7 @@ def main(argv: list[str]) -> int:
             got = ref.infer(imgs, [prompt] * len(imgs))
             worst = max(worst, *(abs(g["raw"] - scale * reference[key][i][j]) for i, g in enumerate(got)))
         row["reference_vs_library"] = worst
+        row["prepared_text"] = prepared_text(dev, imgs)
         row["modes"] = [dev_facts["preprocess_mode"], ref_facts["preprocess_mode"]]
         row["reference_pids"] = sorted(ref.stage.pids)
         dev.close()
