@@ -15,6 +15,8 @@ from PIL import Image
 from pydantic import BaseModel, ValidationError
 
 from judge_gateway import media
+from judge_gateway.media import cache as media_cache
+from judge_gateway.media import limits as media_limits
 from judge_gateway.media import (
     EncodedImage,
     ImageEncoding,
@@ -288,7 +290,7 @@ def test_bad_images_raise_clear_value_errors(value: object, message: str) -> Non
 
 
 def test_image_pixel_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(media, "MAX_IMAGE_PIXELS", 1000)
+    monkeypatch.setattr(media_limits, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(MediaError, match="above the limit of 1000"):
         ImageMedia.validate(PNG)
     with pytest.raises(MediaError, match="above the limit"):
@@ -630,7 +632,7 @@ def test_truncated_mp4_is_rejected() -> None:
 
 
 def test_video_frame_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(media, "MAX_VIDEO_FRAMES", 5)
+    monkeypatch.setattr(media_limits, "MAX_VIDEO_FRAMES", 5)
     with pytest.raises(MediaError, match="above the limit of 5"):
         VideoMedia.from_array(video_frames(6), 8)
     with pytest.raises(MediaError, match="more than 5"):
@@ -753,7 +755,7 @@ async def test_cache_errors_reach_every_waiter(monkeypatch: pytest.MonkeyPatch) 
     def boom(img: ImageMedia, enc: ImageEncoding) -> EncodedImage:
         raise RuntimeError("encoder exploded")
 
-    monkeypatch.setattr(media, "encode_image", boom)
+    monkeypatch.setattr(media_cache, "encode_image", boom)
     cache = MediaCache()
     img = ImageMedia.validate(PNG)
     results = await asyncio.gather(

@@ -1,0 +1,409 @@
+"""`VideoMedia`: one validated video (a list of frames, a [T,H,W,3] array or an encoded
+container), usable as a pydantic field type. Container pixels are decoded lazily with PyAV,
+up to the last frame asked for, and kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import av
+import numpy as np
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container
+from .image import ImageMedia, _check_uint8, _image_json_schema
+from .limits import (
+    MAX_FPS,
+    MAX_VIDEO_FRAMES,
+    MAX_VIDEO_PIXELS,
+    MediaError,
+    _charge,
+    _check_fps,
+    _check_num_frames,
+    _check_size,
+    _check_video_pixels,
+    current_limits,
+)
+from .wire import (
+    _array_from_json,
+    _array_json_schema,
+    _array_sha256,
+    _array_to_json,
+    _as_bytes,
+    _data_url,
+    _decode_string_medium,
+    _media_core_schema,
+)
+
+_VIDEO_FORMS_DOC = (
+    "A video: an object with exactly one of 'frames' (a list of images, all the same size, "
+    "each in any image form), 'mp4' (base64 or a data: URL of an mp4/webm/mkv file) or 'array' "
+    "(the JSON form of a uint8 array of shape [T, H, W, 3]), plus 'fps' (required for frames "
+    "and array; for mp4 it overrides the container's rate). A bare data: URL / base64 string is "
+    f"read as 'mp4'. At most {MAX_VIDEO_FRAMES} frames and {MAX_VIDEO_PIXELS} decoded pixels by "
+    "default (media.max_video_frames, media.max_video_pixels). URLs and file paths are refused."
+)
+
+
+def _video_json_schema() -> dict[str, Any]:
+    fps = {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": MAX_FPS,
+        "description": "frames per second",
+    }
+    mp4 = {"type": "string", "description": "base64 or data:video/mp4;base64,... (webm/mkv too)"}
+    return {
+        "title": "Video",
+        "description": _VIDEO_FORMS_DOC,
+        "anyOf": [
+            {
+                "type": "object",
+                "title": "frames",
+                "properties": {
+                    "frames": {
+                        "type": "array",
+                        "items": _image_json_schema(),
+                        "minItems": 1,
+                        "maxItems": MAX_VIDEO_FRAMES,
+                    },
+                    "fps": fps,
+                },
+                "required": ["frames", "fps"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "title": "mp4",
+                "properties": {"mp4": mp4, "fps": fps},
+                "required": ["mp4"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "title": "array",
+                "properties": {"array": _array_json_schema("[T, H, W, 3]", 4, 4), "fps": fps},
+                "required": ["array", "fps"],
+                "additionalProperties": False,
+            },
+            {
+                **mp4,
+                "title": "mp4 string",
+                "pattern": r"^(data:video/[\w.+-]+;base64,)?[A-Za-z0-9+/_=\s-]+$",
+            },
+        ],
+    }
+
+
+class VideoMedia:
+    """One validated video: decoded frames, a [T,H,W,3] array or a container (mp4/webm/mkv).
+
+    Container pixels are decoded lazily with PyAV, only up to the last requested frame, and the
+    decoded frames are kept, so several samplings of one video decode it at most once.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        fps: float,
+        num_frames: int,
+        width: int,
+        height: int,
+        frames: list[ImageMedia] | None = None,
+        array: np.ndarray | None = None,
+        data: bytes | None = None,
+        container: _ContainerInfo | None = None,
+    ) -> None:
+        # Private: use validate()/from_* so every instance is checked.
+        self._kind = kind
+        self._fps = fps
+        self._num_frames = num_frames
+        self._width = width
+        self._height = height
+        self._frames = frames
+        self._array = array
+        self._bytes = data
+        self._container = container
+        self._sha256: str | None = None
+        self._decoded: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()  # frames_array runs in worker threads
+
+    # ---- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_frames(cls, frames: Iterable[Any], fps: float) -> VideoMedia:
+        fps = _check_fps(fps)
+        if isinstance(frames, np.ndarray):
+            return cls.from_array(frames, fps)
+        items: list[ImageMedia] = []
+        max_frames = current_limits().max_video_frames
+        for i, f in enumerate(frames):
+            if len(items) >= max_frames:
+                raise MediaError(f"video has more than {max_frames} frames (media.max_video_frames)")
+            try:
+                items.append(ImageMedia.validate(f))
+            except MediaError as e:
+                raise MediaError(f"video frame {i}: {e}") from None
+        _check_num_frames(len(items), "video 'frames' list")
+        w, h = items[0].width, items[0].height
+        for i, im in enumerate(items):
+            if (im.width, im.height) != (w, h):
+                raise MediaError(
+                    f"video frame {i} is {im.width}x{im.height} but frame 0 is {w}x{h}: "
+                    "all frames must be the same size"
+                )
+        _check_video_pixels(len(items), w, h, "video 'frames' list")
+        return cls(kind="frames", fps=fps, num_frames=len(items), width=w, height=h, frames=items)
+
+    @classmethod
+    def from_array(cls, arr: np.ndarray, fps: float) -> VideoMedia:
+        fps = _check_fps(fps)
+        if not isinstance(arr, np.ndarray):
+            raise MediaError(f"video array must be a numpy array, got {type(arr).__name__}")
+        _check_uint8(arr, "video")
+        if arr.ndim != 4 or arr.shape[3] != 3:
+            raise MediaError(f"video array must have shape [T, H, W, 3], got {list(arr.shape)}")
+        _check_num_frames(arr.shape[0], "video array")
+        _check_size(arr.shape[2], arr.shape[1], "video frame")
+        _check_video_pixels(arr.shape[0], arr.shape[2], arr.shape[1], "video array")
+        snap = np.array(arr, copy=True, order="C")  # callers often reuse their buffers
+        snap.flags.writeable = False
+        return cls(
+            kind="array",
+            fps=fps,
+            num_frames=arr.shape[0],
+            width=arr.shape[2],
+            height=arr.shape[1],
+            array=snap,
+        )
+
+    @classmethod
+    def from_mp4(
+        cls, data: bytes | bytearray | memoryview | str, fps: float | None = None
+    ) -> VideoMedia:
+        """An encoded video (mp4, webm, mkv, mov: whatever PyAV demuxes). `fps`, when given,
+        overrides the container's rate."""
+        if isinstance(data, str):
+            raw, info = _decode_string_medium(data, "video", _probe_container)
+        else:
+            raw = _as_bytes(data)
+            info = _probe_container(raw)
+        _check_num_frames(info.num_frames, "video")
+        _check_size(info.width, info.height, "video frame")
+        _check_video_pixels(info.num_frames, info.width, info.height, "video")
+        _charge(info.num_frames * info.width * info.height,
+                f"video of {info.num_frames} frames at {info.width}x{info.height}")
+        if fps is None:
+            if info.fps <= 0:
+                raise MediaError("video container has no frame rate; give 'fps'")
+            rate = _check_fps(info.fps, "container frame rate")
+        else:
+            rate = _check_fps(fps)
+        return cls(
+            kind="container",
+            fps=rate,
+            num_frames=info.num_frames,
+            width=info.width,
+            height=info.height,
+            data=raw,
+            container=info,
+        )
+
+    @classmethod
+    def validate(cls, value: Any) -> VideoMedia:
+        """Accept every supported input form; raise `MediaError` (a ValueError) otherwise."""
+        if isinstance(value, VideoMedia):
+            return value
+        if isinstance(value, (bytes, bytearray, memoryview, str)):
+            return cls.from_mp4(value)
+        if isinstance(value, np.ndarray):
+            raise MediaError(
+                "a bare video array has no frame rate: pass {'array': arr, 'fps': ...} or use "
+                "VideoMedia.from_array(arr, fps)"
+            )
+        if not isinstance(value, dict):
+            raise MediaError(
+                f"unsupported video input of type {type(value).__name__}: expected an object "
+                "with one of 'frames', 'mp4', 'array' and 'fps'"
+            )
+        allowed = {"frames", "mp4", "array", "fps"}
+        extra = set(value) - allowed
+        if extra:
+            raise MediaError(
+                f"video object has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}"
+            )
+        sources = [k for k in ("frames", "mp4", "array") if k in value]
+        if len(sources) != 1:
+            raise MediaError(
+                "video object needs exactly one of 'frames', 'mp4', 'array'"
+                + (f", got {sources}" if sources else "")
+            )
+        src = sources[0]
+        fps = value.get("fps")
+        if src == "mp4":
+            mp4 = value["mp4"]
+            if not isinstance(mp4, (bytes, bytearray, memoryview, str)):
+                raise MediaError(f"video 'mp4' must be base64 or bytes, got {type(mp4).__name__}")
+            return cls.from_mp4(mp4, fps)
+        if fps is None:
+            raise MediaError(f"video given as '{src}' needs 'fps'")
+        if src == "frames":
+            frames = value["frames"]
+            if not isinstance(frames, (list, tuple, np.ndarray)):
+                raise MediaError(f"video 'frames' must be a list, got {type(frames).__name__}")
+            return cls.from_frames(frames, fps)
+        arr = value["array"]
+        if isinstance(arr, dict):
+            arr = _array_from_json(arr, "video")
+        return cls.from_array(arr, fps)
+
+    # ---- pydantic ----------------------------------------------------------------------------
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return _media_core_schema(cls)
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return _video_json_schema()
+
+    # ---- facts -------------------------------------------------------------------------------
+
+    @property
+    def num_frames(self) -> int:
+        return self._num_frames
+
+    @property
+    def fps(self) -> float:
+        return self._fps
+
+    @property
+    def width(self) -> int:
+        return self._width
+
+    @property
+    def height(self) -> int:
+        return self._height
+
+    @property
+    def duration_s(self) -> float:
+        return self._num_frames / self._fps
+
+    @property
+    def format(self) -> str:
+        """'frames' | 'array' | the container name ('mp4', 'webm', 'matroska', 'mov', ...)."""
+        return self._container.format if self._container else self._kind
+
+    @property
+    def codec(self) -> str | None:
+        """The container's video codec (e.g. 'h264'), None for frames/array input."""
+        return self._container.codec if self._container else None
+
+    @property
+    def sha256(self) -> str:
+        """Hash of content and frame rate (the rate changes what an encoding looks like)."""
+        if self._sha256 is None:
+            h = hashlib.sha256(f"video:{self._kind}:{self._fps!r}:".encode())
+            if self._bytes is not None:
+                h.update(self._bytes)
+            elif self._array is not None:
+                h.update(_array_sha256("video", self._array).encode())
+            else:
+                assert self._frames is not None
+                for f in self._frames:
+                    h.update(f.sha256.encode())
+            self._sha256 = h.hexdigest()
+        return self._sha256
+
+    def source_bytes(self) -> bytes | None:
+        """The container bytes when the input was an encoded video, else None."""
+        return self._bytes
+
+    # ---- pixels ------------------------------------------------------------------------------
+
+    def frames_array(self, indices: Sequence[int] | None = None) -> np.ndarray:
+        """uint8 [n, H, W, 3] for the given source frame indices (all frames when None)."""
+        idx = list(range(self._num_frames)) if indices is None else [int(i) for i in indices]
+        for i in idx:
+            if not 0 <= i < self._num_frames:
+                raise MediaError(
+                    f"frame index {i} out of range for a {self._num_frames}-frame video"
+                )
+        if not idx:
+            return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
+        if self._array is not None:
+            return self._array[idx]
+        if self._frames is not None:
+            return np.stack([self._frames[i].to_array() for i in idx])
+        self._decode_container(set(idx))
+        return np.stack([self._decoded[i] for i in idx])
+
+    def first_frame(self) -> ImageMedia:
+        """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""
+        if self._frames is not None:
+            return self._frames[0]
+        return ImageMedia.from_array(self.frames_array([0])[0])
+
+    def _decode_container(self, wanted: set[int]) -> None:
+        """Decode sequentially up to the last wanted frame, keeping only the wanted ones."""
+        with self._lock:
+            missing = wanted - self._decoded.keys()
+            if not missing:
+                return
+            last = max(missing)
+            assert self._bytes is not None
+            n = -1
+            try:
+                with av.open(io.BytesIO(self._bytes), mode="r") as container:
+                    stream = container.streams.video[0]
+                    stream.thread_type = "AUTO"
+                    for n, frame in enumerate(container.decode(stream)):
+                        if n in missing:
+                            self._decoded[n] = frame.to_ndarray(format="rgb24")
+                        if n >= last:
+                            break
+            except Exception as e:
+                raise MediaError(f"cannot decode video: {_av_message(e)}") from None
+            if n < last:
+                raise MediaError(
+                    f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
+                    f"frame {last} is missing"
+                )
+            shape = next(iter(self._decoded.values())).shape
+            if shape[:2] != (self._height, self._width):
+                raise MediaError(
+                    f"decoded frames are {shape[1]}x{shape[0]}, header said "
+                    f"{self._width}x{self._height}"
+                )
+
+    def clear_decoded(self) -> None:
+        """Drop decoded container frames (memory); they are decoded again when needed."""
+        with self._lock:
+            self._decoded.clear()
+
+    def to_json(self) -> dict[str, Any]:
+        if self._bytes is not None:
+            mime = _CONTAINER_MIME.get(self.format, "application/octet-stream")
+            return {"mp4": _data_url(mime, self._bytes), "fps": self._fps}
+        if self._array is not None:
+            return {"array": _array_to_json(self._array), "fps": self._fps}
+        assert self._frames is not None
+        return {"frames": [f.to_json() for f in self._frames], "fps": self._fps}
+
+    def __repr__(self) -> str:
+        return (
+            f"VideoMedia({self.format} {self._num_frames}x{self._width}x{self._height} "
+            f"@ {self._fps:g} fps)"
+        )
