@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from . import runs
 from .schema import ErrorCode, RewardResponse, SampleInput
-from .scoring import InputItem, read_inputs, sample_key
+from .inputs import InputItem, read_inputs, sample_key
 
 
 def _media_fields(item: InputItem, root: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonl import iter_objects
-from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key  # noqa: F401
+from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key  # noqa: F401
 
 LABELS = ("a", "b", "tie")
 _PAIR_KEYS = {"id", "prompt", "a", "b", "condition_images", "label", "metadata"}
