@@ -38,7 +38,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("gateway", ("gateway",)),
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
-        "tuning", "evaluation", "browse", "score_command", "runs",
+        "tuning", "evaluation", "browse", "runs",
     )),
     ("cli", ("cli",)),
 ]
