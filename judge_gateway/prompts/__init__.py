@@ -1,0 +1,43 @@
+"""Versioned, hash-locked prompt templates for the VLM judges.
+
+A template is one TOML file `prompts/<family>/<version>.toml`. A released version is immutable:
+`templates.lock` records the SHA-256 of every released file, `verify_lock()` reports drift, and
+`load_template()` refuses a released template whose bytes changed. New wording means a new
+version file plus a lock entry (`lock_new_templates()`). Configs pin `family@version`.
+
+The package face: template.py (the object, rendering), parse.py (a file's TOML, validated),
+lock.py (the lock file's hashes), registry.py (lookup by family@version, the lock checks).
+The paths are read at call time from registry.py: a test points `registry.TEMPLATES_DIR` and
+`registry.LOCK_PATH` at a copy.
+"""
+
+from __future__ import annotations
+
+from .parse import KINDS
+from .registry import (
+    LOCK_PATH,
+    TEMPLATES_DIR,
+    list_templates,
+    load_template,
+    lock_new_templates,
+    parse_ref,
+    show_template,
+    verify_lock,
+)
+from .template import MEDIA_SLOTS, Aspect, Template, TemplateError
+
+__all__ = [
+    "KINDS",
+    "LOCK_PATH",
+    "MEDIA_SLOTS",
+    "TEMPLATES_DIR",
+    "Aspect",
+    "Template",
+    "TemplateError",
+    "list_templates",
+    "load_template",
+    "lock_new_templates",
+    "parse_ref",
+    "show_template",
+    "verify_lock",
+]
