@@ -25,8 +25,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key
 from .jsonl import iter_objects
-from .scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key
 
 CALIBRATION_BINS = 10
 _BINARY_KEYS = {"id", "prompt", "image", "video", "fps", "label", "metadata"}

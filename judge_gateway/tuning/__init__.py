@@ -7,4 +7,4 @@ Import the submodules directly (`tuning.fit` needs numpy). The profile format it
 
 from __future__ import annotations
 
-__all__ = ["cache", "collect", "commands", "compare", "features", "fit", "prefs", "profile", "report", "run"]
+__all__ = ["cache", "collect", "compare", "features", "fit", "prefs", "profile", "report", "run"]

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key
 from ..jsonl import iter_objects
-from ..scoring import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key  # noqa: F401
 
 LABELS = ("a", "b", "tie")
 _PAIR_KEYS = {"id", "prompt", "a", "b", "condition_images", "label", "metadata"}

@@ -25,6 +25,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("media, prompts, parsers", (
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
+        "inputs",  # samples on disk (JSONL / folder readers): shared by score, eval and tune
     )),
     ("config, schema", ("config", "schema", "head_options", "protocol_config", "ray_config")),
     ("backends, store, combine", (
@@ -37,7 +38,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("gateway", ("gateway",)),
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
-        "tuning", "evaluation", "browse", "score_command", "scoring", "runs",
+        "tuning", "evaluation", "browse", "runs",
     )),
     ("cli", ("cli",)),
 ]

@@ -20,6 +20,8 @@ from judge_gateway.prompts import (
     parse_ref,
     verify_lock,
 )
+from judge_gateway.prompts import lock as template_lock
+from judge_gateway.prompts import registry as template_registry
 
 # CI checks out `shared/` beside the repository root.
 REFERENCE_DIR = next(
@@ -67,10 +69,10 @@ def tmp_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of the shipped templates and lock, with the module pointed at it."""
     root = tmp_path / "prompts"
     shutil.copytree(
-        prompts.TEMPLATES_DIR, root, ignore=shutil.ignore_patterns("__pycache__", "*.py")
+        template_registry.TEMPLATES_DIR, root, ignore=shutil.ignore_patterns("__pycache__", "*.py")
     )
-    monkeypatch.setattr(prompts, "TEMPLATES_DIR", root)
-    monkeypatch.setattr(prompts, "LOCK_PATH", root / "templates.lock")
+    monkeypatch.setattr(template_registry, "TEMPLATES_DIR", root)
+    monkeypatch.setattr(template_registry, "LOCK_PATH", root / "templates.lock")
     return root
 
 
@@ -105,7 +107,7 @@ def test_lock_is_clean() -> None:
 
 
 def test_lock_is_sorted_json_of_every_shipped_template() -> None:
-    text = prompts.LOCK_PATH.read_text(encoding="utf-8")
+    text = template_registry.LOCK_PATH.read_text(encoding="utf-8")
     lock = json.loads(text)
     assert sorted(lock) == SHIPPED
     assert list(lock) == sorted(lock)
@@ -129,7 +131,7 @@ def test_changed_byte_is_reported_and_refused(tmp_prompts: Path) -> None:
     assert str(path) in message
     lock = json.loads((tmp_prompts / "templates.lock").read_text())
     assert lock["cosmos_reason1@1"] in message
-    assert prompts._sha256(bytes(data)) in message
+    assert template_lock._sha256(bytes(data)) in message
 
 
 def test_changed_byte_is_refused_even_after_a_cached_load(tmp_prompts: Path) -> None:
@@ -187,7 +189,7 @@ def test_list_templates_loads_every_shipped_template_sorted() -> None:
     assert [t.ref for t in templates] == SHIPPED
     for template in templates:
         assert isinstance(template, Template)
-        assert template.sha256 == json.loads(prompts.LOCK_PATH.read_text())[template.ref]
+        assert template.sha256 == json.loads(template_registry.LOCK_PATH.read_text())[template.ref]
         assert template.path.name == f"{template.version}.toml"
 
 
@@ -491,7 +493,7 @@ def test_rubric_needs_aspects(tmp_prompts: Path) -> None:
 
 
 def test_final_score_needs_its_label_in_the_prompt(tmp_prompts: Path) -> None:
-    text = (prompts.TEMPLATES_DIR / "unified_reward" / "1.toml").read_text()
+    text = (template_registry.TEMPLATES_DIR / "unified_reward" / "1.toml").read_text()
     text = text.replace('id = "unified_reward"', 'id = "draft"').replace(
         'label = "Final Score"', 'label = "Verdict"'
     )

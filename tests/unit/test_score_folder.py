@@ -271,7 +271,7 @@ def test_an_empty_input_exits_nonzero(tmp_path, fake_backend, capsys):
 def test_a_crash_while_rewriting_scores_keeps_the_old_file(tmp_path, fake_backend, capsys, monkeypatch):
     """scores.jsonl is rewritten through a temporary file: a failure half-way through writing it
     (here: serialising the 4th line) leaves the previous file whole, never a truncated one."""
-    import judge_gateway.score_command as sc
+    import judge_gateway.cli.score as sc
 
     media = tmp_path / "media"
     media.mkdir()

@@ -1,5 +1,8 @@
-"""`judge-gateway score`: a folder or JSONL of prompts + media in, a run folder of scores out
-(see runs.py for its layout)."""
+"""Samples on disk: the JSONL / folder readers and content keys shared by `score`, `eval`
+(binary labels) and `tune` / `prompts compare` (preference pairs).
+
+A sample is an `InputItem` (its media loaded only when its batch is sent); `sample_key` is the
+sha256 of what a judge sees, so resumed runs and score caches survive moved files."""
 
 from __future__ import annotations
 

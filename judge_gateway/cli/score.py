@@ -19,9 +19,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import runs
-from .schema import ErrorCode, RewardResponse, SampleInput
-from .scoring import InputItem, read_inputs, sample_key
+from .. import runs
+from ..inputs import InputItem, read_inputs, sample_key
+from ..schema import ErrorCode, RewardResponse, SampleInput
 
 
 def _media_fields(item: InputItem, root: Path) -> dict[str, str]:
@@ -185,7 +185,7 @@ def _check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
 
 
 def run_score_command(args: argparse.Namespace) -> int:
-    from .client import AsyncRewardClient
+    from ..client import AsyncRewardClient
 
     input_path = Path(args.input)
     items = read_inputs(input_path)
@@ -204,7 +204,7 @@ def run_score_command(args: argparse.Namespace) -> int:
         raise ValueError("with --server, name the judges to score with --judges")
     config_doc = None
     if not args.server:
-        from .config import load_config
+        from ..config import load_config
         cfg = load_config(args.config)
         config_doc = cfg.model_dump(mode="json")
 
@@ -263,3 +263,21 @@ def run_score_command(args: argparse.Namespace) -> int:
         return 1
     return 0
 
+
+def register_score(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into a run folder")
+    s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media "
+                                 "(png/jpg/webp, mp4/avi/mov/webm/mkv; prompt from a same-named .txt)")
+    s.add_argument("-o", "--output", required=True,
+                   help="run folder to write (scores.jsonl, summary.json, run.json); an existing "
+                        "one is resumed: samples already scored there are not sent again")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--config", help="score in-process with this config (default: embedded)")
+    src.add_argument("--server", help="score through a running service at this URL")
+    s.add_argument("--api-key", help="Bearer token for --server")
+    s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")
+    s.add_argument("--batch-size", type=int, default=16, help="samples per request")
+    s.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=run_score_command)

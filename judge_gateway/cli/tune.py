@@ -1,4 +1,4 @@
-"""argparse wiring for `judge-gateway tune ...` and `judge-gateway prompts compare`."""
+"""`judge-gateway tune ...` and `judge-gateway prompts compare`: their arguments, over the tuning package."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
 
 
 def _opts(args: argparse.Namespace):
-    from .run import ScoringOptions
+    from ..tuning.run import ScoringOptions
 
     if args.batch_size < 1 or args.concurrency < 1:
         raise ValueError("--batch-size and --concurrency must be >= 1")
@@ -54,8 +54,8 @@ def _plot_path(args: argparse.Namespace, name: str) -> str | None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .collect import MissingScoresError
-    from .run import tune_rubric, tune_weights
+    from ..tuning.collect import MissingScoresError
+    from ..tuning.run import tune_rubric, tune_weights
 
     cfg = load_config(args.config)
     try:
@@ -74,8 +74,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .collect import MissingScoresError
-    from .compare import compare_templates
+    from ..tuning.collect import MissingScoresError
+    from ..tuning.compare import compare_templates
 
     cfg = load_config(args.config)
     try:

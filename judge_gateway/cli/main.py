@@ -1,0 +1,47 @@
+"""The `judge-gateway` command: serve, score, browse, eval, schema, prompts, judges, tune."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..config import ConfigError
+from .browse import register_browse
+from .eval import register_eval
+from .info import register_judges, register_schema
+from .prompts import register_prompts
+from .score import register_score
+from .serve import register_serve
+from .tune import register_tune
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="judge-gateway", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    # The order here is the order `--help` lists the commands in.
+    register_serve(sub)
+    register_schema(sub)
+    register_prompts(sub)
+    register_tune(sub)
+    register_judges(sub)
+    register_score(sub)
+    register_browse(sub)
+    register_eval(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,103 @@
+"""`judge-gateway serve` (the HTTP service, here or on Ray Serve) and `ray-status`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..config import check_api_key, load_config
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..gateway import Gateway
+    from ..server import create_app
+    from ..server.guards import uvicorn_options
+
+    cfg = load_config(args.config)
+    # An empty --api-key would accept requests without a key: refused (main prints the error).
+    keys = cfg.server.resolved_api_keys() + [check_api_key(k, "--api-key") for k in args.api_key or []]
+    if args.ray is not None or cfg.ray is not None:  # a [ray] section means Ray mode
+        unused = [name for name, given in (("--host", bool(args.host)), ("--port", args.port is not None),
+                                           ("server.host", "host" in cfg.server.model_fields_set),
+                                           ("server.port", "port" in cfg.server.model_fields_set)) if given]
+        if unused:
+            print(f"warning: {', '.join(unused)} not used in Ray mode: Serve's proxy listens on "
+                  "ray.http_host / ray.http_port", file=sys.stderr)
+        return _serve_on_ray(cfg, keys, args.ray or None)
+    if args.host:
+        cfg.server.host = args.host
+    if args.port is not None:
+        cfg.server.port = args.port
+    if cfg.server.host not in ("127.0.0.1", "localhost", "::1") and not keys \
+            and not cfg.server.allow_unauthenticated_public:
+        print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
+              "server.api_keys; or set server.allow_unauthenticated_public)", file=sys.stderr)
+        return 2
+    app = create_app(Gateway(cfg), api_keys=keys)
+    uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
+                **uvicorn_options(cfg.server))
+    return 0
+
+
+def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
+    from ..ray_config import RayConfig
+
+    if cfg.ray is None:
+        cfg.ray = RayConfig()
+    if cfg.ray.http_host not in ("127.0.0.1", "localhost", "::1") and not keys \
+            and not cfg.server.allow_unauthenticated_public:
+        print(f"error: refusing to bind Serve's proxy on {cfg.ray.http_host} without API keys", file=sys.stderr)
+        return 2
+    try:
+        from ..ray_mode.deploy import deploy
+    except ImportError as err:
+        print(f"error: Ray mode needs the `ray` extra (scripts/setup_ray.sh): {err}", file=sys.stderr)
+        return 2
+    url = deploy(cfg, keys, address)
+    print(f"deployed {cfg.ray.app_name} on Ray: {url} (judge-gateway ray-status shows its replicas)")
+    return 0
+
+
+def _cmd_ray_status(args: argparse.Namespace) -> int:
+    from ..ray_config import RayConfig
+
+    cfg = load_config(args.config)
+    rc = cfg.ray or RayConfig()
+    try:
+        from ..ray_mode.deploy import connect, format_status, status
+    except ImportError as err:
+        print(f"error: Ray mode needs the `ray` extra (scripts/setup_ray.sh): {err}", file=sys.stderr)
+        return 2
+    connect(rc, args.address)
+    app_status, deployments = status(rc.app_name)
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({"application": rc.app_name, "status": app_status,
+                          "deployments": [{**asdict(d), "queue_depth": d.queue_depth} for d in deployments]}))
+    else:
+        print(format_status(rc.app_name, app_status, deployments))
+    return 0
+
+
+def register_serve(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("serve", help="run the HTTP service")
+    s.add_argument("--config", help="TOML config (default: the embedded configs/default.toml)")
+    s.add_argument("--host", help="override server.host")
+    s.add_argument("--port", type=int, help="override server.port")
+    s.add_argument("--api-key", action="append", help="accepted Bearer token (repeatable)")
+    s.add_argument("--log-level", default="info")
+    s.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="deploy on Ray Serve and return (also when the config has a [ray] section; "
+                        "ADDRESS overrides ray.address)")
+    s.set_defaults(func=_cmd_serve)
+
+    s = sub.add_parser("ray-status", help="Ray mode: deployments, replicas and their queue depths")
+    s.add_argument("--config")
+    s.add_argument("--address", help="Ray cluster (default: ray.address)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_ray_status)

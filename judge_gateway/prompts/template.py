@@ -1,0 +1,178 @@
+"""A loaded template and its rendering to OpenAI chat messages.
+
+Rendering splits the user text at media markers (`<image>`, `<video>`, `<condition_image>`,
+`<condition_video>`)
+*before* substituting `{prompt}`, so a generation prompt can never add, move or remove media,
+and `{prompt}` is replaced by plain string replacement (never `str.format`: rubric texts are
+full of braces and brackets).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
+PROMPT_PLACEHOLDER = "{prompt}"
+
+_MEDIA_SPLIT_RE = re.compile("(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS) + ")")
+# Anything that looks like a media marker; used to reject typos such as `<img>` or `<source>`.
+_MARKER_LIKE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+class TemplateError(ValueError):
+    """A template ref, file, lock entry or render request is unusable."""
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One scored aspect of a rubric reply."""
+
+    name: str
+    weight: float = 1.0
+    na_allowed: bool = False
+
+
+@dataclass(frozen=True)
+class Template:
+    """A loaded, validated template. Build with `load_template`, not directly."""
+
+    id: str
+    version: str
+    sha256: str
+    kind: str
+    description: str
+    system: str | None
+    user: str
+    positive: str | None
+    yes_words: tuple[str, ...]
+    no_words: tuple[str, ...]
+    aspects: tuple[Aspect, ...]
+    scale: tuple[float, float] | None
+    label: str | None
+    stop: tuple[str, ...]
+    max_tokens: int | None
+    source: str | None
+    path: Path
+    # Defaults for the judge's options (a judge's own options win): the sampling temperature,
+    # and what an aspect absent from the reply does to the score (rubric).
+    temperature: float | None = None
+    missing_policy: str | None = None
+    # critic: the reply's JSON schema and the dotted path of its violations list.
+    json_schema: dict[str, Any] | None = None
+    violations_field: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    @property
+    def media_slots(self) -> tuple[str, ...]:
+        """Media markers of the user text in order of appearance, repeats included."""
+        return tuple(slot for is_media, slot in _segments(self.user) if is_media)
+
+    def render(self, prompt: str, media: Mapping[str, Sequence[dict]]) -> list[dict]:
+        """OpenAI chat messages for one sample.
+
+        `media` maps a slot name to the content parts for that slot's markers, in order, e.g.
+        `{"image": [{"type": "image_url", "image_url": {"url": "data:..."}}]}`. Each marker
+        consumes the next part of its slot. A missing part, a part left over, or an unknown slot
+        raises `TemplateError`: a sample rendered with the wrong media must not be scored.
+        """
+        _check_prompt(prompt, self.ref)
+        queues = self._media_queues(media)
+        parts: list[dict] = []
+        for is_media, value in _segments(self.user):
+            if is_media:
+                queue = queues[value]
+                if not queue:
+                    need = self.media_slots.count(value)
+                    raise TemplateError(
+                        f"template {self.ref}: missing media for slot {value!r} "
+                        f"(the template needs {need} part(s) there)"
+                    )
+                parts.append(queue.pop(0))
+            else:
+                _append_text(parts, value.replace(PROMPT_PLACEHOLDER, prompt))
+        leftover = {slot: len(queue) for slot, queue in queues.items() if queue}
+        if leftover:
+            raise TemplateError(
+                f"template {self.ref}: unused media parts {leftover}; "
+                f"its markers are {list(self.media_slots)}"
+            )
+        messages: list[dict] = []
+        if self.system is not None:
+            messages.append({"role": "system", "content": self.system})
+        messages.append({"role": "user", "content": parts})
+        return messages
+
+    def render_text(self, prompt: str) -> str:
+        """Human-readable preview: media shown as `[image]`, `[video]`, `[condition_image]` ..."""
+        _check_prompt(prompt, self.ref)
+        user = "".join(
+            f"[{value}]" if is_media else value.replace(PROMPT_PLACEHOLDER, prompt)
+            for is_media, value in _segments(self.user)
+        )
+        if self.system is None:
+            return f"[user]\n{user}"
+        return f"[system]\n{self.system}\n\n[user]\n{user}"
+
+    def _media_queues(self, media: Mapping[str, Sequence[dict]]) -> dict[str, list[dict]]:
+        if not isinstance(media, Mapping):
+            raise TemplateError(f"template {self.ref}: media must be a mapping slot -> parts")
+        unknown = sorted(set(media) - set(self.media_slots))
+        if unknown:
+            raise TemplateError(
+                f"template {self.ref}: media for unknown slot(s) {unknown}; "
+                f"its markers are {list(self.media_slots)}"
+            )
+        queues: dict[str, list[dict]] = {slot: [] for slot in self.media_slots}
+        for slot, slot_parts in media.items():
+            if isinstance(slot_parts, (Mapping, str, bytes)) or not isinstance(
+                slot_parts, Sequence
+            ):
+                raise TemplateError(
+                    f"template {self.ref}: media[{slot!r}] must be a list of content parts"
+                )
+            for index, part in enumerate(slot_parts):
+                if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                    raise TemplateError(
+                        f"template {self.ref}: media[{slot!r}][{index}] is not a content part "
+                        f"(a dict with a 'type'): {part!r:.80}"
+                    )
+                if part["type"] == "text":
+                    raise TemplateError(
+                        f"template {self.ref}: media[{slot!r}][{index}] is a text part; "
+                        "media slots take media parts only"
+                    )
+                queues[slot].append(dict(part))  # a copy: callers may reuse their part dicts
+        return queues
+
+
+
+def _segments(user: str) -> list[tuple[bool, str]]:
+    """The user text as (is_media, text-or-slot) pieces, split at media markers."""
+    pieces = _MEDIA_SPLIT_RE.split(user)
+    # re.split with one group alternates text, marker, text, ...
+    return [
+        (True, piece[1:-1]) if index % 2 else (False, piece)
+        for index, piece in enumerate(pieces)
+        if index % 2 or piece
+    ]
+
+
+def _append_text(parts: list[dict], text: str) -> None:
+    if not text:
+        return
+    if parts and parts[-1].get("type") == "text":
+        parts[-1] = {"type": "text", "text": parts[-1]["text"] + text}
+    else:
+        parts.append({"type": "text", "text": text})
+
+
+def _check_prompt(prompt: Any, ref: str) -> None:
+    if not isinstance(prompt, str):
+        raise TemplateError(f"template {ref}: prompt must be a string, got {type(prompt).__name__}")
