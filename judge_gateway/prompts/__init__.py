@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 TEMPLATES_DIR: Path = Path(__file__).resolve().parent
 LOCK_PATH: Path = TEMPLATES_DIR / "templates.lock"
 
-KINDS = ("yes_no", "rubric", "final_score", "critic")
 MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
 PROMPT_PLACEHOLDER = "{prompt}"
 
@@ -69,6 +68,7 @@ _KIND_FIELDS: dict[str, set[str]] = {
     # {label, t_s} violations.
     "critic": {"json_schema", "violations_field", "stop", "max_tokens", "temperature"},
 }
+KINDS = tuple(_KIND_FIELDS)  # the template kinds; a VLM judge kind pins a template of its own kind
 _ANSWER_FIELDS = {"positive", "yes_words", "no_words"}
 _ASPECT_FIELDS = {"name", "weight", "na_allowed"}
 _SCALE_FIELDS = {"min", "max"}

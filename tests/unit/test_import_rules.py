@@ -26,7 +26,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
     )),
-    ("config, schema", ("config", "schema", "head_options", "protocol_config", "ray_config")),
+    ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
         "backends", "store", "combine",
         "tensors", "latents", "latent_worker",  # the cosmos-rl payloads and the latent decoder
