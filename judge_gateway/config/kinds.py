@@ -36,7 +36,7 @@ JudgeOptions = VLMOptions | HeadOptions
 @dataclass(frozen=True)
 class KindSpec:
     name: str
-    options: type[VLMOptions] | type[HeadOptions]
+    options: type[VLMOptions | HeadOptions]
     runs_on: Literal["vlm", "head"]
     judge: str  # its Judge class, `module:Name` under judge_gateway
     # Head kinds: the media it scores and the worker's model (a `(kind, options dict)` callable).
@@ -83,7 +83,7 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
 # Views of the table, by the names callers use.
 VLM_KINDS: tuple[str, ...] = tuple(k for k, s in KINDS.items() if s.runs_on == "vlm")
 HEAD_KINDS: tuple[str, ...] = tuple(k for k, s in KINDS.items() if s.runs_on == "head")
-KIND_OPTIONS: dict[str, type[VLMOptions] | type[HeadOptions]] = {k: s.options for k, s in KINDS.items()}
+KIND_OPTIONS: dict[str, type[VLMOptions | HeadOptions]] = {k: s.options for k, s in KINDS.items()}
 HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
     k: s.options for k, s in KINDS.items() if issubclass(s.options, HeadOptions)}
 

@@ -22,7 +22,6 @@ from pydantic import (
     SerializationInfo,
     StrictFloat,
     ValidationInfo,
-    ValidatorFunctionWrapHandler,
     field_serializer,
     field_validator,
     model_validator,
@@ -232,9 +231,9 @@ class JudgeConfig(_Strict):
             raise PydanticCustomError("unknown_kind", f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
         return kind
 
-    @field_validator("options", mode="wrap")
+    @field_validator("options", mode="plain")
     @classmethod
-    def _typed_options(cls, options: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    def _typed_options(cls, options: Any, info: ValidationInfo) -> Any:
         """The options model is chosen by `kind` (a union discriminated by the sibling field); its
         errors keep their place under `judges.NAME.options`."""
         spec = KINDS.get(info.data.get("kind", ""))
