@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocol_config import WAN_NAMES, LatentDecoderConfig
+from .config import WAN_NAMES, LatentDecoderConfig
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "latent_worker.py"
 

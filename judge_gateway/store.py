@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .protocol_config import StoreConfig
+from .config import StoreConfig
 
 log = logging.getLogger(__name__)
 

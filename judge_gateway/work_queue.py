@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol_config import QueueConfig
+from .config import QueueConfig
 from .store import RedisStore, StoreError
 
 log = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
-    from ..ray_config import RayConfig
+    from ..config import RayConfig
 
     if cfg.ray is None:
         cfg.ray = RayConfig()
@@ -63,7 +63,7 @@ def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
 
 
 def _cmd_ray_status(args: argparse.Namespace) -> int:
-    from ..ray_config import RayConfig
+    from ..config import RayConfig
 
     cfg = load_config(args.config)
     rc = cfg.ray or RayConfig()

@@ -1,4 +1,5 @@
-"""The worker's head factory: a head kind's concrete HeadModel.
+"""The worker's head factory: a head kind's concrete HeadModel, as the kind table names it
+(`config.kinds`, its `head_model`).
 
 It lives on the worker side (worker.py calls it), not in `models.py`: the concrete heads import
 `HeadModel` from there, and a base module that imported them back would make a circle.
@@ -8,33 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.kinds import KINDS, import_named
 from .models import HeadLoadError, HeadModel
 
 
 def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
-    # Imported here: only the worker process loads torch / onnxruntime.
-    if kind in ("clip", "pickscore", "hpsv2"):
-        from .clip_models import build_clip_family
-
-        return build_clip_family(kind, options)
-    if kind == "hpsv3":
-        from .hpsv3_model import HPSv3Head
-
-        return HPSv3Head(kind, options)
-    if kind == "ocr":
-        from .ocr_model import RapidOcrHead
-
-        return RapidOcrHead(kind, options)
-    if kind == "gen_eval":
-        from .geneval_model import GenEvalDetectorHead
-
-        return GenEvalDetectorHead(kind, options)
-    if kind == "videoalign":
-        from .videoalign_model import VideoAlignHead
-
-        return VideoAlignHead(kind, options)
-    if kind == "image_reward":
-        from .image_reward_model import ImageRewardHead
-
-        return ImageRewardHead(kind, options)
-    raise HeadLoadError(f"unknown head kind {kind!r}")
+    spec = KINDS.get(kind)
+    if spec is None or spec.head_model is None:
+        raise HeadLoadError(f"unknown head kind {kind!r}")
+    # Imported now: only the worker process loads torch / onnxruntime.
+    return import_named(spec.head_model)(kind, options)

@@ -98,10 +98,6 @@ def verdict_from_detections(meta: rules.Metadata, only_strict: bool, reward: str
 
 
 class GenEvalJudge(HeadJudge):
-    @property
-    def media(self) -> tuple[str, ...]:
-        return ("image",)
-
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         meta, only_strict = sample_metadata(sample.metadata)
         if sample.image is None:

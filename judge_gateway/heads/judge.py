@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import JudgeConfig, NormalizeConfig
-from ..head_options import HEAD_KIND_OPTIONS, HeadOptions
+from ..config import HeadOptions, JudgeConfig, NormalizeConfig
 from ..media import VideoSampling, sample_frame_indices
 from ..schema import ErrorCode
 from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
@@ -23,16 +22,14 @@ from .supervisor import HeadError, HeadWorker
 if TYPE_CHECKING:
     from ..schema import SampleInput
 
-_PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
-
 
 class HeadJudge(Judge):
     _nonfinite_code = ErrorCode.head_error
 
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         super().__init__(name, cfg)
-        self.kind = cfg.kind
-        self.options: HeadOptions = HEAD_KIND_OPTIONS[cfg.kind].model_validate(cfg.options)
+        assert isinstance(cfg.options, HeadOptions)  # typed at config load (config.kinds)
+        self.options: HeadOptions = cfg.options
         self.worker = HeadWorker(name, cfg.kind, self.options)
         v = cfg.video
         # Heads score frames independently: no even-frame rule (that is Qwen-VL's temporal patch).
@@ -45,7 +42,7 @@ class HeadJudge(Judge):
 
     @property
     def media(self) -> tuple[str, ...]:
-        return ("image", "video")
+        return self.cfg.kind_spec.media
 
     async def probe(self) -> tuple[bool, str | None]:
         return await self.worker.probe()
@@ -57,14 +54,7 @@ class HeadJudge(Judge):
         """Score the image or the sampled frames. A head's output per item is {"raw": float}
         (OCR: {"lines": ...}), optionally with a "details" dict that goes into the score's details
         (per frame, as `frame_details`, for a video)."""
-        target = None
-        if self.kind == "ocr":
-            target = extract_target_text(sample.prompt)
-            if target is None:
-                raise JudgeFailure(ErrorCode.not_applicable,
-                                   "the prompt has no quoted target text for the OCR reward")
-        elif not sample.prompt.strip():
-            raise JudgeFailure(ErrorCode.bad_input, f"{self.kind} needs the sample's prompt")
+        target = self._target(sample)
         if sample.image is not None and sample.image.decoded:
             # No decode to do: stay on the loop, so a request's samples reach the worker's sender
             # in the same loop turn and go out as one frame (a thread hop each would scatter them).
@@ -77,22 +67,7 @@ class HeadJudge(Judge):
             # worker_crashed: it respawns, so a caller that re-scores (cosmos-rl) may try again
             raise JudgeFailure(ErrorCode.head_error, str(exc),
                                details={**facts, "worker_crashed": True} if exc.crashed else facts) from None
-        if self.kind == "ocr":
-            assert target is not None
-            per_frame = [ocr_reward(target, out.get("lines", [])) for out in outputs]
-            values = [r for r, _ in per_frame]
-            details = {**facts, **per_frame[0][1]} if len(per_frame) == 1 else {
-                **facts, "target": target, "recognized": [d["recognized"] for _, d in per_frame]}
-        else:
-            values = [float(out["raw"]) for out in outputs]
-            details = dict(facts)
-            # Model-specific facts a head reports per item (e.g. HPSv3's sigma).
-            extra = [out.get("details") for out in outputs]
-            if any(extra):
-                if len(extra) == 1:
-                    details |= extra[0]
-                else:
-                    details["frame_details"] = extra
+        values, details = self._per_frame(outputs, target, facts)
         if len(values) > 1:
             details |= {"frame_scores": values, "pooling": self.options.pooling}
             if self.options.pooling == "topk_mean":
@@ -105,9 +80,27 @@ class HeadJudge(Judge):
         return Verdict(raw=raw, details=details, default_normalize=self._default_normalize())
 
     def _default_normalize(self) -> NormalizeConfig | None:
-        if self.kind == "pickscore" and getattr(self.options, "peer_scale", False):
-            return _PEER_PICKSCORE
+        return self.options.default_normalize()
+
+    def _target(self, sample: "SampleInput") -> Any:
+        """What the head scores the media against, read from the sample: its prompt."""
+        if not sample.prompt.strip():
+            raise JudgeFailure(ErrorCode.bad_input, f"{self.kind} needs the sample's prompt")
         return None
+
+    def _per_frame(self, outputs: list[dict[str, Any]], target: Any,
+                   facts: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
+        """The head's score per item, and the details to report."""
+        values = [float(out["raw"]) for out in outputs]
+        details = dict(facts)
+        # Model-specific facts a head reports per item (e.g. HPSv3's sigma).
+        extra = [out.get("details") for out in outputs]
+        if any(extra):
+            if len(extra) == 1:
+                details |= extra[0]
+            else:
+                details["frame_details"] = extra
+        return values, details
 
     def _model_facts(self) -> dict[str, Any]:
         info = {k: v for k, v in self.worker.info.items() if k not in ("model", "pid")}
@@ -124,3 +117,21 @@ class HeadJudge(Judge):
             return frames, {"media": "video", "frames": len(idx), "frame_indices": idx,
                             "sampled_fps": round(fps, 4), "source_fps": video.fps}
         raise JudgeFailure(ErrorCode.bad_input, f"{self.kind} needs an image or a video")
+
+
+class OcrJudge(HeadJudge):
+    """OCR: the reward is how much of the prompt's quoted target text the head recognised."""
+
+    def _target(self, sample: "SampleInput") -> str:
+        target = extract_target_text(sample.prompt)
+        if target is None:
+            raise JudgeFailure(ErrorCode.not_applicable, "the prompt has no quoted target text for the OCR reward")
+        return target
+
+    def _per_frame(self, outputs: list[dict[str, Any]], target: str,
+                   facts: dict[str, Any]) -> tuple[list[float], dict[str, Any]]:
+        per_frame = [ocr_reward(target, out.get("lines", [])) for out in outputs]
+        values = [r for r, _ in per_frame]
+        details = {**facts, **per_frame[0][1]} if len(per_frame) == 1 else {
+            **facts, "target": target, "recognized": [d["recognized"] for _, d in per_frame]}
+        return values, details

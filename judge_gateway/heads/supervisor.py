@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..head_options import HeadOptions
+from ..config import HeadOptions
 from .protocol import (
     PREFIX,
     ProtocolError,

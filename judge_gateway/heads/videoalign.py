@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 
 class VideoAlignJudge(HeadJudge):
-    @property
-    def media(self) -> tuple[str, ...]:
-        return ("video",)
-
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         if sample.video is None:
             raise JudgeFailure(ErrorCode.bad_input, "videoalign needs a video")

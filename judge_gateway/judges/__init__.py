@@ -1,5 +1,5 @@
 """Judge kinds behind one interface (the VLM kinds here; head kinds in `heads/`).
-`registry.build_judges` builds them from config."""
+`registry.build_judges` builds them from config, by the kind table (`config.kinds`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,5 @@ from .critic import CriticJudge
 from .generative import FinalScoreJudge, RubricJudge
 from .yes_no import YesNoJudge
 
-VLM_JUDGE_KINDS: dict[str, type] = {
-    "yes_no": YesNoJudge,
-    "rubric": RubricJudge,
-    "final_score": FinalScoreJudge,
-    "critic": CriticJudge,
-}
-
-
-__all__ = ["Judge", "JudgeFailure", "ScoreContext", "Verdict", "VLM_JUDGE_KINDS",
+__all__ = ["Judge", "JudgeFailure", "ScoreContext", "Verdict",
            "YesNoJudge", "RubricJudge", "FinalScoreJudge", "CriticJudge"]

@@ -54,11 +54,12 @@ class Verdict:
 class Judge(ABC):
     """A configured judge: scores one sample at a time and never raises."""
 
-    kind: str = ""
+    kind: str  # the configured kind (config.kinds)
     _nonfinite_code: ErrorCode = ErrorCode.backend_error  # a NaN / inf verdict: whose fault it is
 
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         self.name = name
+        self.kind = cfg.kind
         self.cfg = cfg
         self.weight = cfg.weight
         self.deadline_s = cfg.deadline_s

@@ -24,11 +24,10 @@ if TYPE_CHECKING:
 
 
 class CriticJudge(_GenerativeJudge):
-    kind = "critic"
-
     def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
         super().__init__(name, cfg, pool)
-        self.options = CriticOptions.model_validate(cfg.options)
+        assert isinstance(cfg.options, CriticOptions)  # typed at config load (config.kinds)
+        self.options = cfg.options
         schema = self.template.json_schema
         assert schema is not None and self.template.violations_field is not None
         self.schema: dict[str, Any] = schema

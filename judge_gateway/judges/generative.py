@@ -73,11 +73,10 @@ class _GenerativeJudge(VLMJudge):
 
 
 class RubricJudge(_GenerativeJudge):
-    kind = "rubric"
-
     def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
         super().__init__(name, cfg, pool)
-        self.options = RubricOptions.model_validate(cfg.options)
+        assert isinstance(cfg.options, RubricOptions)  # typed at config load (config.kinds)
+        self.options = cfg.options
         t = self.template
         self.aspects = [a.name for a in t.aspects]
         template_weights = {a.name: a.weight for a in t.aspects}
@@ -159,11 +158,10 @@ class RubricJudge(_GenerativeJudge):
 
 
 class FinalScoreJudge(_GenerativeJudge):
-    kind = "final_score"
-
     def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
         super().__init__(name, cfg, pool)
-        self.options = FinalScoreOptions.model_validate(cfg.options)
+        assert isinstance(cfg.options, FinalScoreOptions)
+        self.options = cfg.options
         scale = self.options.scale or self.template.scale
         assert scale is not None
         self.scale = (float(scale[0]), float(scale[1]))

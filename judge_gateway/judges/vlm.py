@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends import BackendPool
 from ..bands import DEFAULT_VIDEO_BANDS
-from ..config import JudgeConfig
+from ..config import JudgeConfig, VLMOptions
 from ..media import ImageEncoding, VideoSampling
 from ..prompts import Template, load_template
 from ..schema import ErrorCode, JudgeScore, TemplateRef
@@ -35,15 +35,15 @@ class VLMJudge(Judge):
         )
         self.image_encoding = ImageEncoding(**cfg.image.model_dump())
         self.video_sampling = VideoSampling(**cfg.video.model_dump())
-        # Validated with the kind's options at config load (config.VLMOptions).
-        self.video_first_frame = bool(cfg.options.get("video_first_frame", False)) and (
+        assert isinstance(cfg.options, VLMOptions)  # typed at config load (config.kinds)
+        self.video_first_frame = cfg.options.video_first_frame and (
             "image" in self.template.media_slots
         )
         # Shadow scoring: the same judge with a candidate template, reported in details only.
         self.shadow: VLMJudge | None = None
-        shadow_ref = cfg.options.get("shadow_template")
+        shadow_ref = cfg.options.shadow_template
         if shadow_ref:
-            options = {k: v for k, v in cfg.options.items() if k != "shadow_template"}
+            options = cfg.options.model_copy(update={"shadow_template": None})
             self.shadow = type(self)(name, cfg.model_copy(update={"template": shadow_ref, "options": options}), pool)
 
     def bands_for(self, details: dict[str, Any]) -> dict[str, float]:

@@ -21,11 +21,10 @@ if TYPE_CHECKING:
 
 
 class YesNoJudge(VLMJudge):
-    kind = "yes_no"
-
     def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
         super().__init__(name, cfg, pool)
-        self.options = YesNoOptions.model_validate(cfg.options)
+        assert isinstance(cfg.options, YesNoOptions)  # typed at config load (config.kinds)
+        self.options = cfg.options
         t = self.template
         assert t.positive in ("yes", "no")
         self.positive = t.positive

@@ -19,7 +19,6 @@ from .template import (
     _segments,
 )
 
-KINDS = ("yes_no", "rubric", "final_score", "critic")
 
 _COMMON_FIELDS = {"id", "version", "description", "kind", "system", "user", "source"}
 _KIND_FIELDS: dict[str, set[str]] = {
@@ -31,6 +30,7 @@ _KIND_FIELDS: dict[str, set[str]] = {
     # {label, t_s} violations.
     "critic": {"json_schema", "violations_field", "stop", "max_tokens", "temperature"},
 }
+KINDS = tuple(_KIND_FIELDS)  # the template kinds; a VLM judge kind pins a template of its own kind
 _ANSWER_FIELDS = {"positive", "yes_words", "no_words"}
 _ASPECT_FIELDS = {"name", "weight", "na_allowed"}
 _SCALE_FIELDS = {"min", "max"}

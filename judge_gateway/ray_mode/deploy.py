@@ -11,7 +11,7 @@ from ray import serve
 from ray.serve.config import HTTPOptions
 
 from ..config import GatewayConfig
-from ..ray_config import RayConfig, RayDeploymentConfig
+from ..config import RayConfig, RayDeploymentConfig
 from .heads import HeadReplica
 from .ingress import GatewayIngress
 

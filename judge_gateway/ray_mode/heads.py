@@ -22,7 +22,7 @@ from ray import serve
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 
-from ..heads.options import HEAD_KIND_OPTIONS
+from ..config import HEAD_KIND_OPTIONS
 from ..heads.supervisor import HeadError, HeadWorker
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol_config import (
+from ..config import (
     SENTINEL_LABEL,
     SENTINEL_VALUE,
     CosmosReward,

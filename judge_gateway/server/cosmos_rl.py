@@ -39,7 +39,7 @@ from ..gateway import Gateway
 from ..json_body import JSONBodyError, parse_json
 from ..latents import TorchWorker, TorchWorkerError
 from ..media import ImageMedia, MediaError, VideoMedia
-from ..protocol_config import (
+from ..config import (
     WAN_CHANNELS,
     WAN_NAMES,
     CosmosReward,

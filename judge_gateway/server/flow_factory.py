@@ -29,7 +29,7 @@ from ..config import CombineConfig
 from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
-from ..protocol_config import FlowFactoryConfig, FlowFactoryProfile
+from ..config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
 from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected

@@ -74,7 +74,7 @@ def judge_identity(cfg: GatewayConfig, judge: str) -> tuple[str, str]:
     if jcfg.backend and jcfg.backend in cfg.backends:
         model = cfg.backends[jcfg.backend].model
     else:
-        model = str(jcfg.options.get("model") or jcfg.kind)
+        model = str(getattr(jcfg.options, "model", None) or jcfg.kind)
     return sha, model
 
 

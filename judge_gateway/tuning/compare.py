@@ -158,7 +158,7 @@ def compare_templates(cfg: GatewayConfig, ref_a: str, ref_b: str, data_path: str
     base: JudgeConfig = cfg.judges[name]
     if base.kind != ta.kind:
         raise ValueError(f"judge {name!r} is a {base.kind!r} judge; {ref_a} is a {ta.kind!r} template")
-    options = {k: v for k, v in base.options.items() if k != "shadow_template"}
+    options = base.options.model_dump(mode="json", exclude_unset=True, exclude={"shadow_template"})
     model = cfg.backends[base.backend].model if base.backend else ""
     # A config of its own: the judge twice, once per version (validated like any config).
     doc = cfg.model_dump(mode="json")

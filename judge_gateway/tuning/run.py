@@ -147,10 +147,10 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     if judge not in cfg.judges:
         raise ValueError(f"unknown judge {judge!r}; configured: {', '.join(cfg.judges)}")
     jcfg = cfg.judges[judge]
-    if jcfg.kind != "rubric":
+    options = jcfg.options
+    if not isinstance(options, RubricOptions):
         raise ValueError(f"judge {judge!r} is a {jcfg.kind!r} judge; `tune rubric` needs a rubric judge")
     template = load_template(jcfg.template)
-    options = RubricOptions.model_validate(jcfg.options)
     scale = options.scale or template.scale
     assert scale is not None
     lo, hi = float(scale[0]), float(scale[1])

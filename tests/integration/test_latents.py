@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from judge_gateway.latents import TorchWorker, TorchWorkerError
-from judge_gateway.protocol_config import LatentDecoderConfig
+from judge_gateway.config import LatentDecoderConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 LATENTS_PY = Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from judge_gateway.latents import TorchWorker
-from judge_gateway.protocol_config import LatentDecoderConfig
+from judge_gateway.config import LatentDecoderConfig
 from judge_gateway.store import RedisStore
 from tests.support.cosmos_client import enqueue_body, poll
 from tests.support.fake_openai import free_port

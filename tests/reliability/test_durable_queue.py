@@ -92,7 +92,7 @@ async def test_a_request_scored_twice_writes_one_result(tmp_path):
 
 
 async def test_consumers_of_gone_replicas_are_forgotten_once_idle_and_empty(tmp_path):
-    from judge_gateway.protocol_config import QueueConfig
+    from judge_gateway.config import QueueConfig
     from judge_gateway.work_queue import RedisWorkQueue
 
     server = RedisServer(tmp_path)
@@ -118,7 +118,7 @@ async def test_consumers_of_gone_replicas_are_forgotten_once_idle_and_empty(tmp_
 async def test_keep_touches_only_entries_still_owned(tmp_path):
     """A slow replica's heartbeat must not take back an entry another replica claimed meanwhile
     (a plain XCLAIM min-idle 0 did: both scored it, again and again)."""
-    from judge_gateway.protocol_config import QueueConfig
+    from judge_gateway.config import QueueConfig
     from judge_gateway.work_queue import RedisWorkQueue
 
     server = RedisServer(tmp_path)
@@ -142,7 +142,7 @@ async def test_keep_touches_only_entries_still_owned(tmp_path):
 
 
 async def test_claimed_entries_carry_how_often_they_were_handed_out(tmp_path):
-    from judge_gateway.protocol_config import QueueConfig
+    from judge_gateway.config import QueueConfig
     from judge_gateway.work_queue import RedisWorkQueue
 
     server = RedisServer(tmp_path)

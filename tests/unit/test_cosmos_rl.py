@@ -17,7 +17,7 @@ import pytest
 
 from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.protocol_config import CosmosReward, CosmosRLConfig, InvalidFill
+from judge_gateway.config import CosmosReward, CosmosRLConfig, InvalidFill
 from judge_gateway.schema import ErrorCode, JudgeScore
 from judge_gateway.server import create_app
 from judge_gateway.server.cosmos_legacy import legacy_lists

@@ -51,7 +51,7 @@ async def test_every_original_reward_name_resolves_to_a_configured_judge(cfg):
 
 
 def test_heads_name_their_published_weights_by_hub_id(cfg):
-    opts = {name: j.options for name, j in cfg.judges.items()}
+    opts = {name: j.options.model_dump(exclude_unset=True) for name, j in cfg.judges.items()}  # as written
     assert opts["pickscore"]["model"] == "yuvalkirstain/PickScore_v1"
     assert opts["pickscore"]["processor"] == "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
     assert opts["hpsv2"]["checkpoint"] == "xswu/HPSv2/HPS_v2.1_compressed.pt" and opts["hpsv2"]["model"] == "ViT-H-14"
@@ -94,7 +94,7 @@ def test_both_wan_decoders_are_configured(cfg):
 
 def test_cosmos_reason1_counts_the_exact_tokens_as_the_original(cfg):
     """The original's no_score is a softmax over the exact "Yes"/"No" logits."""
-    assert cfg.judges["cosmos_reason1"].options["counting"] == "exact"
+    assert cfg.judges["cosmos_reason1"].options.counting == "exact"
 
 
 def test_a_group_of_720p_latent_clips_fits_the_request_budget(cfg):

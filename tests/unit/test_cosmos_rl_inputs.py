@@ -254,7 +254,7 @@ async def test_enqueue_refuses_a_head_that_failed_to_load(serve, tmp_path):
 
 def test_latents_short_form_round_trips():
     """`checkpoint` is short for wan2_1.checkpoint: a dump of the loaded config loads again."""
-    from judge_gateway.protocol_config import LatentDecoderConfig
+    from judge_gateway.config import LatentDecoderConfig
 
     cfg = LatentDecoderConfig(python="p", checkpoint="/vae", subfolder="vae")
     again = LatentDecoderConfig.model_validate(cfg.model_dump())

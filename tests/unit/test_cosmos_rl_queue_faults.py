@@ -14,7 +14,7 @@ import httpx
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.protocol_config import QueueConfig
+from judge_gateway.config import QueueConfig
 from judge_gateway.server import create_app
 from judge_gateway.server.cosmos_rl import CosmosRLService
 from judge_gateway.store import MemoryStore, StoreError

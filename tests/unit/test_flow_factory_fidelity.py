@@ -17,7 +17,7 @@ from PIL import Image
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.protocol_config import FlowFactoryProfile
+from judge_gateway.config import FlowFactoryProfile
 from judge_gateway.schema import RewardRequest
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes

@@ -147,7 +147,7 @@ async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
     """The original's keys: gen_eval_score = partial score, gen_eval_reward = correct (0/1),
     gen_eval_strict = strict, whichever number `options.reward` makes raw; gen_eval_group = the
     original's dict of the six tags' lists: correct in the sample's tag, -10.0 in the others."""
-    from judge_gateway import protocol_config
+    from judge_gateway.config import protocols as protocol_config
     from judge_gateway.server.cosmos_legacy import legacy_lists
 
     reward = protocol_config.CosmosReward.model_validate(protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"])

@@ -16,7 +16,7 @@ import pytest
 
 from judge_gateway.config import validate_config
 from judge_gateway.heads import supervisor
-from judge_gateway.heads.options import HeadOptions
+from judge_gateway.config import HeadOptions
 from judge_gateway.heads.protocol import (
     ProtocolError,
     encode_frame,

@@ -356,7 +356,7 @@ def test_reference_preprocessing_runs_in_processes_while_the_forward_thread_has_
 
 
 def test_preprocess_options_are_typed_and_the_old_thread_option_is_refused():
-    from judge_gateway.heads.options import PickScoreOptions
+    from judge_gateway.config import PickScoreOptions
 
     assert PickScoreOptions(device="cuda:0").preprocess_mode() == "device"
     assert PickScoreOptions(device="cpu").preprocess_mode() == "reference"

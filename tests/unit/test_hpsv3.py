@@ -9,7 +9,7 @@ from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.heads.hpsv3_model import inference_yaml
 from judge_gateway.heads.hub import resolve_model_file
 from judge_gateway.heads.models import HeadLoadError
-from judge_gateway.heads.options import HEAD_KIND_OPTIONS, HEAD_KINDS
+from judge_gateway.config import HEAD_KIND_OPTIONS, HEAD_KINDS
 
 
 def test_hpsv3_is_a_head_kind_with_the_released_defaults():

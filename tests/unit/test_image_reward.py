@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.heads.options import (
+from judge_gateway.config import (
     HEAD_KIND_OPTIONS,
     HEAD_KINDS,
     ImageRewardOptions,
 )
-from judge_gateway.protocol_config import CosmosRLConfig
+from judge_gateway.config import CosmosRLConfig
 
 
 def test_image_reward_is_a_head_kind_with_the_released_defaults():

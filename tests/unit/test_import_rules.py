@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk (JSONL / folder readers): shared by score, eval and tune
     )),
-    ("config, schema", ("config", "schema", "head_options", "protocol_config", "ray_config")),
+    ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
         "backends", "store", "combine",
         "tensors", "latents", "latent_worker",  # the cosmos-rl payloads and the latent decoder

@@ -194,8 +194,9 @@ async def test_no_aspect_number_is_invalid_not_the_readmes_zero(monkeypatch):
 async def test_the_old_behaviour_stays_available_as_options(monkeypatch):
     """@1, or @2 with options: stop at the summary, temperature 0, a missing aspect invalid."""
     config = load_config(None)
-    config.judges["rational_rewards_t2i"].options.update(
-        {"stop": ["# Summary"], "temperature": 0.0, "missing_policy": "invalid"})
+    judge_cfg = config.judges["rational_rewards_t2i"]
+    judge_cfg.options = judge_cfg.options.model_copy(
+        update={"stop": ["# Summary"], "temperature": 0.0, "missing_policy": "invalid"})
     gateway = Gateway(config)
     judge = gateway.judges["rational_rewards_t2i"]
     recorder = Recorder(T2I_MISSING_ASPECT)

@@ -10,7 +10,7 @@ import pytest
 
 from judge_gateway.config import load_config, validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.protocol_config import StoreConfig
+from judge_gateway.config import StoreConfig
 from judge_gateway.server import create_app
 from judge_gateway.store import MemoryStore, make_store
 from tests.support.cosmos_client import (

@@ -212,7 +212,7 @@ def test_profile_reference_is_validated_at_load(rubric_set, tmp_path):
     cfg_path = write_toml(out_dir / "c.toml", rubric_config({"aggregation_profile": "rr@1.json"}))
     from judge_gateway.config import load_config
 
-    assert load_config(cfg_path).judges["rr"].options["aggregation_profile"] == str(path.resolve())
+    assert load_config(cfg_path).judges["rr"].options.aggregation_profile == str(path.resolve())
     with pytest.raises(ProfileError, match="named <name>@<version>.json"):
         load_profile(out_dir / "c.toml")
 

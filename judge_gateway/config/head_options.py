@@ -1,4 +1,5 @@
-"""Config options of the local head kinds (`[judges.NAME] kind = "clip" | ... , options = {...}`).
+"""Config options of the local head kinds (`[judges.NAME] kind = "clip" | ... , options = {...}`);
+which kind takes which model: kinds.py.
 
 Pydantic only, no torch: the gateway validates these at config load; the worker process gets
 them as JSON.
@@ -11,7 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-HEAD_KINDS = ("clip", "pickscore", "hpsv2", "hpsv3", "image_reward", "ocr", "gen_eval", "videoalign")
+from .normalize import NormalizeConfig
+
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -73,6 +75,10 @@ class HeadOptions(BaseModel):
         if not _DEVICE_RE.match(v):
             raise ValueError(f"{v!r} is not a device (cpu, cuda, cuda:N, mps)")
         return v
+
+    def default_normalize(self) -> NormalizeConfig | None:
+        """How raw becomes reward when the judge sets no `normalize`: None is identity."""
+        return None
 
 
 class _PreprocessOptions(HeadOptions):
@@ -137,6 +143,12 @@ class PickScoreOptions(_ClipFamilyOptions):
             "false: reward = raw (exp(logit_scale) x cosine)."
         ),
     )
+
+    def default_normalize(self) -> NormalizeConfig | None:
+        return _PEER_PICKSCORE if self.peer_scale else None
+
+
+_PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
 
 
 class HPSv2Options(_ClipFamilyOptions):
@@ -316,15 +328,3 @@ class ImageRewardOptions(_PreprocessOptions):
             "checkpoints); unset: the package's own `vit='large'`."
         ),
     )
-
-
-HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
-    "clip": ClipOptions,
-    "pickscore": PickScoreOptions,
-    "hpsv2": HPSv2Options,
-    "hpsv3": HPSv3Options,
-    "ocr": OcrOptions,
-    "videoalign": VideoAlignOptions,
-    "gen_eval": GenEvalOptions,
-    "image_reward": ImageRewardOptions,
-}

@@ -1,0 +1,82 @@
+"""Configuration: TOML, validated at load, with errors that name the offending key.
+
+    models.py        the sections' models (GatewayConfig, ServerConfig, JudgeConfig, ...)
+    kinds.py         the one table of judge kinds: options model, VLM or head, media, classes
+    vlm_options.py   the VLM kinds' options;  head_options.py  the head kinds' options
+    normalize.py     raw -> reward ([judges.NAME.normalize])
+    protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
+    ray.py           [ray] (no Ray import)
+    loading.py       reading the TOML and the checks across sections
+
+This face re-exports the names callers use.
+"""
+
+from .head_options import (
+    ClipOptions,
+    GenEvalOptions,
+    HeadOptions,
+    HPSv2Options,
+    HPSv3Options,
+    ImageRewardOptions,
+    ImageRewardVit,
+    OcrOptions,
+    PickScoreOptions,
+    VideoAlignOptions,
+)
+from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
+from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
+from .models import (
+    AdmissionConfig,
+    BackendConfig,
+    CombineConfig,
+    EvalConfig,
+    GatewayConfig,
+    ImageEncodingConfig,
+    JudgeConfig,
+    MediaConfig,
+    ServerConfig,
+    VideoSamplingConfig,
+    check_api_key,
+)
+from .normalize import NormalizeConfig
+from .protocols import (
+    DEFAULT_COSMOS_REWARDS,
+    GENEVAL_TAGS,
+    SENTINEL_LABEL,
+    SENTINEL_VALUE,
+    WAN_CHANNELS,
+    WAN_NAMES,
+    CosmosReward,
+    CosmosRLConfig,
+    FlowFactoryConfig,
+    FlowFactoryProfile,
+    InvalidFill,
+    LatentDecoderConfig,
+    LegacyKey,
+    QueueConfig,
+    StoreConfig,
+    TagSplit,
+    WanVaeConfig,
+)
+from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
+from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+
+__all__ = [
+    # loading
+    "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
+    # sections
+    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
+    "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig",
+    "check_api_key",
+    # judge kinds and their options
+    "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
+    "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",
+    "HeadOptions", "ClipOptions", "PickScoreOptions", "HPSv2Options", "HPSv3Options", "OcrOptions",
+    "GenEvalOptions", "VideoAlignOptions", "ImageRewardOptions", "ImageRewardVit",
+    # protocol adapters
+    "StoreConfig", "QueueConfig", "CosmosRLConfig", "CosmosReward", "InvalidFill", "LegacyKey", "TagSplit",
+    "LatentDecoderConfig", "WanVaeConfig", "WAN_CHANNELS", "WAN_NAMES", "DEFAULT_COSMOS_REWARDS",
+    "GENEVAL_TAGS", "SENTINEL_VALUE", "SENTINEL_LABEL", "FlowFactoryConfig", "FlowFactoryProfile",
+    # distributed mode
+    "RayConfig", "RayDeploymentConfig", "RayAutoscaling",
+]

@@ -1,0 +1,95 @@
+"""The one table of judge kinds: adding a kind is one row here (plus its options model and its
+judge / head classes).
+
+A row names the kind's typed options (validated at config load), where it runs (a VLM backend
+through a prompt template of the same kind, or a local head worker), the media a head takes, and
+the classes that score it. The classes are named as `module:Name` under `judge_gateway`, not
+imported: config sits below judges/ and heads/, and a gateway without head judges never loads
+the head side. `registry.build_judges` imports a configured kind's judge class; the head worker
+(`heads.factory.build_head`) imports its model class; `tests/unit/test_kinds.py` checks that
+every name resolves.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .head_options import (
+    ClipOptions,
+    GenEvalOptions,
+    HeadOptions,
+    HPSv2Options,
+    HPSv3Options,
+    ImageRewardOptions,
+    OcrOptions,
+    PickScoreOptions,
+    VideoAlignOptions,
+)
+from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+
+# The typed options of any kind (JudgeConfig.options).
+JudgeOptions = VLMOptions | HeadOptions
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str
+    options: type[VLMOptions | HeadOptions]
+    runs_on: Literal["vlm", "head"]
+    judge: str  # its Judge class, `module:Name` under judge_gateway
+    # Head kinds: the media it scores and the worker's model (a `(kind, options dict)` callable).
+    media: tuple[str, ...] = ()
+    head_model: str | None = None
+
+    @property
+    def template_kind(self) -> str | None:
+        """A VLM kind pins a prompt template of its own kind; heads take none."""
+        return self.name if self.runs_on == "vlm" else None
+
+
+def _vlm(name: str, options: type[VLMOptions], judge: str) -> KindSpec:
+    # A VLM kind's media are its template's slots (VLMJudge.media), not the kind's.
+    return KindSpec(name, options, "vlm", judge)
+
+
+def _head(name: str, options: type[HeadOptions], head_model: str, *, judge: str = "heads.judge:HeadJudge",
+          media: tuple[str, ...] = ("image", "video")) -> KindSpec:
+    return KindSpec(name, options, "head", judge, media, head_model)
+
+
+_CLIP_FAMILY = "heads.clip_models:build_clip_family"
+
+# In this order in "unknown kind" errors.
+KINDS: dict[str, KindSpec] = {k.name: k for k in (
+    _vlm("yes_no", YesNoOptions, "judges.yes_no:YesNoJudge"),
+    _vlm("rubric", RubricOptions, "judges.generative:RubricJudge"),
+    _vlm("final_score", FinalScoreOptions, "judges.generative:FinalScoreJudge"),
+    _vlm("critic", CriticOptions, "judges.critic:CriticJudge"),
+    _head("clip", ClipOptions, _CLIP_FAMILY),
+    _head("pickscore", PickScoreOptions, _CLIP_FAMILY),
+    _head("hpsv2", HPSv2Options, _CLIP_FAMILY),
+    _head("hpsv3", HPSv3Options, "heads.hpsv3_model:HPSv3Head"),
+    _head("ocr", OcrOptions, "heads.ocr_model:RapidOcrHead", judge="heads.judge:OcrJudge"),
+    _head("videoalign", VideoAlignOptions, "heads.videoalign_model:VideoAlignHead",
+          judge="heads.videoalign:VideoAlignJudge", media=("video",)),
+    # GenEval's rules run on the gateway side over the detector's output.
+    _head("gen_eval", GenEvalOptions, "heads.geneval_model:GenEvalDetectorHead",
+          judge="heads.geneval_judge:GenEvalJudge", media=("image",)),
+    _head("image_reward", ImageRewardOptions, "heads.image_reward_model:ImageRewardHead"),
+)}
+
+# Views of the table, by the names callers use.
+VLM_KINDS: tuple[str, ...] = tuple(k for k, s in KINDS.items() if s.runs_on == "vlm")
+HEAD_KINDS: tuple[str, ...] = tuple(k for k, s in KINDS.items() if s.runs_on == "head")
+KIND_OPTIONS: dict[str, type[VLMOptions | HeadOptions]] = {k: s.options for k, s in KINDS.items()}
+HEAD_KIND_OPTIONS: dict[str, type[HeadOptions]] = {
+    k: s.options for k, s in KINDS.items() if issubclass(s.options, HeadOptions)}
+
+
+def import_named(ref: str) -> Any:
+    """The object a row names (`module:Name` under judge_gateway), imported now. Called by the
+    floors that own those modules (registry, the head worker), never at config load."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(f"judge_gateway.{module}"), name)

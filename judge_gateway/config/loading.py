@@ -1,0 +1,201 @@
+"""Loading a config: read the TOML, validate each section (models.py), then check what spans
+sections (backends, templates, profiles, protocols, Ray) and report every problem at once, each
+naming its key."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .models import GatewayConfig, JudgeConfig
+from .protocols import check_protocols
+from .ray import check_ray
+from .vlm_options import CriticOptions, RubricOptions, VLMOptions
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key."""
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _format_validation(err: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
+    lines = []
+    for e in err.errors():
+        lines.append(f"{_loc(prefix + tuple(e['loc']))}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def validate_config(data: dict[str, Any], *, source: str = "<config>") -> GatewayConfig:
+    """Validate a parsed TOML document; raise ConfigError naming every offending key."""
+    try:
+        cfg = GatewayConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {_format_validation(err)}") from None
+
+    problems: list[str] = []
+    for name, judge in cfg.judges.items():
+        problems += _check_judge(name, judge, cfg, source)
+    problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
+    heads = {n for n, j in cfg.judges.items() if j.kind_spec.runs_on == "head"}
+    problems += check_ray(cfg.ray, heads, set(cfg.judges),
+                          cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
+    host = cfg.server.host
+    if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
+        if not cfg.server.allow_unauthenticated_public:
+            problems.append(
+                f"server.host: {host!r} exposes the service beyond loopback without API keys; set "
+                "server.api_keys (or the api_keys_env variable) or allow_unauthenticated_public = true"
+            )
+    for name in cfg.eval.thresholds:
+        if name not in cfg.judges:
+            problems.append(f"eval.thresholds.{name}: no such judge (configured: {', '.join(cfg.judges)})")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return cfg
+
+
+def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str) -> list[str]:
+    """What a judge's own section cannot check: its backend and template (a VLM kind's), and the
+    options that name a template, profile or another judge."""
+    key = f"judges.{name}"
+    spec = judge.kind_spec
+    if spec.runs_on == "head":
+        return [f"{key}.{field}: not used by head kind {judge.kind!r} (heads run locally)"
+                for field in ("backend", "template") if getattr(judge, field) is not None]
+    from ..prompts import TemplateError, load_template  # local: prompts import is not free
+
+    problems = []
+    if not judge.backend:
+        problems.append(f"{key}.backend: required for kind {judge.kind!r}")
+    elif judge.backend not in cfg.backends:
+        known = ", ".join(cfg.backends) or "none configured"
+        problems.append(f"{key}.backend: unknown backend {judge.backend!r} (known: {known})")
+    if not judge.template:
+        return problems + [f"{key}.template: required for kind {judge.kind!r} (pin `family@version`)"]
+    try:
+        template = load_template(judge.template)
+    except TemplateError as err:
+        return problems + [f"{key}.template: {err}"]
+    opts = judge.options
+    assert isinstance(opts, VLMOptions)
+    if template.kind != spec.template_kind:
+        problems.append(f"{key}.template: {judge.template} is a {template.kind!r} template, "
+                        f"but the judge's kind is {judge.kind!r}")
+    elif isinstance(opts, RubricOptions):
+        names = {a.name for a in template.aspects}
+        for aspect in opts.aspect_weights or {}:
+            if aspect not in names:
+                problems.append(f"{key}.options.aspect_weights.{aspect}: not an aspect of "
+                                f"{judge.template} (aspects: {', '.join(sorted(names))})")
+        problems += _check_profile(key, judge, opts, template, source)
+    elif isinstance(opts, CriticOptions):
+        problems += _check_critic(key, name, judge, opts, template, cfg)
+    problems += _check_shadow(key, judge, opts, template)
+    if opts.video_first_frame and "image" not in template.media_slots:
+        problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
+                        "slot for a video's first frame to fill")
+    return problems
+
+
+def _check_critic(key: str, name: str, judge: JudgeConfig, opts: CriticOptions, template: Any,
+                  cfg: GatewayConfig) -> list[str]:
+    """The reward field must be a number of the template's schema; share_video_with must name a
+    judge that sees a video, and then the critic takes that judge's sampling (resolved here, once)."""
+    from ..parsers.json_schema import subschema
+
+    problems = []
+    node = subschema(template.json_schema, opts.reward_field)
+    types = (node or {}).get("type")
+    if node is None or (types != "number" and types != "integer"):
+        problems.append(f"{key}.options.reward_field: {opts.reward_field!r} is not a number field of "
+                        f"{judge.template}'s json_schema")
+    other = opts.share_video_with
+    if other is not None:
+        where = f"{key}.options.share_video_with"
+        if other == name or other not in cfg.judges:
+            problems.append(f"{where}: {other!r} is not another configured judge")
+        elif "video" in judge.model_fields_set:
+            problems.append(f"{where}: set either the critic's own `video` table or share_video_with, not both")
+        else:
+            judge.video = cfg.judges[other].video.model_copy()
+    return problems
+
+
+def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any) -> list[str]:
+    """A shadow template must be pinned, exist, differ from the judge's, and be of its kind."""
+    from ..prompts import TemplateError, load_template
+
+    ref = opts.shadow_template
+    if ref is None:
+        return []
+    where = f"{key}.options.shadow_template"
+    try:
+        shadow = load_template(ref)
+    except TemplateError as err:
+        return [f"{where}: {err}"]
+    if shadow.kind != template.kind:
+        return [f"{where}: {ref} is a {shadow.kind!r} template, but the judge's kind is {judge.kind!r}"]
+    if shadow.sha256 == template.sha256:
+        return [f"{where}: {ref} is the judge's own template"]
+    if isinstance(opts, RubricOptions):
+        names = {a.name for a in shadow.aspects}
+        wanted = set(opts.aspect_weights or {})
+        if wanted - names:
+            return [f"{where}: {ref} lacks aspect(s) {', '.join(sorted(wanted - names))} of aspect_weights"]
+    return []
+
+
+def _check_profile(key: str, judge: JudgeConfig, opts: RubricOptions, template: Any, source: str) -> list[str]:
+    """Load the rubric judge's aggregation profile (path resolved next to the config file)."""
+    ref = opts.aggregation_profile
+    if ref is None:
+        return []
+    from ..profiles import ProfileError, load_profile
+
+    where = f"{key}.options.aggregation_profile"
+    path = Path(ref)
+    if not path.is_absolute() and Path(source).is_file():
+        path = Path(source).resolve().parent / path
+    try:
+        profile = load_profile(path, sha256=opts.aggregation_profile_sha256)
+    except ProfileError as err:
+        return [f"{where}: {err}"]
+    if profile.kind != "rubric_aspects":
+        return [f"{where}: {profile.ref} is a {profile.kind!r} profile, not rubric aspect weights"]
+    made_for = (profile.created_from.get("template") or {}).get("id")
+    if made_for != template.id:
+        return [f"{where}: {profile.ref} was tuned for template family {made_for!r}, the judge uses {template.id!r}"]
+    names = {a.name for a in template.aspects}
+    unknown = set(profile.weights) - names
+    if unknown:
+        return [f"{where}: {profile.ref} weighs aspect(s) {', '.join(sorted(unknown))} that "
+                f"{judge.template} does not have"]
+    opts.aggregation_profile = str(path)  # resolved once, here
+    return []
+
+
+def load_config(path: str | Path | None = None) -> GatewayConfig:
+    """Load and validate a TOML config; `None` loads the embedded default."""
+    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    try:
+        raw = p.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read config {p}: {err.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{p}: not valid TOML: {err}") from None
+    return validate_config(data, source=str(p))

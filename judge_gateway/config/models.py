@@ -1,0 +1,274 @@
+"""The config's models, one per section (see README "Configuration reference"):
+
+    [server]    host, port, api_keys / api_keys_env, max_body_bytes, timeouts, header limits, ...
+    [media]     decoded-pixel budgets per image, video and request
+    [combine]   policy, on_invalid, fill_value
+    [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
+    [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
+    [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py)
+
+Each model checks its own section; the checks across sections are in loading.py.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    StrictFloat,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from ..bands import check_bands
+from ..media import MAX_VIDEO_FRAMES, MediaLimits
+from .kinds import KINDS, JudgeOptions, KindSpec
+from .normalize import NormalizeConfig
+from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
+from .ray import RayConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdmissionConfig(_Strict):
+    """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
+    at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
+    most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
+    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending)."""
+
+    max_active: int = Field(256, gt=0, description="Synchronous requests scored at once (native + Flow-Factory).")
+    max_waiting: int = Field(512, ge=0, description="Requests that may wait for a slot; beyond: refused at once.")
+    max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot; then refused.")
+    retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
+
+
+class ServerConfig(_Strict):
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
+    port: int = Field(8080, ge=0, le=65535)
+    api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
+    api_keys_env: str | None = Field(
+        "JUDGE_GATEWAY_API_KEYS",
+        description="Environment variable holding more accepted tokens, comma-separated.",
+    )
+    max_body_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest accepted request body.")
+    max_samples_per_request: int = Field(4096, gt=0)
+    readiness_interval_s: float = Field(
+        5.0, gt=0, description="How long a backend readiness probe result is reused."
+    )
+    allow_unauthenticated_public: bool = Field(
+        False,
+        description="Permit a non-loopback host without API keys (refused by default).",
+    )
+    # Slow or oversized clients (see README "Limits"): enforced by the HTTP protocol the CLI runs.
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
+        "(or of the connection opening); else 408 and the connection is closed."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="A request's body must arrive within this time of its headers; else "
+        "408 and the connection is closed."
+    )
+    keep_alive_s: float = Field(30.0, gt=0, description="An idle keep-alive connection is closed after this.")
+    max_header_bytes: int = Field(
+        16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 431 (400 when h11's own buffer bound trips first, on headers still arriving)."
+    )
+    max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys(cls, keys: list[str]) -> list[str]:
+        for i, key in enumerate(keys):
+            check_api_key(key, f"api_keys[{i}]")
+        return keys
+
+    def resolved_api_keys(self) -> list[str]:
+        keys = list(self.api_keys)
+        if self.api_keys_env:
+            extra = os.environ.get(self.api_keys_env, "")
+            keys += [k.strip() for k in extra.split(",") if k.strip()]
+        return keys
+
+
+def check_api_key(key: str, where: str = "API key") -> str:
+    """An empty key would match a request that sends none: refuse it (and keys no header can carry)."""
+    if not key.strip():
+        raise ValueError(f"{where} is empty or whitespace: it would accept requests without a key")
+    if key != key.strip():
+        raise ValueError(f"{where} has leading/trailing whitespace, which no Authorization header keeps")
+    return key
+
+
+class MediaConfig(_Strict):
+    """Decoded-size budgets, checked against declared sizes (image headers, container stream
+    info, tensor shapes) before any pixel is decoded."""
+
+    max_image_pixels: int = Field(4096 * 4096, gt=0, description="Pixels (W*H) of one image or video frame.")
+    max_video_frames: int = Field(MAX_VIDEO_FRAMES, gt=0, le=MAX_VIDEO_FRAMES, description="Frames of one video.")
+    max_video_pixels: int = Field(
+        2**28, gt=0, description="Decoded pixels (frames*W*H) of one video (2^28: ~0.8 GB of RGB)."
+    )
+    max_request_pixels: int = Field(
+        2**29, gt=0, description="Decoded pixels of all compressed media (PNG/JPEG/WebP, mp4) in one request, "
+        "and of all tensors in one cosmos-rl enqueue (2^29: ~1.6 GB of RGB)."
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> "MediaConfig":
+        if self.max_video_pixels < self.max_image_pixels:
+            raise ValueError("max_video_pixels must be >= max_image_pixels (a video holds at least one frame)")
+        if self.max_request_pixels < max(self.max_image_pixels, self.max_video_pixels):
+            raise ValueError("max_request_pixels must be >= max_image_pixels and max_video_pixels")
+        return self
+
+    def limits(self) -> MediaLimits:
+        return MediaLimits(**self.model_dump())
+
+
+class EvalConfig(_Strict):
+    """`judge-gateway eval`: where a reward becomes a "good" verdict against binary labels."""
+
+    threshold: float = Field(0.5, description="A sample is called good when its reward is >= this.")
+    thresholds: dict[str, float] = Field(
+        default_factory=dict, description="Judge name -> its own threshold (overrides `threshold`)."
+    )
+
+    def threshold_for(self, judge: str) -> float:
+        return self.thresholds.get(judge, self.threshold)
+
+
+class CombineConfig(_Strict):
+    policy: Literal["weighted_mean", "sum"] = "weighted_mean"
+    on_invalid: Literal["invalidate", "skip", "fill"] = Field(
+        "invalidate",
+        description=(
+            "invalidate: any invalid judge makes the sample's combined reward null; skip: combine "
+            "the valid judges only (null when none); fill: use fill_value for the invalid judge. "
+            "In every case the sample is flagged valid=false."
+        ),
+    )
+    fill_value: float = 0.0
+
+
+class BackendConfig(_Strict):
+    model: str = Field(description="Served model name sent in each request.")
+    base_urls: list[str] = Field(min_length=1, description="One OpenAI-compatible /v1 URL per replica.")
+    api_key_env: str | None = Field(None, description="Environment variable with the backend's API key.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-attempt HTTP timeout.")
+    connect_timeout_s: float = Field(5.0, gt=0)
+    max_concurrency: int = Field(64, gt=0, description="In-flight requests per replica.")
+    max_retries: int = Field(2, ge=0, description="Retries of transient faults (connect, timeout, 429, 5xx).")
+    eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
+    eject_cooldown_s: float = Field(10.0, ge=0)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return [u.rstrip("/") for u in urls]
+
+    def api_key(self) -> str:
+        # vLLM without --api-key accepts any token; the openai client insists on one.
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or "EMPTY"
+        return "EMPTY"
+
+
+class ImageEncodingConfig(_Strict):
+    max_pixels: int | None = Field(None, gt=0, description="Downscale larger images to this many pixels.")
+    min_pixels: int | None = Field(None, gt=0)
+    format: Literal["png", "jpeg"] = "png"
+    jpeg_quality: int = Field(95, ge=1, le=100)
+
+
+class VideoSamplingConfig(_Strict):
+    num_frames: int | None = Field(None, gt=0, description="Sample this many frames uniformly.")
+    fps: float | None = Field(None, gt=0, description="Sample at this rate (never upsampled).")
+    max_frames: int = Field(160, gt=0, description="Stride down to at most this many frames.")
+    max_pixels: int | None = Field(None, gt=0, description="Pixels per frame.")
+    total_pixels: int | None = Field(None, gt=0, description="Pixels over all frames.")
+    even_frames: bool = True
+
+
+class JudgeConfig(_Strict):
+    kind: str = Field(description=" | ".join(KINDS))
+    backend: str | None = Field(None, description="Name of a [backends.*] entry (VLM judges).")
+    template: str | None = Field(None, description="Pinned prompt template, `family@version`.")
+    weight: float = Field(1.0, description="Weight in the combined reward.")
+    deadline_s: float | None = Field(None, gt=0, description="Per-sample deadline for this judge.")
+    default: bool = Field(True, description="Scored when a request names no judges.")
+    normalize: NormalizeConfig | None = Field(
+        None, description="How raw becomes reward; each kind has a sensible default."
+    )
+    options: JudgeOptions = Field(
+        default_factory=dict, validate_default=True,  # type: ignore[arg-type]  # {} -> the kind's defaults
+        description="Kind-specific options: the kind's options model (kinds.py), validated here."
+    )
+    bands: dict[str, StrictFloat] | None = Field(
+        None, description="Score bands, label -> lower bound of the reward (the lowest band is open "
+        "below), written to details['band']. Default: High >= 0.7, Medium >= 0.3, Low for judges "
+        "that see a video, none for the others; {} turns bands off."
+    )
+    image: ImageEncodingConfig = Field(default_factory=ImageEncodingConfig)
+    video: VideoSamplingConfig = Field(default_factory=VideoSamplingConfig)
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in KINDS:
+            raise PydanticCustomError("unknown_kind", f"unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        return kind
+
+    @field_validator("options", mode="plain")
+    @classmethod
+    def _typed_options(cls, options: Any, info: ValidationInfo) -> Any:
+        """The options model is chosen by `kind` (a union discriminated by the sibling field); its
+        errors keep their place under `judges.NAME.options`."""
+        spec = KINDS.get(info.data.get("kind", ""))
+        if spec is None:
+            return options  # the kind's own error says why
+        return spec.options.model_validate(options)
+
+    @field_serializer("options")
+    def _options_as_written(self, options: JudgeOptions, info: SerializationInfo) -> dict[str, Any]:
+        # The keys the config set (and load resolved), as the TOML had them: dumps stay the same.
+        return options.model_dump(mode=info.mode, exclude_unset=True)
+
+    @property
+    def kind_spec(self) -> KindSpec:
+        return KINDS[self.kind]
+
+    @field_validator("bands")
+    @classmethod
+    def _bands(cls, bands: dict[str, float] | None) -> dict[str, float] | None:
+        return None if bands is None else check_bands(bands)
+
+
+class GatewayConfig(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
+    combine: CombineConfig = Field(default_factory=CombineConfig)
+    backends: dict[str, BackendConfig] = Field(default_factory=dict)
+    judges: dict[str, JudgeConfig] = Field(default_factory=dict)
+    # Drop-in protocol adapters and their result store (see protocols.py).
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    cosmos_rl: CosmosRLConfig = Field(default_factory=CosmosRLConfig)
+    flow_factory: FlowFactoryConfig = Field(default_factory=FlowFactoryConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    # Distributed mode (`judge-gateway serve --ray`); absent: one machine, no Ray needed.
+    ray: RayConfig | None = None
+
+    def judge_options(self, name: str) -> JudgeOptions:
+        return self.judges[name].options

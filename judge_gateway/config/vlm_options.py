@@ -1,0 +1,115 @@
+"""Config options of the VLM judge kinds (`[judges.NAME] kind = "yes_no" | "rubric" | ...`,
+`options = {...}`): pydantic only, validated at config load; the judges take these objects."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VLMOptions(_Strict):
+    """Options every VLM judge kind takes."""
+
+    shadow_template: str | None = Field(
+        None, description="Also score with this pinned template (`family@version`, same kind); its "
+        "result goes into details['shadow'], never into the reward."
+    )
+    video_first_frame: bool = Field(
+        False, description="A template with an <image> slot scores a sample that has a video and no "
+        "image by the video's first frame (as Flow-Factory's vllm_evaluate does)."
+    )
+
+
+class YesNoOptions(VLMOptions):
+    top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
+    min_answer_mass: float = Field(
+        0.5, ge=0.0, le=1.0, description="Below this listed P(yes)+P(no) the score is answer_missing."
+    )
+    counting: Literal["variants", "exact"] = Field(
+        "variants", description="variants: sum every case/space variant of the answer words; exact: "
+        "only tokens spelled exactly as the template's words, reward sigmoid(lp_yes - lp_no) "
+        "(Flow-Factory vllm_evaluate's default)."
+    )
+
+
+class RubricOptions(VLMOptions):
+    aspect_weights: dict[str, float] | None = Field(
+        None, description="Aspect name -> weight (default: the template's weights)."
+    )
+    na_policy: Literal["skip", "value"] = Field(
+        "skip", description="skip: leave N/A aspects out of the mean; value: count them as na_value."
+    )
+    na_value: float | None = None
+    missing_policy: Literal["invalid", "skip"] | None = Field(
+        None, description="An expected aspect absent from the reply makes the score invalid, or is left out "
+        "of the mean (default: the template's, else invalid). A reply with no aspect score is invalid either way."
+    )
+    scale: tuple[float, float] | None = Field(None, description="Aspect scale (default: the template's).")
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
+    stop: list[str] | None = None
+    guided_regex: str | None = Field(
+        None, description="Constrain the reply with vLLM structured outputs (a regex)."
+    )
+    aggregation_profile: str | None = Field(
+        None, description="A tuned aggregation profile file `<name>@<version>.json` (`judge-gateway tune "
+        "rubric`): its weights, na_policy and na_value replace aspect_weights/na_policy/na_value."
+    )
+    aggregation_profile_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="Pin the profile file's exact bytes."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "RubricOptions":
+        if self.na_policy == "value" and self.na_value is None:
+            raise ValueError("na_policy = 'value' needs na_value")
+        if self.aspect_weights is not None:
+            for name, w in self.aspect_weights.items():
+                if w < 0:
+                    raise ValueError(f"aspect weight {name!r} must be >= 0")
+            if not any(w > 0 for w in self.aspect_weights.values()):
+                raise ValueError("aspect_weights needs at least one positive weight")
+        if self.aggregation_profile is not None and self.aspect_weights is not None:
+            raise ValueError("set aspect_weights or aggregation_profile, not both")
+        if self.aggregation_profile_sha256 is not None and self.aggregation_profile is None:
+            raise ValueError("aggregation_profile_sha256 pins an aggregation_profile; none is set")
+        return self
+
+
+class FinalScoreOptions(VLMOptions):
+    scale: tuple[float, float] | None = None
+    label: str | None = None
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
+    stop: list[str] | None = None
+    guided_regex: str | None = None
+
+
+class CriticOptions(VLMOptions):
+    """A critic: the reply is one JSON object in the template's schema (see README "Critic")."""
+
+    reward_field: str = Field(
+        "video_analysis.physical_accuracy.score", pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+        description="Dotted path of the reply's number that becomes the reward (a number field of the "
+        "template's schema; its minimum/maximum, when set, map it onto [0, 1])."
+    )
+    structured_outputs: bool = Field(
+        True, description="Send the template's schema as vLLM structured outputs (`json`); the reply is "
+        "checked against it either way."
+    )
+    on_bad_timestamp: Literal["flag", "invalid"] = Field(
+        "flag", description="A violation timed outside the clip the judge saw: flag it (valid_time = "
+        "false, counted in details['bad_violation_times']) or make the score invalid (parse_error)."
+    )
+    share_video_with: str | None = Field(
+        None, description="Use this judge's [video] sampling, so a request scoring both encodes each "
+        "clip once (the critic's own `video` table must then be left out)."
+    )
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
+    stop: list[str] | None = None
