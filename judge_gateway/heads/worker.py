@@ -35,7 +35,8 @@ from typing import Any, BinaryIO
 from .batcher import Control, Job, MicroBatcher, Staged
 from .factory import build_head
 from .models import HeadLoadError
-from .protocol import ProtocolError, encode_frame, jobs_from_frame, read_frame
+from ..workers.framing import ProtocolError, encode_frame, read_frame
+from .protocol import jobs_from_frame
 from .shm import ArenaView
 
 log = logging.getLogger("judge_gateway.heads.worker")
