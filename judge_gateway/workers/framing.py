@@ -73,36 +73,48 @@ def decode_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes | bytearray | None:
-    """n bytes from a blocking stream, or None when it ends first."""
-    first = stream.read(min(n, READ_CHUNK_BYTES))
-    if len(first) == n:
-        return first  # the common case: one read, no copy
-    if not first:
-        return None
+def _read_exact(stream: BinaryIO, n: int) -> tuple[bytes | bytearray | None, int]:
+    """(n bytes, n) from a blocking stream, or (None, bytes got) when it ended first. A payload
+    over one chunk gets its buffer only after a full chunk came (a declared length costs nothing)."""
+    first_len = min(n, READ_CHUNK_BYTES)
+    pieces: list[bytes] = []
+    got = 0
+    while got < first_len:
+        piece = stream.read(first_len - got)
+        if not piece:
+            return None, got
+        pieces.append(piece)
+        got += len(piece)
+    first = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    if n == first_len:
+        return first, n  # the common case: one read, no copy
     buf = bytearray(n)
     view = memoryview(buf)
-    view[: len(first)] = first
-    got = len(first)
+    view[:got] = first
     while got < n:
-        k = stream.readinto(view[got: got + READ_CHUNK_BYTES])
+        k = stream.readinto(view[got: got + READ_CHUNK_BYTES])  # type: ignore[attr-defined]
         if not k:
-            return None
+            return None, got
         got += k
-    return buf
+    return buf, n
 
 
 def read_frame(stream: BinaryIO, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes] | None:
-    """One frame from a blocking binary stream; None at a clean end of stream (between frames).
-    The payload is bytes, or a bytearray when it came in several reads."""
-    prefix = _read_exact(stream, PREFIX.size)
+    """One frame from a blocking binary stream; None when the stream ends between frames. Raises
+    ProtocolError on a malformed or oversized frame, or one the stream ends inside. The payload is
+    bytes, or a bytearray when it came in several reads."""
+    prefix, got = _read_exact(stream, PREFIX.size)
     if prefix is None:
+        if got:
+            raise ProtocolError(f"stream ended inside a frame prefix ({got} of {PREFIX.size} B)")
         return None
     head_len, payload_len = decode_prefix(bytes(prefix), max_payload)
-    head = _read_exact(stream, head_len) if head_len else b""
-    payload = _read_exact(stream, payload_len) if payload_len else b""
-    if head is None or payload is None:
-        raise ProtocolError("stream ended inside a frame")
+    head, got = _read_exact(stream, head_len) if head_len else (b"", 0)
+    if head is None:
+        raise ProtocolError(f"stream ended inside a frame header ({got} of {head_len} B)")
+    payload, got = _read_exact(stream, payload_len) if payload_len else (b"", 0)
+    if payload is None:
+        raise ProtocolError(f"stream ended inside a frame payload ({got} of {payload_len} B)")
     return decode_header(bytes(head)), payload  # type: ignore[return-value]
 
 
@@ -122,12 +134,15 @@ async def read_frame_async(stream: asyncio.StreamReader,
         prefix = await stream.readexactly(PREFIX.size)
     except asyncio.IncompleteReadError as exc:
         if exc.partial:
-            raise ProtocolError("stream ended inside a frame prefix") from None
+            raise ProtocolError(f"stream ended inside a frame prefix ({len(exc.partial)} of {PREFIX.size} B)") from None
         return None
     head_len, payload_len = decode_prefix(prefix, max_payload)
     try:
         header = decode_header(await stream.readexactly(head_len))
+    except asyncio.IncompleteReadError as exc:
+        raise ProtocolError(f"stream ended inside a frame header ({len(exc.partial)} of {head_len} B)") from None
+    try:
         payload = await stream.readexactly(payload_len) if payload_len else b""
-    except asyncio.IncompleteReadError:
-        raise ProtocolError("stream ended inside a frame") from None
+    except asyncio.IncompleteReadError as exc:
+        raise ProtocolError(f"stream ended inside a frame payload ({len(exc.partial)} of {payload_len} B)") from None
     return header, payload

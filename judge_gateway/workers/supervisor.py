@@ -216,6 +216,10 @@ class WorkerSupervisor:
         """Kill the running process; the supervisor fails its requests and restarts it."""
         if self._proc is not None and self._proc.returncode is None:
             self._proc.kill()
+            if self.state == "ready":  # from now on, callers wait for the restart
+                self.state, self.reason = "restarting", "killed"
+                assert self._ready is not None
+                self._ready.clear()
 
     def fail_pending(self, why: str, crashed: bool = False) -> None:
         pending, self._pending = self._pending, {}
