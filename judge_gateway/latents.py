@@ -4,7 +4,8 @@ workers/supervisor.py and spoken to in workers/framing.py's frames.
 Calls are serialised (the worker does one thing at a time; decoding is compute-bound anyway).
 The worker starts at the first call. A worker that dies is restarted (with a back-off); one that
 times out is killed and restarted; the call that saw either fails with `TorchWorkerError`, never
-a silent result.
+a silent result. Replies are matched to calls by id, so a call whose caller left (cancelled) is
+finished by the worker and its reply dropped; the worker is not killed for it.
 
 Latents go to the decoder configured for their channel count (16: Wan2.1, 48: Wan2.2), as the
 original does. A decoder that failed to load is remembered for `retry_failed_load_s`, so the

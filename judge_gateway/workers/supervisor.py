@@ -23,7 +23,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .framing import MAX_PAYLOAD_BYTES, ProtocolError, encode_frame, encode_head, read_frame_async
+from .framing import (
+    MAX_PAYLOAD_BYTES,
+    ProtocolError,
+    encode_frame,
+    encode_head,
+    read_frame_async,
+)
 
 MAX_BACKOFF_S = 30.0
 # A worker that ran this long before it died is "healthy again": its next crash restarts after

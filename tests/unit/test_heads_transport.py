@@ -20,7 +20,12 @@ from judge_gateway.heads.options import HeadOptions
 from judge_gateway.heads.protocol import jobs_from_frame, jobs_header
 from judge_gateway.heads.shm import Arena, ArenaView, memfd_supported
 from judge_gateway.heads.supervisor import HeadError, HeadWorker
-from judge_gateway.workers.framing import ProtocolError, encode_frame, encode_head, read_frame
+from judge_gateway.workers.framing import (
+    ProtocolError,
+    encode_frame,
+    encode_head,
+    read_frame,
+)
 from tests.support.fake_head_worker import fake_head_python
 
 needs_memfd = pytest.mark.skipif(not memfd_supported(), reason="no memfd_create on this platform")
