@@ -1,17 +1,21 @@
 """Torch worker process: loads torch-saved tensors (weights_only=True) and decodes Wan VAE latents.
 
 Runs as a script under an interpreter that has torch (+ diffusers to decode), so the gateway's
-own environment needs neither. Imports nothing from judge_gateway.
+own environment needs neither. That interpreter cannot import the judge_gateway package, so the
+one thing this script takes from it, the frame format (workers/framing.py, stdlib only), is
+loaded by its path.
 
-Framing on stdin/stdout, both ways: 4-byte big-endian header length, UTF-8 JSON header,
-8-byte big-endian payload length, payload bytes. Requests:
+Frames on stdin/stdout as every worker speaks them (workers/framing.py); the supervisor's
+handshake first: {"op": "init"} -> {"op": "ready", "info": {}} (torch is imported at the first
+request, not here). Every request carries an "id" that its reply repeats. Requests:
   {"op": "ping"}
   {"op": "load_torch"}           payload: torch.save bytes  -> npy of the tensor (bf16 -> float32)
   {"op": "decode", "decoder", "channels", "checkpoint", "subfolder", "device", "dtype", "batch_size",
    "denormalize", "mean_std": null | {"images": file, "video": file}, "to_uint8": "truncate" | "round"}
                                  payload: npy float32 [B,C,T,H,W] -> npy uint8 [B,3,T',H',W']
-Replies: {"ok": true, ...} + payload, or {"ok": false, "error": "...", "stage": "load" | null} + empty
-payload ("load": the VAE or its statistics could not be loaded).
+  {"op": "shutdown"}             exit (so does the end of stdin)
+Replies: {"id", "ok": true, ...} + payload, or {"id", "ok": false, "error": "...", "stage": "load" | null}
++ empty payload ("load": the VAE or its statistics could not be loaded).
 
 Checkpoints and statistics files may be hub ids (`repo_id` / `repo_id/filename`): fetched on first
 use by huggingface_hub, which honours HF_HUB_OFFLINE.
@@ -19,13 +23,14 @@ use by huggingface_hub, which honours HF_HUB_OFFLINE.
 
 from __future__ import annotations
 
+import importlib.util
 import io
-import json
 import os
-import struct
 import sys
 import zipfile
-from typing import Any, BinaryIO
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 _VAES: dict[tuple, Any] = {}
 _STATS: dict[tuple, Any] = {}
@@ -35,22 +40,23 @@ class LoadError(RuntimeError):
     """The VAE or its statistics could not be loaded (reported with stage "load")."""
 
 
-def read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
-    raw = stream.read(4)
-    if len(raw) < 4:
-        return None
-    (hlen,) = struct.unpack(">I", raw)
-    header = json.loads(stream.read(hlen).decode("utf-8"))
-    (plen,) = struct.unpack(">Q", stream.read(8))
-    payload = stream.read(plen) if plen else b""
-    return header, payload
+def _framing() -> ModuleType:
+    if __package__:  # imported as judge_gateway.latent_worker (the gateway's own tests)
+        from .workers import framing
+
+        return framing
+    spec = importlib.util.spec_from_file_location(
+        "judge_gateway_worker_framing", Path(__file__).resolve().parent / "workers" / "framing.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def write_frame(stream: BinaryIO, header: dict[str, Any], payload: bytes = b"") -> None:
-    h = json.dumps(header).encode("utf-8")
-    stream.write(struct.pack(">I", len(h)) + h + struct.pack(">Q", len(payload)))
-    stream.write(payload)
-    stream.flush()
+framing = _framing()
+# Requests carry a cosmos-rl body's latents or torch-saved tensor (bounded by the gateway's body
+# limit); this bound only refuses a corrupt length, and needs the frame's 64-bit length.
+MAX_REQUEST_BYTES = 256 * 1024 * 1024 * 1024
 
 
 def _npy(arr: Any) -> bytes:
@@ -211,31 +217,41 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
     return {"shape": list(pixels.shape)}, _npy(pixels)
 
 
+def _answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    op = header.get("op")
+    if op == "ping":
+        import torch
+
+        return {"torch": torch.__version__}, b""
+    if op == "load_torch":
+        return load_torch(payload)
+    if op == "decode":
+        return decode(header, payload)
+    raise ValueError(f"unknown op {op!r}")
+
+
 def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # library prints must not corrupt the frame stream
     while True:
-        frame = read_frame(stdin)
+        frame = framing.read_frame(stdin, MAX_REQUEST_BYTES)
         if frame is None:
             return
         header, payload = frame
+        op = header.get("op")
+        if op == "init":
+            framing.write_frame(stdout, {"op": "ready", "info": {}})
+            continue
+        if op == "shutdown":
+            return
+        msg_id = header.get("id")
         try:
-            op = header.get("op")
-            if op == "ping":
-                import torch
-
-                reply, out = {"torch": torch.__version__}, b""
-            elif op == "load_torch":
-                reply, out = load_torch(payload)
-            elif op == "decode":
-                reply, out = decode(header, payload)
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            write_frame(stdout, {"ok": True, **reply}, out)
+            reply, out = _answer(header, payload)
+            framing.write_frame(stdout, {"id": msg_id, "ok": True, **reply}, out)
         except LoadError as err:
-            write_frame(stdout, {"ok": False, "error": str(err), "stage": "load"})
+            framing.write_frame(stdout, {"id": msg_id, "ok": False, "error": str(err), "stage": "load"})
         except Exception as err:  # noqa: BLE001 - one bad request must not end the worker
-            write_frame(stdout, {"ok": False, "error": f"{type(err).__name__}: {err}"})
+            framing.write_frame(stdout, {"id": msg_id, "ok": False, "error": f"{type(err).__name__}: {err}"})
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""The gateway side of the torch worker (latent_worker.py): one supervised subprocess.
+"""The gateway side of the torch worker (latent_worker.py): one subprocess, supervised by
+workers/supervisor.py and spoken to in workers/framing.py's frames.
 
 Calls are serialised (the worker does one thing at a time; decoding is compute-bound anyway).
-A worker that dies or times out is killed and restarted on the next call; the call that saw it
-die fails with `TorchWorkerError`, never a silent result.
+The worker starts at the first call. A worker that dies is restarted (with a back-off); one that
+times out is killed and restarted; the call that saw either fails with `TorchWorkerError`, never
+a silent result. Replies are matched to calls by id, so a call whose caller left (cancelled) is
+finished by the worker and its reply dropped; the worker is not killed for it.
 
 Latents go to the decoder configured for their channel count (16: Wan2.1, 48: Wan2.2), as the
 original does. A decoder that failed to load is remembered for `retry_failed_load_s`, so the
@@ -13,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import os
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -23,24 +24,30 @@ from typing import Any
 import numpy as np
 
 from .config import WAN_NAMES, LatentDecoderConfig
+from .workers.supervisor import Launch, WorkerError, WorkerSupervisor
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "latent_worker.py"
+# Replies carry decoded uint8 pixels, about 12x the float32 latents they came from (Wan2.1:
+# 3 x 4 x 8 x 8 values per 16 latent values): past 4 GiB for large batches, so the frame's 64-bit
+# length is needed. This bound only refuses a corrupt length.
+MAX_REPLY_BYTES = 256 * 1024 * 1024 * 1024
+RESTART_BACKOFF_S = 0.5
 
 
-class TorchWorkerError(RuntimeError):
+class TorchWorkerError(WorkerError):
     """The worker could not do what was asked; the message says why (`stage` "load": the model)."""
 
-    def __init__(self, message: str, *, stage: str | None = None) -> None:
-        super().__init__(message)
-        self.stage = stage
 
+class TorchWorker(WorkerSupervisor):
+    error_type = TorchWorkerError
+    crash_why = "died with the call in flight; it restarts"
 
-class TorchWorker:
     def __init__(self, cfg: LatentDecoderConfig) -> None:
         if not cfg.python:
             raise TorchWorkerError("cosmos_rl.latents.python is not configured")
+        super().__init__("torch worker", startup_timeout_s=cfg.start_timeout_s, restart_backoff_s=RESTART_BACKOFF_S,
+                         retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_REPLY_BYTES)
         self.cfg = cfg
-        self._proc: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
         self._load_failures: dict[str, tuple[float, str]] = {}  # decoder -> (when, why)
         # cosmos-rl's load_mean_std of the Wan2.1 decoder; POST /api/reward/latent_attr sets it.
@@ -63,54 +70,18 @@ class TorchWorker:
             return None
         return failed[1]
 
-    async def _start(self) -> asyncio.subprocess.Process:
+    def launch(self) -> Launch:
+        assert self.cfg.python is not None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                self.cfg.python, str(WORKER_SCRIPT), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=None, env=env, limit=1 << 20,
-            )
-        except OSError as err:
-            raise TorchWorkerError(f"cannot start the torch worker {self.cfg.python!r}: {err}") from None
-        return proc
+        return Launch([self.cfg.python, str(WORKER_SCRIPT)], env)
 
     async def _call(self, header: dict[str, Any], payload: bytes, timeout: float) -> tuple[dict[str, Any], bytes]:
         async with self._lock:
-            if self._proc is None or self._proc.returncode is not None:
-                self._proc = await self._start()
-            proc = self._proc
-            assert proc.stdin is not None and proc.stdout is not None
-            h = json.dumps(header).encode()
-            try:
-                async with asyncio.timeout(timeout):
-                    proc.stdin.write(struct.pack(">I", len(h)) + h + struct.pack(">Q", len(payload)))
-                    proc.stdin.write(payload)
-                    await proc.stdin.drain()
-                    (hlen,) = struct.unpack(">I", await proc.stdout.readexactly(4))
-                    reply = json.loads(await proc.stdout.readexactly(hlen))
-                    (plen,) = struct.unpack(">Q", await proc.stdout.readexactly(8))
-                    out = await proc.stdout.readexactly(plen) if plen else b""
-            except TimeoutError:
-                await self._kill()
-                raise TorchWorkerError(f"torch worker gave no answer within {timeout:.0f}s (restarted)") from None
-            except asyncio.CancelledError:
-                # Cancelled mid-exchange (its client left): the next call would read this reply.
-                if proc.returncode is None:
-                    proc.kill()
-                self._proc = None
-                raise
-            except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError) as err:
-                await self._kill()
-                raise TorchWorkerError(f"torch worker died ({type(err).__name__}); it restarts on the next call") from None
-            if not reply.get("ok"):
-                raise TorchWorkerError(reply.get("error", "unknown worker error"), stage=reply.get("stage"))
-            return reply, out
-
-    async def _kill(self) -> None:
-        if self._proc is not None and self._proc.returncode is None:
-            self._proc.kill()
-            await self._proc.wait()
-        self._proc = None
+            await self.wait_ready()  # starts the worker at the first call, or waits out a restart
+            reply, out = await self.request(header, payload, timeout=timeout)
+        if not reply.get("ok"):
+            raise TorchWorkerError(reply.get("error", "unknown worker error"), stage=reply.get("stage"))
+        return reply, out
 
     async def ping(self) -> str:
         reply, _ = await self._call({"op": "ping"}, b"", self.cfg.start_timeout_s)
@@ -148,12 +119,6 @@ class TorchWorker:
         self._load_failures.pop(name, None)
         return np.load(io.BytesIO(out), allow_pickle=False)
 
-    async def aclose(self) -> None:
-        if self._proc is not None and self._proc.returncode is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()  # EOF: the worker exits on its own
-            try:
-                await asyncio.wait_for(self._proc.wait(), 5)
-            except TimeoutError:
-                await self._kill()
-        self._proc = None
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """End of stdin ends the worker; it is killed if it has not exited within `timeout_s`."""
+        await super().aclose(timeout_s)

@@ -1,6 +1,5 @@
-"""The gateway <-> head worker wire format: length-prefixed frames, no pickle.
+"""The gateway <-> head worker messages, carried in workers/framing.py's frames; no pickle.
 
-A frame is `!II` (header length, payload length), a UTF-8 JSON header, then the payload bytes.
 Arrays travel as raw bytes, described in the header by `shape` and `dtype` (only uint8 images are
 accepted), so nothing a client sent is ever unpickled.
 
@@ -14,76 +13,15 @@ single-job form {"op": "score", "id", "prompt", "shape", "dtype"} + payload is a
 
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..workers.framing import ProtocolError
+
 if TYPE_CHECKING:
     from .shm import ArenaView
-
-PREFIX = struct.Struct("!II")
-MAX_HEADER_BYTES = 16 * 1024 * 1024
-MAX_PAYLOAD_BYTES = 4 * 1024 * 1024 * 1024
-
-
-class ProtocolError(RuntimeError):
-    """A malformed frame: the stream cannot be trusted any more."""
-
-
-def encode_frame(header: dict[str, Any], payload: bytes | memoryview = b"") -> bytes:
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    return PREFIX.pack(len(head), len(payload)) + head + bytes(payload)
-
-
-def encode_head(header: dict[str, Any], payload_len: int) -> bytes:
-    """A frame's prefix and header only; the caller writes `payload_len` payload bytes after it
-    (so a large payload is never concatenated into one more copy)."""
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    return PREFIX.pack(len(head), payload_len) + head
-
-
-def decode_prefix(prefix: bytes) -> tuple[int, int]:
-    head_len, payload_len = PREFIX.unpack(prefix)
-    if head_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
-        raise ProtocolError(f"frame too large: header {head_len} B, payload {payload_len} B")
-    return head_len, payload_len
-
-
-def decode_header(raw: bytes) -> dict[str, Any]:
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"frame header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise ProtocolError("frame header is not a JSON object")
-    return header
-
-
-def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = stream.read(n - got)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
-    """One frame from a blocking binary stream; None at a clean end of stream."""
-    prefix = _read_exact(stream, PREFIX.size)
-    if prefix is None:
-        return None
-    head_len, payload_len = decode_prefix(prefix)
-    head = _read_exact(stream, head_len)
-    payload = _read_exact(stream, payload_len) if payload_len else b""
-    if head is None or payload is None:
-        raise ProtocolError("stream ended inside a frame")
-    return decode_header(head), payload
 
 
 def images_header(frames: np.ndarray) -> dict[str, Any]:

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from ..workers.framing import ProtocolError, encode_frame, read_frame
 from .batcher import Control, Job, MicroBatcher, Staged
 from .factory import build_head
 from .models import HeadLoadError
-from .protocol import ProtocolError, encode_frame, jobs_from_frame, read_frame
+from .protocol import jobs_from_frame
 from .shm import ArenaView
 
 log = logging.getLogger("judge_gateway.heads.worker")

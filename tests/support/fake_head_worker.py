@@ -31,6 +31,9 @@ class FingerprintHead(HeadModel):
                 f.write(str(os.getpid()))
             time.sleep(600)
         if "slow" in prompts:
+            if os.environ.get("JG_FAKE_HEAD_STARTED"):  # tells a test the batch is being run
+                with open(os.environ["JG_FAKE_HEAD_STARTED"], "w") as f:
+                    f.write(str(os.getpid()))
             time.sleep(float(os.environ.get("JG_FAKE_HEAD_SLEEP_S", "0.05")))
         return [{"raw": float(np.asarray(im, dtype=np.uint64).sum()),
                  "sha256": hashlib.sha256(np.ascontiguousarray(im).tobytes()).hexdigest(),

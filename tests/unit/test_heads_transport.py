@@ -17,16 +17,15 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.heads import supervisor
 from judge_gateway.config import HeadOptions
-from judge_gateway.heads.protocol import (
+from judge_gateway.heads.protocol import jobs_from_frame, jobs_header
+from judge_gateway.heads.shm import Arena, ArenaView, memfd_supported
+from judge_gateway.heads.supervisor import HeadError, HeadWorker
+from judge_gateway.workers.framing import (
     ProtocolError,
     encode_frame,
     encode_head,
-    jobs_from_frame,
-    jobs_header,
     read_frame,
 )
-from judge_gateway.heads.shm import Arena, ArenaView, memfd_supported
-from judge_gateway.heads.supervisor import HeadError, HeadWorker
 from tests.support.fake_head_worker import fake_head_python
 
 needs_memfd = pytest.mark.skipif(not memfd_supported(), reason="no memfd_create on this platform")
@@ -280,18 +279,22 @@ async def test_a_caller_that_gives_up_leaves_its_region_to_the_worker_until_it_a
     """A request cancelled (its deadline) after its frame went out: the worker may still be reading
     the pixels, so the region stays reserved until the worker answers, then is free again."""
     w = _worker(tmp_path, max_wait_ms=0)
-    w.options.env["JG_FAKE_HEAD_SLEEP_S"] = "0.5"
+    started = tmp_path / "slow.started"
+    # the worker is inside the batch (it wrote `started`) before the caller gives up: a cancel that
+    # arrived before the batch ran would drop it unrun and answer at once, freeing the region
+    w.options.env.update({"JG_FAKE_HEAD_SLEEP_S": "3", "JG_FAKE_HEAD_STARTED": str(started)})
     try:
         await w.wait_ready()
         call = asyncio.ensure_future(w.infer(_images(11, [(100, 100)])[0][None], "slow"))
-        for _ in range(100):
-            if w.transport_counts["frames_shm"]:
+        for _ in range(3000):
+            if started.exists():
                 break
             await asyncio.sleep(0.01)
+        assert started.exists()
         call.cancel()
         await asyncio.sleep(0.05)
         assert w.transport_stats()["arena_in_use"] == 30016  # 100 x 100 x 3, 64-byte aligned
-        for _ in range(300):
+        for _ in range(3000):
             if w.transport_stats()["arena_in_use"] == 0:
                 break
             await asyncio.sleep(0.01)

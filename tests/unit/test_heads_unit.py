@@ -16,14 +16,9 @@ from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.heads.batcher import Control, Job, MicroBatcher
 from judge_gateway.heads.ocr_text import extract_target_text, levenshtein, ocr_reward
 from judge_gateway.heads.pooling import pool_scores
-from judge_gateway.heads.protocol import (
-    ProtocolError,
-    encode_frame,
-    images_from_payload,
-    images_header,
-    read_frame,
-)
+from judge_gateway.heads.protocol import images_from_payload, images_header
 from judge_gateway.heads.text_cache import TextEmbeddingCache
+from judge_gateway.workers.framing import ProtocolError, encode_frame, read_frame
 
 
 @pytest.mark.parametrize("prompt, target", [

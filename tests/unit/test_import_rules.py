@@ -32,6 +32,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "backends", "store", "combine",
         "tensors", "latents", "latent_worker",  # the cosmos-rl payloads and the latent decoder
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
+        "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
     )),
     ("heads, judges", ("heads", "judges")),
     ("registry", ("registry",)),

@@ -1,0 +1,168 @@
+"""workers/supervisor.py: the one supervisor of every worker subprocess, over a real stdlib worker
+(tests/support/fake_framed_worker.py), and the latent decoder's script on the shared framing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from judge_gateway.latents import TorchWorker, TorchWorkerError
+from judge_gateway.config import LatentDecoderConfig
+from judge_gateway.workers.framing import encode_frame, read_frame
+from judge_gateway.workers.supervisor import Launch, WorkerError, WorkerSupervisor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeSupervisor(WorkerSupervisor):
+    def __init__(self, mode: str = "ok") -> None:
+        super().__init__("fake worker", startup_timeout_s=20, restart_backoff_s=0.05, retry_failed_load_s=60)
+        self.mode = mode
+        self.exits = 0
+
+    def launch(self) -> Launch:
+        return Launch([sys.executable, "-I", str(ROOT / "tests" / "support" / "fake_framed_worker.py"), self.mode],
+                      dict(os.environ))
+
+    def on_exit(self) -> None:
+        self.exits += 1
+
+
+async def test_replies_go_to_their_request_by_id_with_their_payloads():
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        assert sup.info == {"pid": sup.pid} and sup.state == "ready"
+        payloads = [bytes([i]) * (i * 1_000_003) for i in range(1, 5)]  # up to 4 MB, out of order
+        replies = await asyncio.gather(*(sup.request({"op": "echo"}, p) for p in payloads))
+        assert [(h["n"], out) for h, out in replies] == [(len(p), p) for p in payloads]
+        assert sup._pending == {}
+    finally:
+        await sup.aclose()
+
+
+async def test_a_worker_killed_with_requests_in_flight_fails_each_and_restarts():
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        old = sup.pid
+        calls = [asyncio.ensure_future(sup.request({"op": "sleep", "s": 30})) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        os.kill(old, signal.SIGKILL)
+        t0 = time.monotonic()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert time.monotonic() - t0 < 5  # failed at once, not at a timeout
+        assert all(isinstance(r, WorkerError) and r.crashed for r in results), results
+        assert all("fake worker: worker crashed with the request in flight (worker exited with code -9)" in str(r)
+                   for r in results)
+        await sup.wait_ready()
+        assert sup.restarts == 1 and sup.pid not in (None, old) and sup.exits == 1
+        assert (await sup.request({"op": "echo"}, b"again"))[1] == b"again"
+    finally:
+        await sup.aclose()
+
+
+async def test_a_worker_that_dies_mid_request_fails_it_and_the_next_request_is_served():
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        with pytest.raises(WorkerError, match=r"in flight \(worker exited with code 7\)") as err:
+            await sup.request({"op": "die"})
+        assert err.value.crashed
+        await sup.wait_ready()
+        assert (await sup.request({"op": "echo"}, b"x"))[0]["n"] == 1 and sup.restarts == 1
+    finally:
+        await sup.aclose()
+
+
+async def test_a_request_past_its_timeout_kills_the_stuck_worker_which_restarts():
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        old = sup.pid
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match=r"fake worker gave no answer within 1s \(restarted\)") as err:
+            await sup.request({"op": "sleep", "s": 30}, timeout=1.0)
+        assert err.value.crashed and 0.9 < time.monotonic() - t0 < 5
+        await sup.wait_ready()
+        assert sup.pid not in (None, old) and sup.restarts == 1
+    finally:
+        await sup.aclose()
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("fatal", "model 'x' not found"),
+    ("exit", "worker exited with code 3 before loading; last stderr: cannot start: told to"),
+])
+async def test_a_worker_that_cannot_start_fails_the_supervisor_with_its_reason(mode, reason):
+    sup = FakeSupervisor(mode)
+    try:
+        with pytest.raises(WorkerError, match=f"fake worker is failed: {reason}"):
+            await sup.wait_ready()
+        assert sup.readiness() == (False, f"failed: {reason}") and sup.restarts == 0
+        with pytest.raises(WorkerError, match=f"fake worker failed to load: {reason}"):
+            await sup.wait_ready()  # within retry_failed_load_s: no new process
+        with pytest.raises(WorkerError, match="worker is not running"):
+            await sup.request({"op": "echo"})
+    finally:
+        await sup.aclose()
+
+
+async def test_aclose_asks_the_worker_to_exit_and_refuses_later_use():
+    sup = FakeSupervisor()
+    await sup.wait_ready()
+    proc = sup._proc
+    await sup.aclose()
+    assert proc is not None and proc.returncode == 0  # it exited on the shutdown frame, not killed
+    assert sup.state == "closed"
+    with pytest.raises(WorkerError, match="fake worker is closed"):
+        sup.ensure_started()
+
+
+def test_the_latent_worker_script_speaks_the_shared_framing_without_the_package():
+    """Run as a script (as the gateway runs it under the torch venv, which cannot import
+    judge_gateway): the handshake, a reply that repeats its request's id, shutdown."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([sys.executable, "-I", str(ROOT / "judge_gateway" / "latent_worker.py")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/")
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(encode_frame({"op": "init"}))
+        proc.stdin.flush()
+        assert read_frame(proc.stdout) == ({"op": "ready", "info": {}}, b"")
+        proc.stdin.write(encode_frame({"op": "nope", "id": 7}, b"123"))
+        proc.stdin.flush()
+        assert read_frame(proc.stdout) == ({"id": 7, "ok": False, "error": "ValueError: unknown op 'nope'"}, b"")
+        proc.stdin.write(encode_frame({"op": "shutdown"}))
+        proc.stdin.flush()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_the_torch_worker_runs_under_the_supervisor_and_restarts_after_a_kill():
+    # This interpreter has no torch: `ping` reaches the worker and comes back as its error.
+    worker = TorchWorker(LatentDecoderConfig(python=sys.executable, start_timeout_s=30))
+    try:
+        with pytest.raises(TorchWorkerError, match="ModuleNotFoundError: No module named 'torch'") as err:
+            await worker.ping()
+        assert not err.value.crashed and worker.state == "ready"
+        old = worker.pid
+        os.kill(old, signal.SIGKILL)
+        while worker.pid == old:  # until the supervisor has seen it die
+            await asyncio.sleep(0.02)
+        with pytest.raises(TorchWorkerError, match="ModuleNotFoundError"):
+            await worker.ping()  # waits out the restart, then is answered
+        assert worker.pid not in (None, old) and worker.restarts == 1
+    finally:
+        await worker.aclose()
+    assert worker.pid is None
