@@ -24,11 +24,11 @@ def build_head_judge(name: str, cfg: JudgeConfig) -> HeadJudge:
     side, videoalign scores whole videos."""
     # Imported here: a gateway without head judges never loads the head side (numpy, workers).
     if cfg.kind == "gen_eval":
-        from .heads.geneval_judge import GenEvalJudge
+        from .heads.geneval.judge import GenEvalJudge
 
         return GenEvalJudge(name, cfg)
     if cfg.kind == "videoalign":
-        from .heads.videoalign import VideoAlignJudge
+        from .heads.videoalign.judge import VideoAlignJudge
 
         return VideoAlignJudge(name, cfg)
     from .heads.judge import HeadJudge

@@ -8,33 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import HeadLoadError, HeadModel
+from .models.base import HeadLoadError, HeadModel
 
 
 def build_head(kind: str, options: dict[str, Any]) -> HeadModel:
     # Imported here: only the worker process loads torch / onnxruntime.
     if kind in ("clip", "pickscore", "hpsv2"):
-        from .clip_models import build_clip_family
+        from .models.clip import build_clip_family
 
         return build_clip_family(kind, options)
     if kind == "hpsv3":
-        from .hpsv3_model import HPSv3Head
+        from .models.hpsv3 import HPSv3Head
 
         return HPSv3Head(kind, options)
     if kind == "ocr":
-        from .ocr_model import RapidOcrHead
+        from .models.ocr import RapidOcrHead
 
         return RapidOcrHead(kind, options)
     if kind == "gen_eval":
-        from .geneval_model import GenEvalDetectorHead
+        from .geneval.model import GenEvalDetectorHead
 
         return GenEvalDetectorHead(kind, options)
     if kind == "videoalign":
-        from .videoalign_model import VideoAlignHead
+        from .videoalign.model import VideoAlignHead
 
         return VideoAlignHead(kind, options)
     if kind == "image_reward":
-        from .image_reward_model import ImageRewardHead
+        from .models.image_reward import ImageRewardHead
 
         return ImageRewardHead(kind, options)
     raise HeadLoadError(f"unknown head kind {kind!r}")

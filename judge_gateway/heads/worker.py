@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 from .batcher import Control, Job, MicroBatcher, Staged
 from .factory import build_head
-from .models import HeadLoadError
+from .models.base import HeadLoadError
 from .protocol import ProtocolError, encode_frame, jobs_from_frame, read_frame
 from .shm import ArenaView
 
