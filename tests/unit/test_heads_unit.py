@@ -278,7 +278,7 @@ def test_every_gateway_side_head_module_needs_no_torch():
                     "judge_gateway.heads.models", "judge_gateway.heads.preprocess"]
     code = (f"import importlib, sys\nfor m in {gateway_side!r}:\n    importlib.import_module(m)\n"
             "sys.exit('torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
