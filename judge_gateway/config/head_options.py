@@ -234,7 +234,7 @@ class OcrOptions(HeadOptions):
 
 
 class GenEvalOptions(HeadOptions):
-    """GenEval (judge_gateway/heads/geneval_rules.py): an mmdet detector + open_clip colour zero-shot."""
+    """GenEval (judge_gateway/heads/geneval/rules.py): an mmdet detector + open_clip colour zero-shot."""
 
     max_batch_size: int = Field(4, ge=1, le=4096)
     detector_config: str = Field(

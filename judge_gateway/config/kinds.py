@@ -59,7 +59,7 @@ def _head(name: str, options: type[HeadOptions], head_model: str, *, judge: str 
     return KindSpec(name, options, "head", judge, media, head_model)
 
 
-_CLIP_FAMILY = "heads.clip_models:build_clip_family"
+_CLIP_FAMILY = "heads.models.clip:build_clip_family"
 
 # In this order in "unknown kind" errors.
 KINDS: dict[str, KindSpec] = {k.name: k for k in (
@@ -70,14 +70,14 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
     _head("clip", ClipOptions, _CLIP_FAMILY),
     _head("pickscore", PickScoreOptions, _CLIP_FAMILY),
     _head("hpsv2", HPSv2Options, _CLIP_FAMILY),
-    _head("hpsv3", HPSv3Options, "heads.hpsv3_model:HPSv3Head"),
-    _head("ocr", OcrOptions, "heads.ocr_model:RapidOcrHead", judge="heads.judge:OcrJudge"),
-    _head("videoalign", VideoAlignOptions, "heads.videoalign_model:VideoAlignHead",
-          judge="heads.videoalign:VideoAlignJudge", media=("video",)),
+    _head("hpsv3", HPSv3Options, "heads.models.hpsv3:HPSv3Head"),
+    _head("ocr", OcrOptions, "heads.models.ocr:RapidOcrHead", judge="heads.judge:OcrJudge"),
+    _head("videoalign", VideoAlignOptions, "heads.videoalign.model:VideoAlignHead",
+          judge="heads.videoalign.judge:VideoAlignJudge", media=("video",)),
     # GenEval's rules run on the gateway side over the detector's output.
-    _head("gen_eval", GenEvalOptions, "heads.geneval_model:GenEvalDetectorHead",
-          judge="heads.geneval_judge:GenEvalJudge", media=("image",)),
-    _head("image_reward", ImageRewardOptions, "heads.image_reward_model:ImageRewardHead"),
+    _head("gen_eval", GenEvalOptions, "heads.geneval.model:GenEvalDetectorHead",
+          judge="heads.geneval.judge:GenEvalJudge", media=("image",)),
+    _head("image_reward", ImageRewardOptions, "heads.models.image_reward:ImageRewardHead"),
 )}
 
 # Views of the table, by the names callers use.

@@ -1,11 +1,21 @@
-"""Local scorer heads: CLIP score, PickScore, HPSv2, OCR, run in supervised worker processes.
+"""Local scorer heads (CLIP score, PickScore, HPSv2/v3, ImageReward, OCR, GenEval, VideoAlign): a
+head judge on the gateway feeds a supervised worker process that holds the model.
 
-Gateway side (no torch): `protocol` (framed IPC), `supervisor` (the worker process), `judge`
-(the Judge kind), `ocr_text` (target text and the OCR reward), `pooling`; their config options are
-`judge_gateway.config` (head_options.py; which kind runs which classes: kinds.py), and `registry.py`
-builds the judges.
-Worker side (torch / onnxruntime, possibly another venv): `worker`, `factory` (kind -> HeadModel),
-`models` (the HeadModel interface), `batcher`, `text_cache`, `clip_models`, `ocr_model`.
+Gateway side (no torch; `registry.py` builds the judges):
+  `judge` (HeadJudge, the Judge of a head kind), `supervisor` (HeadWorker: starts, feeds and
+  restarts one worker), `protocol` (the head messages over the framing of `judge_gateway.workers`), `shm` (the
+  shared-memory arena the pixels travel in, both sides), `pooling` (per-frame scores -> one),
+  `ocr_text` (the OCR reward from the worker's lines); the kinds' options and which classes
+  run each kind: `judge_gateway.config` (head_options.py, kinds.py).
+Worker side (`python -m judge_gateway.heads.worker` under the head's interpreter: torch /
+onnxruntime, possibly another venv):
+  `worker` (the process), `factory` (`build_head`: kind -> HeadModel, beside its caller),
+  `batcher` (micro-batching, prepare overlapping the forward), `models/` (HeadModel and the
+  concrete heads), `preprocess/` (image preprocessing: on the device or in spawned processes).
+Families with a judge of their own, each `judge` (gateway) + `model` (worker) + their shared rules:
+  `geneval/` (judge, rules, model), `videoalign/` (judge, config, model).
+
+This face imports nothing heavy (the gateway's venv has no torch); import the modules directly.
 """
 
 from ..config import HEAD_KIND_OPTIONS, HEAD_KINDS

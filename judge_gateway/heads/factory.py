@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.kinds import KINDS, import_named
-from .models import HeadLoadError, HeadModel
+from .models.base import HeadLoadError, HeadModel
 
 
 def build_head(kind: str, options: dict[str, Any]) -> HeadModel:

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO
 from ..workers.framing import ProtocolError, encode_frame, read_frame
 from .batcher import Control, Job, MicroBatcher, Staged
 from .factory import build_head
-from .models import HeadLoadError
+from .models.base import HeadLoadError
 from .protocol import jobs_from_frame
 from .shm import ArenaView
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.heads.geneval_rules import COLORS, TAGS
+from judge_gateway.heads.geneval.rules import COLORS, TAGS
 from judge_gateway.schema import RewardRequest
 from tests.support.heads_env import build_random_geneval, build_tiny_heads, geneval_judge
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from judge_gateway.heads import worker
-from judge_gateway.heads.models import HeadModel
+from judge_gateway.heads.models.base import HeadModel
 
 
 class FingerprintHead(HeadModel):

@@ -77,8 +77,8 @@ def build_tiny_videoalign() -> Path:
     """The tiny VideoAlign checkpoint (ckpt/), its test videos and reference scores, built once."""
     # The reference scores go through the head's own preprocessing: rebuild when it changes.
     return _build_cached("videoalign-tiny", ["tiny_videoalign.py", "build_tiny_vlm.py",
-                                             "judge_gateway/heads/videoalign_model.py",
-                                             "judge_gateway/heads/videoalign_config.py"], heads_python(),
+                                             "judge_gateway/heads/videoalign/model.py",
+                                             "judge_gateway/heads/videoalign/config.py"], heads_python(),
                          "tests.support.tiny_videoalign", "reference.json")
 
 

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     from mmdet.apis import init_detector
 
-    from judge_gateway.heads.geneval_model import resolve_detector_config
+    from judge_gateway.heads.geneval.model import resolve_detector_config
 
     torch.manual_seed(0)
     model = init_detector(resolve_detector_config(CONFIG), None, device="cpu")

@@ -138,7 +138,7 @@ def build(out: Path, size: str) -> dict:
     from PIL import Image
     from transformers import BertTokenizer
 
-    from judge_gateway.heads.image_reward_model import package_redirects
+    from judge_gateway.heads.models.image_reward import package_redirects
 
     ir_module = importlib.import_module("ImageReward.ImageReward")
     torch.manual_seed(SEED)

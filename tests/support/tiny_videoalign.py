@@ -92,8 +92,8 @@ def build(out: Path) -> dict:
     import torch
     from transformers import AutoProcessor, Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
-    from judge_gateway.heads.videoalign_config import REWARD_TOKENS, parse_model_config
-    from judge_gateway.heads.videoalign_model import VideoAlignHead
+    from judge_gateway.heads.videoalign.config import REWARD_TOKENS, parse_model_config
+    from judge_gateway.heads.videoalign.model import VideoAlignHead
     from tests.support import build_tiny_vlm as tv
 
     torch.manual_seed(SEED)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.heads.geneval_judge import GenEvalJudge, sample_metadata
+from judge_gateway.heads.geneval.judge import GenEvalJudge, sample_metadata
 from judge_gateway.judges.base import JudgeFailure
 
 

@@ -1,10 +1,10 @@
-"""GenEval's rules (judge_gateway/heads/geneval_rules.py) on synthetic detections."""
+"""GenEval's rules (judge_gateway/heads/geneval/rules.py) on synthetic detections."""
 
 from __future__ import annotations
 
 import pytest
 
-from judge_gateway.heads import geneval_rules as R
+from judge_gateway.heads.geneval import rules as R
 
 
 def det(*objs, cls_colors=None):

@@ -17,7 +17,7 @@ from judge_gateway.heads.batcher import Control, Job, MicroBatcher
 from judge_gateway.heads.ocr_text import extract_target_text, levenshtein, ocr_reward
 from judge_gateway.heads.pooling import pool_scores
 from judge_gateway.heads.protocol import images_from_payload, images_header
-from judge_gateway.heads.text_cache import TextEmbeddingCache
+from judge_gateway.heads.models.text_cache import TextEmbeddingCache
 from judge_gateway.workers.framing import ProtocolError, encode_frame, read_frame
 
 
@@ -153,7 +153,7 @@ def test_worker_prepares_the_next_batch_while_the_current_one_runs(monkeypatch, 
     pass: the first forward waits for the second batch's preparation, which could not happen
     without the overlap. Without it (the cpu default) the stages take turns on one thread."""
     from judge_gateway.heads import worker
-    from judge_gateway.heads.models import HeadModel
+    from judge_gateway.heads.models.base import HeadModel
 
     second_prepared = threading.Event()
     overlapped: list[bool] = []
@@ -259,6 +259,24 @@ def test_gateway_venv_needs_no_torch():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+def test_every_gateway_side_head_module_needs_no_torch():
+    """heads/ holds gateway-side and worker-side modules side by side: the gateway side of every
+    family (and the package faces it passes through) loads in the gateway's venv without torch."""
+    import subprocess
+    import sys
+
+    gateway_side = ["judge_gateway.heads", "judge_gateway.heads.judge", "judge_gateway.heads.supervisor",
+                    "judge_gateway.heads.protocol", "judge_gateway.heads.shm", "judge_gateway.heads.pooling",
+                    "judge_gateway.heads.ocr_text",
+                    "judge_gateway.heads.geneval.judge", "judge_gateway.heads.geneval.rules",
+                    "judge_gateway.heads.videoalign.judge", "judge_gateway.heads.videoalign.config",
+                    "judge_gateway.heads.models", "judge_gateway.heads.preprocess"]
+    code = (f"import importlib, sys\nfor m in {gateway_side!r}:\n    importlib.import_module(m)\n"
+            "sys.exit('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 async def test_a_non_finite_head_output_is_an_invalid_head_error_not_a_valid_null():
     """An fp16 head that overflows gives NaN / inf: the cell is invalid, never `valid: true` with
     a JSON null (or inf) reward."""
@@ -299,8 +317,8 @@ def test_reference_preprocessing_runs_in_processes_while_the_forward_thread_has_
     another process, and while a batch is in its forward pass (overlap on, as on a GPU), the
     worker process runs no preprocessing threads (the old pool's were `preprocess_*`)."""
     from judge_gateway.heads import worker
-    from judge_gateway.heads.models import HeadModel
-    from judge_gateway.heads.preprocess_pool import ProcessPreprocessor, TransformSpec
+    from judge_gateway.heads.models.base import HeadModel
+    from judge_gateway.heads.preprocess.pool import ProcessPreprocessor, TransformSpec
 
     pool = ProcessPreprocessor(TransformSpec("tests.support.fake_transforms:where_it_ran", {"scale": 10}), 2)
     seen_threads: list[set[str]] = []
@@ -367,7 +385,7 @@ def test_preprocess_options_are_typed_and_the_old_thread_option_is_refused():
 def test_a_failing_transform_fails_its_batch_and_the_pool_keeps_serving():
     """An image the transform refuses fails that batch (its exception, named); the next batches,
     larger ones too (the shared blocks grow), are transformed as usual by the same processes."""
-    from judge_gateway.heads.preprocess_pool import ProcessPreprocessor, TransformSpec
+    from judge_gateway.heads.preprocess.pool import ProcessPreprocessor, TransformSpec
 
     pool = ProcessPreprocessor(TransformSpec("tests.support.fake_transforms:mean_or_fail"), 2)
     try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.heads.hpsv3_model import inference_yaml
-from judge_gateway.heads.hub import resolve_model_file
-from judge_gateway.heads.models import HeadLoadError
+from judge_gateway.heads.models.base import HeadLoadError
+from judge_gateway.heads.models.hpsv3 import inference_yaml
+from judge_gateway.heads.models.hub import resolve_model_file
 from judge_gateway.config import HEAD_KIND_OPTIONS, HEAD_KINDS
 
 

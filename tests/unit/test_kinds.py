@@ -100,7 +100,7 @@ def test_pickscores_peer_scale_is_its_options_default_normalize():
 def test_a_kind_is_one_row(monkeypatch):
     """A new kind: one row (here a second CLIP head) is enough for config load and the registry."""
     row = KindSpec("clip_b", ClipOptions, "head", "heads.judge:HeadJudge", ("image",),
-                   "heads.clip_models:build_clip_family")
+                   "heads.models.clip:build_clip_family")
     monkeypatch.setitem(KINDS, "clip_b", row)
     cfg = validate_config({"judges": {"c": {"kind": "clip_b", "options": {"model": "m"}}}})
     assert isinstance(cfg.judges["c"].options, ClipOptions) and cfg.judges["c"].options.model == "m"

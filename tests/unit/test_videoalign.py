@@ -8,7 +8,7 @@ import pytest
 
 from judge_gateway.media import MediaError
 from judge_gateway.config import HEAD_KIND_OPTIONS, HEAD_KINDS
-from judge_gateway.heads.videoalign_config import (VideoAlignConfigError, build_chat_text, normalize,
+from judge_gateway.heads.videoalign.config import (VideoAlignConfigError, build_chat_text, normalize,
                                                    parse_model_config, sample_video_frames, smart_frame_size)
 
 CFG = {

@@ -205,7 +205,7 @@ def sample_video_frames(num_source_frames: int, source_fps: float, fps: float | 
     applies (`sample_type = "uniform"`, Qwen2-VL's smart_nframes): a count of duration x `fps`
     (or `num_frames`), clamped to [MIN_FRAMES, min(MAX_FRAMES, frames)] and rounded to an even
     number (the temporal patch), spread evenly over the whole clip, first and last frame included."""
-    from ..media import MediaError
+    from ...media import MediaError
 
     n = num_source_frames
     duration = n / source_fps

@@ -5,8 +5,8 @@ Runs in the worker process under an interpreter with mmdet 3.3 / mmcv 2.1 / mmen
 request `{"color_classes": [...], "threshold": float}`; per image the worker answers
     {"detections": {class: {"boxes": [[x1, y1, x2, y2], ...], "scores": [...], "colors": [...]}}}
 with, per class, the objects scoring above `threshold`, best first, at most 16
-(geneval_rules.MAX_OBJECTS), and for the classes in `color_classes` the colour of each object:
-CLIP zero-shot over geneval_rules.COLORS ("a photo of a {color} {class}") on the object's box crop
+(rules.MAX_OBJECTS), and for the classes in `color_classes` the colour of each object:
+CLIP zero-shot over rules.COLORS ("a photo of a {color} {class}") on the object's box crop
 with the pixels outside its mask set to grey (GenEval's recipe). The rules run on the gateway.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .geneval_rules import BOX_THRESHOLD, COLORS, MAX_OBJECTS
-from .hub import resolve_model_file
-from .models import HeadLoadError, HeadModel
+from ..models.base import HeadLoadError, HeadModel
+from ..models.hub import resolve_model_file
+from .rules import BOX_THRESHOLD, COLORS, MAX_OBJECTS
 
 log = logging.getLogger(__name__)
 GREY = 153  # GenEval's background for the masked crop (#999999)
@@ -85,7 +85,7 @@ class GenEvalDetectorHead(HeadModel):
         if not self.classes:
             raise HeadLoadError("the detector has no class names (dataset_meta.classes)")
         # The colour classifier: open_clip through the CLIP head's own loader.
-        from .clip_models import OpenClipHead
+        from ..models.clip import OpenClipHead
 
         self.clip = OpenClipHead("clip", {
             "model": o.get("clip_model", "ViT-L-14"), "pretrained": o.get("clip_pretrained"),

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .base import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
 from .hub import resolve_model_file
-from .models import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
 
 PACKAGE_TOKENIZER = "bert-base-uncased"  # the name the package hard-codes
 MAX_LENGTH = 35  # ImageReward.score's tokenizer call
@@ -147,20 +147,20 @@ class ImageRewardHead(HeadModel):
         }
 
     def _start_stage(self) -> dict[str, Any]:
-        from .device_preprocess import Geometry
-        from .image_stage import ImageStage
-        from .preprocess_pool import TransformSpec
+        from ..preprocess.device import Geometry
+        from ..preprocess.pool import TransformSpec
+        from ..preprocess.stage import ImageStage
 
         self.stage = ImageStage(
             preprocess_mode(self.options), self.device, self.dtype,
             Geometry("shortest_crop", IMAGE_SIZE, CLIP_MEAN, CLIP_STD, "bicubic", crop_offset="round"),
-            TransformSpec("judge_gateway.heads.reference_transforms:image_reward", {"n_px": IMAGE_SIZE}),
+            TransformSpec("judge_gateway.heads.preprocess.reference:image_reward", {"n_px": IMAGE_SIZE}),
             preprocess_processes(self.options))
         return self.stage.facts()
 
     def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> Any:
         """The batch's pixels: the package's own transform in the preprocessing processes, or its
-        geometry on the device (image_stage.py)."""
+        geometry on the device (preprocess/stage.py)."""
         return self.stage.prepare(images)
 
     def close(self) -> None:

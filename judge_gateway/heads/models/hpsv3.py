@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .base import HeadLoadError, HeadModel
 from .hub import resolve_model_file
-from .models import HeadLoadError, HeadModel
 
 _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # HPSv3RewardInferencer.prepare_batch resizes every image to this many pixels (min = max),

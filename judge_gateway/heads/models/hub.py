@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .models import HeadLoadError
+from .base import HeadLoadError
 
 
 def resolve_model_file(spec: str, head: str, option: str) -> Path:

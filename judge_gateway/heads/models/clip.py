@@ -7,7 +7,7 @@ All three score an (image, prompt) pair from L2-normalised embeddings:
              images padded to a square with black (HPSv2's ResizeMaxSize / cosmos-rl)
 Text embeddings go through a TextEmbeddingCache: the prompts of a batch missing from it are
 encoded in one text-tower call (a GRPO group's prompt once); everything runs under
-torch.inference_mode. Image preprocessing (`prepare`, image_stage.py) runs either on the device
+torch.inference_mode. Image preprocessing (`prepare`, preprocess/stage.py) runs either on the device
 (`preprocess = "device"`, each head's reference geometry as batched tensor ops) or as the library's
 own transform in preprocessing processes (`"reference"`), on the worker's stager thread while the
 previous batch runs on the device. transformers' CLIPModel is loaded with SDPA attention;
@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .device_preprocess import Geometry
+from ..preprocess.device import Geometry
+from ..preprocess.pool import TransformSpec
+from ..preprocess.stage import ImageStage
+from .base import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
 from .hub import resolve_model_file
-from .image_stage import ImageStage
-from .models import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
-from .preprocess_pool import TransformSpec
 from .text_cache import TextEmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -244,10 +244,10 @@ class OpenClipHead(ClipFamilyHead):
 
     def _reference(self) -> TransformSpec:
         if self.kind == "hpsv2":
-            return TransformSpec("judge_gateway.heads.reference_transforms:open_clip_image_transform", {
+            return TransformSpec("judge_gateway.heads.preprocess.reference:open_clip_image_transform", {
                 "image_size": self.model.visual.image_size, "mean": self.pp_cfg.get("mean"),
                 "std": self.pp_cfg.get("std"), "resize_mode": "longest", "fill_color": 0})
-        return TransformSpec("judge_gateway.heads.reference_transforms:open_clip_v2",
+        return TransformSpec("judge_gateway.heads.preprocess.reference:open_clip_v2",
                              {"preprocess_cfg": self.pp_cfg})
 
     def _geometry(self) -> Geometry | None:
@@ -320,7 +320,7 @@ class HFClipHead(ClipFamilyHead):
         return self._logit_scale
 
     def _reference(self) -> TransformSpec:
-        return TransformSpec("judge_gateway.heads.reference_transforms:hf_processor", {"processor": self.processor_id})
+        return TransformSpec("judge_gateway.heads.preprocess.reference:hf_processor", {"processor": self.processor_id})
 
     def _geometry(self) -> Geometry | None:
         """CLIPImageProcessor's: shortest edge, centre crop at int((H - h) / 2), rescale, normalise."""

@@ -1,9 +1,9 @@
-"""The `gen_eval` judge kind: GenEval's rules (geneval_rules.py) over a detector head worker.
+"""The `gen_eval` judge kind: GenEval's rules (rules.py) over a detector head worker.
 
 Per sample the metadata (`SampleInput.metadata`) says what the image must show:
     {"tag": "counting", "include": [{"class": "dog", "count": 2}], "exclude"?: [...]}
 cosmos-rl's names are accepted too: `geneval_tags`, `geneval_includes`, `geneval_only_strict`.
-The worker (geneval_model.py: mmdet Mask2Former + open_clip colours) returns per-class boxes,
+The worker (model.py: mmdet Mask2Former + open_clip colours) returns per-class boxes,
 scores and colours; the rules run here, on the gateway side, without torch.
 
 raw = reward input = `score` (partial), `correct` or `strict` per `options.reward` (a sample's
@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..json_body import parse_json
-from ..judges.base import JudgeFailure, ScoreContext, Verdict
-from ..schema import ErrorCode
-from . import geneval_rules as rules
-from .judge import HeadJudge
-from .supervisor import HeadError
+from ...json_body import parse_json
+from ...judges.base import JudgeFailure, ScoreContext, Verdict
+from ...schema import ErrorCode
+from ..judge import HeadJudge
+from ..supervisor import HeadError
+from . import rules
 
 if TYPE_CHECKING:
-    from ..schema import SampleInput
+    from ...schema import SampleInput
 
 _TAG_KEYS = ("tag", "geneval_tags", "geneval_tag")
 _INCLUDE_KEYS = ("include", "includes", "geneval_includes")

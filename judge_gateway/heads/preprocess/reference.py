@@ -1,4 +1,4 @@
-"""The reference image transforms, built inside the preprocessing processes (preprocess_pool.py).
+"""The reference image transforms, built inside the preprocessing processes (pool.py).
 
 Each builder returns `transform(list of uint8 [H, W, 3] arrays) -> [n, 3, H, W] float32 tensor`:
 the library's own transform applied image by image to PIL images, exactly as the heads did in

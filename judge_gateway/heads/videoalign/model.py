@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .batcher import Job, MicroBatcher, Staged
-from .models import HeadLoadError, HeadModel
-from .videoalign_config import (DIMS, VideoAlignConfigError, build_chat_text, find_checkpoint,
+from ..batcher import Job, MicroBatcher, Staged
+from ..models.base import HeadLoadError, HeadModel
+from .config import (DIMS, VideoAlignConfigError, build_chat_text, find_checkpoint,
                                 load_model_config, normalize, smart_frame_size)
 
 _LORA_RE = re.compile(r"^(?P<mod>.+)\.lora_(?P<ab>[AB])\.(?P<adapter>[^.]+)\.weight$")

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .device_preprocess import DevicePreprocessor, Geometry
-from .models import HeadLoadError
-from .preprocess_pool import ProcessPreprocessor, TransformSpec
+from ..models.base import HeadLoadError
+from .device import DevicePreprocessor, Geometry
+from .pool import ProcessPreprocessor, TransformSpec
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """OCR head: RapidOCR (PP-OCR det/cls/rec ONNX models shipped in the wheel) on onnxruntime.
 
 Outputs the recognised lines per image; the reward (target text, edit distance) is computed on
-the gateway side (ocr_text.py), which also knows whether a prompt has target text at all.
+the gateway side (heads/ocr_text.py), which also knows whether a prompt has target text at all.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .models import HeadLoadError, HeadModel
+from .base import HeadLoadError, HeadModel
 
 
 class RapidOcrHead(HeadModel):

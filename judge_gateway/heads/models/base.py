@@ -1,5 +1,5 @@
 """Worker-side head models: the interface every head implements (the worker builds them with
-`factory.build_head`, so this base module never imports a concrete head)."""
+`heads.factory.build_head`, so this base module never imports a concrete head)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class HeadModel(ABC):
 
     # Optional preprocessing stage: `prepare(images, prompts) -> prepared`, then
     # `infer(images, prompts, prepared)`. A head that defines it has it run on the worker's stager
-    # thread, overlapping the previous batch's forward pass (batcher.py); the heavy part runs in
+    # thread, overlapping the previous batch's forward pass (heads/batcher.py); the heavy part runs in
     # preprocessing processes or as a few batched kernels on the device, never as per-image work
     # in threads of this process.
     prepare: Callable[[Sequence[np.ndarray], Sequence[str]], Any] | None = None

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..judges.base import JudgeFailure, ScoreContext, Verdict
-from ..media import MediaError
-from ..schema import ErrorCode
-from .judge import HeadJudge
-from .supervisor import HeadError
-from .videoalign_config import sample_video_frames
+from ...judges.base import JudgeFailure, ScoreContext, Verdict
+from ...media import MediaError
+from ...schema import ErrorCode
+from ..judge import HeadJudge
+from ..supervisor import HeadError
+from .config import sample_video_frames
 
 if TYPE_CHECKING:
-    from ..schema import SampleInput
+    from ...schema import SampleInput
 
 
 class VideoAlignJudge(HeadJudge):
