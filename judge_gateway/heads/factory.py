@@ -1,7 +1,7 @@
 """The worker's head factory: a head kind's concrete HeadModel, as the kind table names it
 (`config.kinds`, its `head_model`).
 
-It lives on the worker side (worker.py calls it), not in `models.py`: the concrete heads import
+It lives on the worker side beside its caller (worker.py), not in `models/`: the concrete heads import
 `HeadModel` from there, and a base module that imported them back would make a circle.
 """
 

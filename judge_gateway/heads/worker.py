@@ -1,7 +1,7 @@
 """A head worker process: `python -m judge_gateway.heads.worker` (under any interpreter that has
 the head's dependencies and can import judge_gateway).
 
-Protocol (frames from protocol.py) on stdin/stdout:
+Protocol (workers/framing.py frames carrying the head messages of protocol.py) on stdin/stdout:
   gateway -> worker  {"op": "init", "kind", "name", "options", "arena"?: {"fd", "size"}}
                      then scoring messages:
                      {"op": "score", "via", "region"?, "jobs": [...]} (+ uint8 frames via the pipe)
