@@ -29,7 +29,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("config, schema", ("config", "schema", "head_options", "protocol_config", "ray_config")),
     ("backends, store, combine", (
         "backends", "store", "combine",
-        "tensors", "latents", "latent_worker",  # the cosmos-rl payloads and the latent decoder
+        "latents", "latent_worker",  # the cosmos-rl latent decoder
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
     )),
     ("heads, judges", ("heads", "judges")),

@@ -35,20 +35,20 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from ..gateway import Gateway
-from ..json_body import JSONBodyError, parse_json
-from ..latents import TorchWorker, TorchWorkerError
-from ..media import ImageMedia, MediaError, VideoMedia
-from ..protocol_config import (
+from ...gateway import Gateway
+from ...json_body import JSONBodyError, parse_json
+from ...latents import TorchWorker, TorchWorkerError
+from ...media import ImageMedia, MediaError, VideoMedia
+from ...protocol_config import (
     WAN_CHANNELS,
     WAN_NAMES,
     CosmosReward,
     CosmosRLConfig,
     LegacyKey,
 )
-from ..schema import TRANSIENT_ERRORS, ErrorCode, JudgeScore, RewardRequest, SampleInput
-from ..store import ResultStore, StoreError, retry_store_write
-from ..tensors import (
+from ...schema import TRANSIENT_ERRORS, ErrorCode, JudgeScore, RewardRequest, SampleInput
+from ...store import ResultStore, StoreError, retry_store_write
+from .tensors import (
     EnqueueMeta,
     PayloadError,
     check_enqueue_limits,
@@ -62,9 +62,9 @@ from ..tensors import (
     sniff,
     split_body,
 )
-from ..work_queue import BacklogFull, QueuedWork, RedisWorkQueue
-from .cosmos_legacy import legacy_lists
-from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
+from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
+from .envelope import legacy_lists
+from ..disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 
 log = logging.getLogger(__name__)
 

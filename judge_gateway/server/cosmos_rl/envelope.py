@@ -22,14 +22,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol_config import (
+from ...protocol_config import (
     SENTINEL_LABEL,
     SENTINEL_VALUE,
     CosmosReward,
     InvalidFill,
     LegacyKey,
 )
-from ..schema import JudgeScore
+from ...schema import JudgeScore
 
 
 @dataclass
