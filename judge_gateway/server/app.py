@@ -115,8 +115,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
         lifespan=lifespan,
     )
     app.state.gateway = gateway
-
-    app.state.api_keys = keys
+    app.state.api_keys = keys  # what auth.require_api_key compares with
     if keys:
         app.add_middleware(BaseHTTPMiddleware, dispatch=require_api_key)  # innermost: added first
 
