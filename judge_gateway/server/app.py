@@ -1,14 +1,14 @@
-"""The FastAPI application: auth, body limits, error bodies; routes live in their own modules."""
+"""The app factory: the middleware (auth, body and header limits), app.state for the routers' dependencies,
+and the routers of the native API and the enabled protocol adapters."""
 
 from __future__ import annotations
 
-import hmac
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import check_api_key
@@ -17,15 +17,10 @@ from ..store import ResultStore, make_store
 from ..work_queue import make_work_queue
 from . import cosmos_rl, flow_factory, native
 from .admission import Admission
+from .auth import require_api_key
+from .errors import error_response, request_validation_error
 from .guards import RequestGuardMiddleware
 from .heap import ReleaseMemoryMiddleware
-
-# Paths that answer without a key: liveness must work for orchestrators.
-OPEN_PATHS = frozenset({"/healthz"})
-
-
-def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"type": kind, "message": message, **extra}}
 
 
 class BodyLimitMiddleware:
@@ -73,10 +68,8 @@ class BodyLimitMiddleware:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        response = JSONResponse(
-            error_body("body_too_large", f"request body exceeds server.max_body_bytes = {self.max_bytes}"),
-            status_code=413,
-        )
+        response = error_response("body_too_large", f"request body exceeds server.max_body_bytes = {self.max_bytes}",
+                                  413)
         await response({"type": "http"}, _empty_receive, send)
 
 
@@ -86,13 +79,6 @@ class _TooLarge(Exception):
 
 async def _empty_receive() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
-
-
-def _bearer_token(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.headers.get("x-api-key")
 
 
 def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
@@ -129,37 +115,24 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
         lifespan=lifespan,
     )
     app.state.gateway = gateway
-
+    app.state.api_keys = keys  # what auth.require_api_key compares with
     if keys:
-        @app.middleware("http")
-        async def require_api_key(request: Request, call_next):
-            if request.url.path not in OPEN_PATHS:
-                raw_token = _bearer_token(request) or ""
-                token = raw_token.encode()
-                if not any(hmac.compare_digest(token, k) for k in keys):
-                    message = "missing or wrong API key (send Authorization: Bearer <key>)"
-                    if raw_token == "None":  # old cosmos-rl clients send the literal `Bearer None`
-                        message = ("the client sent `Authorization: Bearer None` (no token configured in the "
-                                   "trainer); this gateway requires an API key: set the reward service token")
-                    return JSONResponse(
-                        # `message` too: cosmos-rl clients read it
-                        {**error_body("unauthorized", message), "message": message, "status": "unauthorized"},
-                        status_code=401,
-                        headers={"WWW-Authenticate": "Bearer"},
-                    )
-            return await call_next(request)
+        app.add_middleware(BaseHTTPMiddleware, dispatch=require_api_key)  # innermost: added first
 
     app.add_middleware(ReleaseMemoryMiddleware)  # freed heap back to the OS after large bodies
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
                        media_limits=gateway.config.media.limits())
-    admission = Admission(cfg.admission, gateway.metrics)  # shared: both APIs load the same judges
-    app.state.admission = admission
-    native.install(app, gateway, admission)
+    app.add_exception_handler(RequestValidationError, request_validation_error)
+    # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
+    app.state.admission = Admission(cfg.admission, gateway.metrics)
     app.state.cosmos_rl = cosmos
+    app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)
+    app.include_router(native.router)
+    native.document_reward_request(app)
     if gateway.config.cosmos_rl.enabled:
-        cosmos_rl.install(app, cosmos)
+        app.include_router(cosmos_rl.router)
     if gateway.config.flow_factory.enabled:
-        flow_factory.install(app, flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory), admission)
+        app.include_router(flow_factory.router, prefix=gateway.config.flow_factory.path_prefix)
     return app

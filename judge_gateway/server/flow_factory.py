@@ -16,10 +16,9 @@ backends are down or timing out) are a 503, which the client retries.
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -31,8 +30,10 @@ from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
-from .admission import Admission, Refused
+from .admission import Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
+from .metered import metered
+from .state import AdmissionDep
 
 log = logging.getLogger(__name__)
 
@@ -190,53 +191,57 @@ class FlowFactoryService:
         return 200, {"rewards": rewards, "valid": flags}
 
 
-def install(app: FastAPI, service: FlowFactoryService, admission: Admission) -> None:
-    prefix = service.cfg.path_prefix
-    metrics = service.gateway.metrics
+def flow_factory_of(request: Request) -> FlowFactoryService:
+    return request.app.state.flow_factory
 
-    def unknown(profile: str) -> JSONResponse:
-        known = ", ".join(f"{prefix}/{p}" for p in service.cfg.profiles) or "none configured"
-        return JSONResponse({"error": f"no Flow-Factory profile {profile!r} (profiles: {known})"}, status_code=404)
 
-    @app.get(prefix + "/{profile}/health", summary="Flow-Factory: health of a reward profile")
-    async def health(profile: str) -> JSONResponse:
-        if profile not in service.cfg.profiles:
-            return unknown(profile)
-        p = service.cfg.profiles[profile]
-        return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
+FlowFactoryDep = Annotated[FlowFactoryService, Depends(flow_factory_of)]
 
-    @app.post(prefix + "/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")
-    async def compute(profile: str, request: Request) -> JSONResponse:
-        if profile not in service.cfg.profiles:
-            return unknown(profile)
-        started = time.perf_counter()
-        status = "error"
+# Included under the config's flow_factory.path_prefix.
+router = APIRouter()
+
+
+def _unknown(service: FlowFactoryService, profile: str) -> JSONResponse:
+    known = ", ".join(f"{service.cfg.path_prefix}/{p}" for p in service.cfg.profiles) or "none configured"
+    return JSONResponse({"error": f"no Flow-Factory profile {profile!r} (profiles: {known})"}, status_code=404)
+
+
+@router.get("/{profile}/health", summary="Flow-Factory: health of a reward profile")
+async def health(profile: str, service: FlowFactoryDep) -> JSONResponse:
+    if profile not in service.cfg.profiles:
+        return _unknown(service, profile)
+    p = service.cfg.profiles[profile]
+    return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
+
+
+@router.post("/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")
+async def compute(profile: str, request: Request, service: FlowFactoryDep, admission: AdmissionDep) -> JSONResponse:
+    if profile not in service.cfg.profiles:
+        return _unknown(service, profile)
+    with metered(service.gateway.metrics, "flow_factory") as outcome:
         try:
             raw = await request.body()
             async with admission.slot("flow_factory", until=lambda wait: unless_disconnected(request, wait)):
                 # The client gives up after its timeout and retries: stop scoring the abandoned copy.
                 code, body = await unless_disconnected(request, service.compute(profile, raw))
-            status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
+            outcome.status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
             return JSONResponse(body, status_code=code)
         except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)
-            status = "refused"
+            outcome.status = "refused"
             return JSONResponse({"detail": str(err)}, status_code=503,
                                 headers={"Retry-After": str(err.retry_after_s)})
         except ClientDisconnected:
-            status = "cancelled"
-            metrics.cancelled_requests.labels("flow_factory").inc()
+            outcome.cancelled()
             return JSONResponse({"detail": "the client disconnected; scoring was cancelled"},
                                 status_code=CLIENT_CLOSED)
         except Exception as err:  # a bug: 500, which the client retries
             log.exception("flow-factory compute failed")
             return JSONResponse({"detail": f"{type(err).__name__}: {err}"}, status_code=500)
-        finally:
-            metrics.requests.labels("flow_factory", status).inc()
-            metrics.request_latency.labels("flow_factory").observe(time.perf_counter() - started)
 
-    @app.post(prefix + "/{profile}/load", summary="Flow-Factory: accepted no-op (judges are served elsewhere)")
-    @app.post(prefix + "/{profile}/offload", summary="Flow-Factory: accepted no-op")
-    async def load(profile: str) -> JSONResponse:
-        if profile not in service.cfg.profiles:
-            return unknown(profile)
-        return JSONResponse({"status": "ok"})
+
+@router.post("/{profile}/load", summary="Flow-Factory: accepted no-op (judges are served elsewhere)")
+@router.post("/{profile}/offload", summary="Flow-Factory: accepted no-op")
+async def load(profile: str, service: FlowFactoryDep) -> JSONResponse:
+    if profile not in service.cfg.profiles:
+        return _unknown(service, profile)
+    return JSONResponse({"status": "ok"})

@@ -16,7 +16,6 @@ and a JSON 500 as the last resort for a bug.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -26,12 +25,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config import ServerConfig
 from ..media import MediaLimits, request_limits
+from .errors import error_bytes
 
 log = logging.getLogger(__name__)
-
-
-def _json_error(kind: str, message: str) -> bytes:
-    return json.dumps({"error": {"type": kind, "message": message}}).encode()
 
 
 def _raw_response(status: int, reason: str, body: bytes) -> bytes:
@@ -90,7 +86,7 @@ class GuardedH11Protocol(H11Protocol):
         cycle = self.cycle if phase == "body" else None
         if cycle is None or not cycle.response_started:
             message = f"the request's {phase} did not arrive within server.{key} = {limit:g}s"
-            self.transport.write(_raw_response(408, "Request Timeout", _json_error("request_timeout", message)))
+            self.transport.write(_raw_response(408, "Request Timeout", error_bytes("request_timeout", message)))
         if cycle is not None:  # the app reads http.disconnect and its replies are dropped
             cycle.disconnected = True
             cycle.message_event.set()
@@ -135,7 +131,7 @@ class RequestGuardMiddleware:
             # h11 bounds headers still arriving; a block that arrived whole is measured here
             problem = f"request headers of {size} bytes, above server.max_header_bytes = {self.max_header_bytes}"
         if problem is not None:
-            await _send_json(send, 431, _json_error("headers_too_large", problem))
+            await _send_json(send, 431, error_bytes("headers_too_large", problem))
             return
         started = False
 
@@ -152,7 +148,7 @@ class RequestGuardMiddleware:
                 log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
                 if started:
                     raise
-                await _send_json(send, 500, _json_error(
+                await _send_json(send, 500, error_bytes(
                     "internal_error", f"{type(err).__name__} (a bug in the gateway; logged)"))
 
 

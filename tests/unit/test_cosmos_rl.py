@@ -20,9 +20,9 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.config import CosmosReward, CosmosRLConfig, InvalidFill
 from judge_gateway.schema import ErrorCode, JudgeScore
 from judge_gateway.server import create_app
-from judge_gateway.server.cosmos_legacy import legacy_lists
+from judge_gateway.server.cosmos_rl.envelope import legacy_lists
 from judge_gateway.store import MemoryStore
-from judge_gateway.tensors import bf16_view_to_float32
+from judge_gateway.server.cosmos_rl.tensors import bf16_view_to_float32
 from tests.support.cosmos_client import enqueue_body, headers, poll
 from tests.support.fault_gateway import fault_config
 

@@ -99,7 +99,7 @@ def test_cosmos_reason1_counts_the_exact_tokens_as_the_original(cfg):
 
 def test_a_group_of_720p_latent_clips_fits_the_request_budget(cfg):
     """8 Wan2.1 clips of 81 frames at 720x1280 (one GRPO group): refused by 2^29, not here."""
-    from judge_gateway.tensors import check_enqueue_limits, decoded_video_shape
+    from judge_gateway.server.cosmos_rl.tensors import check_enqueue_limits, decoded_video_shape
 
     b, t, h, w = decoded_video_shape((8, 16, 21, 90, 160))
     check_enqueue_limits(b, t, h, w, None, cfg.media.limits(), "latents")

@@ -148,7 +148,7 @@ async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
     gen_eval_strict = strict, whichever number `options.reward` makes raw; gen_eval_group = the
     original's dict of the six tags' lists: correct in the sample's tag, -10.0 in the others."""
     from judge_gateway.config import protocols as protocol_config
-    from judge_gateway.server.cosmos_legacy import legacy_lists
+    from judge_gateway.server.cosmos_rl.envelope import legacy_lists
 
     reward = protocol_config.CosmosReward.model_validate(protocol_config.DEFAULT_COSMOS_REWARDS["gen_eval"])
     fill = protocol_config.InvalidFill(policy="group_mean", value=0.0, label="Invalid")

@@ -25,7 +25,7 @@ from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import MediaLimits
 from judge_gateway.server import create_app
-from judge_gateway.tensors import (
+from judge_gateway.server.cosmos_rl.tensors import (
     PayloadError,
     check_enqueue_limits,
     decoded_video_shape,

@@ -30,7 +30,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
         "backends", "store", "combine",
-        "tensors", "latents", "latent_worker",  # the cosmos-rl payloads and the latent decoder
+        "latents", "latent_worker",  # the cosmos-rl latent decoder
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
     )),

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .json_body import JSONBodyError, parse_json
-from .media import MediaLimits
-from .schema import MAX_PROMPT_CHARS
+from ...json_body import JSONBodyError, parse_json
+from ...media import MediaLimits
+from ...schema import MAX_PROMPT_CHARS
 
 NPY_MAGIC = b"\x93NUMPY"
 TORCH_ZIP_MAGIC = b"PK\x03\x04"

@@ -1,4 +1,5 @@
-"""cosmos-rl legacy score lists from JudgeScores, with the configured invalid-sample policy.
+"""cosmos-rl result envelopes (what a pull answers): legacy score lists from JudgeScores, with the
+configured invalid-sample policy, and our per-sample `valid`, `errors`, `filled_by` beside them.
 
 cosmos-rl's trainer (`cosmos_rl/reward/remote_calculator.py`) reads only `scores[key]`, never
 `valid`, and never re-enqueues: whatever stands in an invalid sample's place is trained on. The
@@ -18,18 +19,19 @@ tag under every policy: it was scored in none.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import (
+from ...config import (
     SENTINEL_LABEL,
     SENTINEL_VALUE,
     CosmosReward,
     InvalidFill,
     LegacyKey,
 )
-from ..schema import JudgeScore
+from ...schema import ErrorCode, JudgeScore
 
 
 @dataclass
@@ -131,3 +133,49 @@ def _fill(fill: InvalidFill, key: str, i: int, read: list[tuple[dict[str, Any], 
         if request is not None:
             return request, "request_mean"
     return fill.value, "fill_value"
+
+
+def result_envelope(name: str, reward: CosmosReward, fill: InvalidFill, cells: list[JudgeScore],
+                    prompts: list[str], info: dict[str, Any], duration: float, decoded_s: float) -> dict[str, Any]:
+    """The original's result envelope, plus per-sample `valid`, `errors`, `filled_by` and JudgeScores.
+
+    cosmos-rl's trainer reads only `scores`: an invalid sample's legacy values there are what
+    the reward's invalid policy fills in (legacy_lists), and it trains on them; `valid`,
+    `errors` and `filled_by` say which they are for anyone who looks.
+    """
+    lists = legacy_lists(reward, fill, cells, prompts)
+    return {
+        "scores": lists.scores,
+        "input_info": info,
+        "duration": f"{duration:.2f}",
+        "decoded_duration": f"{decoded_s:.2f}",
+        "type": name,
+        # Ours, next to the legacy keys.
+        "status": "done",
+        "judge": reward.judge,
+        "valid": lists.valid,
+        "errors": lists.errors,
+        "on_invalid": fill.policy,
+        "filled_by": lists.filled_by,
+        "fill_value": fill.value,
+        # via JSON: pydantic writes inf/nan as null, which the store and the reply can carry
+        "judge_scores": [json.loads(c.model_dump_json()) for c in cells],
+    }
+
+
+def failed_envelope(name: str, reward: CosmosReward, fill: InvalidFill, entry: dict[str, Any]) -> dict[str, Any]:
+    """A failed request's pull under on_failed = fill: every sample of the stored entry (its
+    `prompts`, `reason`, `code`) invalid, its legacy values what the reward's on_invalid policy
+    fills (one constant per request: zero advantage)."""
+    prompts = entry["prompts"]
+    reason = f"the request failed: {entry.get('reason')}"
+    cell = JudgeScore.failure(reward.judge, ErrorCode(entry.get("code", ErrorCode.backend_error.value)), reason)
+    lists = legacy_lists(reward, fill, [cell] * len(prompts), prompts)
+    return {
+        "scores": lists.scores, "input_info": {}, "duration": "0.00", "decoded_duration": "0.00",
+        "type": name, "status": "failed", "reason": entry.get("reason"),
+        "message": f"{reason}; every sample is invalid, its legacy values filled by on_invalid = {fill.policy}",
+        "judge": reward.judge,
+        "valid": lists.valid, "errors": lists.errors, "on_invalid": fill.policy,
+        "filled_by": lists.filled_by, "fill_value": fill.value, "judge_scores": [],
+    }

@@ -1,0 +1,304 @@
+"""cosmos-rl enqueue payloads -> a validated `Prepared` request, refused before a uuid is given.
+
+The reward names resolve to configured judges that can score now; the tensor is loaded (npy here,
+torch-saved bytes in the torch worker) and checked against the media type, the batch, the prompts,
+the frame rates and the [media] size limits. latent_attr's form fields are checked here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...gateway import Gateway
+from ...json_body import JSONBodyError, parse_json
+from ...latents import TorchWorker, TorchWorkerError
+from ...media import ImageMedia, MediaError, VideoMedia
+from ...config import (
+    WAN_CHANNELS,
+    WAN_NAMES,
+    CosmosReward,
+    CosmosRLConfig,
+    LegacyKey,
+)
+from ...schema import SampleInput
+from .tensors import (
+    EnqueueMeta,
+    PayloadError,
+    check_enqueue_limits,
+    check_image,
+    check_latent,
+    check_video,
+    decoded_video_shape,
+    input_info,
+    load_npy,
+    parse_meta,
+    sniff,
+    split_body,
+)
+
+
+@dataclass
+class Prepared:
+    """A validated enqueue: everything the background task needs."""
+
+    meta: EnqueueMeta
+    rewards: dict[str, CosmosReward]
+    skipped: list[str]
+    medium: str  # "image" | "video"
+    pixels: np.ndarray | None  # [B,H,W,3] images or [B,T,H,W,3] videos
+    latents: np.ndarray | None  # float32 [B,C,T,H,W]
+    fps: list[float] | None
+    info: dict[str, Any]
+    batch: int
+    extra_meta: list[dict[str, Any]] = field(default_factory=list)
+
+
+class JudgeUnready(RuntimeError):
+    """A reward's judge (or the latent decoder) cannot score now. 424 when it failed to load:
+    cosmos-rl's trainer gives up on a 4xx at once, with this message, instead of training on fills;
+    503 (+ Retry-After) while a VLM backend is unreachable: the trainer retries with backoff."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PayloadChecks:
+    """Everything an enqueue (or a latent_attr) is checked against: the gateway's judges, the
+    cosmos_rl section, the torch worker (None without cosmos_rl.latents.python)."""
+
+    def __init__(self, gateway: Gateway, cfg: CosmosRLConfig, worker: TorchWorker | None) -> None:
+        self.gateway = gateway
+        self.cfg = cfg
+        self.worker = worker
+        self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
+        self._failed_heads: dict[str, str] = {}  # head -> why its last load failed, until it is ready
+
+    # ---- reward names ----------------------------------------------------------------------
+
+    def resolve(self, name: str) -> CosmosReward:
+        mapping = self.cfg.rewards.get(name)
+        if mapping is None:
+            if name in self.gateway.judges:  # any configured judge by its own name
+                return CosmosReward(judge=name, keys={name: LegacyKey(source="reward")})
+            raise PayloadError(
+                f"unknown reward {name!r}: not a cosmos-rl reward name ({', '.join(sorted(self.cfg.rewards))}) "
+                f"nor a configured judge ({', '.join(self.gateway.judges) or 'none'})"
+            )
+        if mapping.judge not in self.gateway.judges:
+            raise PayloadError(f"reward {name!r} is not configured on this gateway (it needs judge {mapping.judge!r})")
+        return mapping
+
+    def media_of(self, reward: CosmosReward) -> set[str]:
+        """The media a reward can score (heads take images or videos; VLM judges what their template has)."""
+        if reward.media:
+            return {reward.media}
+        return {m for m in self.gateway.judges[reward.judge].media if m in ("image", "video")} or {"image"}
+
+    async def _check_ready(self, rewards: dict[str, CosmosReward]) -> None:
+        """Refuse, before a uuid is given, rewards whose judge cannot score now (see JudgeUnready)."""
+        for name, reward in rewards.items():
+            judge = self.gateway.judges[reward.judge]
+            now = time.monotonic()
+            cached = self._readiness.get(reward.judge)
+            if cached is None or now - cached[0] > self.gateway.config.server.readiness_interval_s:
+                ok, reason = await judge.probe()
+                cached = self._readiness[reward.judge] = (now, ok, reason)
+            _, ok, reason = cached
+            if ok:
+                self._failed_heads.pop(reward.judge, None)
+                continue
+            why = f"reward {name!r} cannot be scored now: judge {reward.judge!r} is not ready ({reason})"
+            if judge.backend_name is not None:  # a VLM backend: it may be starting; the client retries
+                raise JudgeUnready(why + "; retry when its vLLM server is up", 503)
+            if (reason or "").startswith("failed"):  # a head that could not load: retrying will not help
+                self._failed_heads[reward.judge] = reason or "failed"
+            elif reward.judge in self._failed_heads:  # it failed before and is retrying its load now
+                why = (f"reward {name!r} cannot be scored now: judge {reward.judge!r} failed to load "
+                       f"({self._failed_heads[reward.judge]}) and is retrying")
+            else:
+                continue  # a head loading for the first time: accept; scoring waits for the load
+            raise JudgeUnready(why + "; fix the judge's model files (see /readyz) and restart or retry later", 424)
+
+    def _check_decoder(self, channels: int) -> None:
+        assert self.worker is not None
+        if channels not in self.worker.decoders:
+            have = ", ".join(f"{WAN_NAMES[n]}" for n in self.worker.decoders.values())
+            want = WAN_CHANNELS[channels]
+            raise PayloadError(f"latents have {channels} channels ({WAN_NAMES[want]}) but this gateway has no such "
+                               f"decoder (cosmos_rl.latents.{want}); it decodes {have}")
+        failure = self.worker.load_failure(channels)
+        if failure is not None:
+            raise JudgeUnready(f"the latent decoder could not be loaded: {failure}", 424)
+
+    # ---- enqueue ---------------------------------------------------------------------------
+
+    async def prepare(self, body: bytes, *, check_ready: bool = True) -> Prepared:
+        meta_json, data = split_body(body)
+        meta = parse_meta(meta_json)
+        rewards, skipped = {}, []
+        for name, weight in meta.reward_fn.items():
+            if weight <= 0:  # the protocol: weight <= 0 means skip
+                skipped.append(name)
+                continue
+            rewards[name] = self.resolve(name)
+        if not rewards:
+            raise PayloadError("every reward in `reward_fn` has weight <= 0: nothing to score")
+        if self.cfg.refuse_unready and check_ready:
+            await self._check_ready(rewards)
+        def check_medium(medium: str, what: str) -> None:
+            wrong = [n for n, r in rewards.items() if medium not in self.media_of(r)]
+            if wrong:
+                other = "videos" if medium == "image" else "images"
+                raise PayloadError(f"{what} but {', '.join(wrong)} score {other} only")
+
+        kind = sniff(data)
+        if kind == "npy":
+            arr = await asyncio.to_thread(load_npy, data)
+            dtype_name = f"torch.{arr.dtype}"
+        else:
+            if self.worker is None:
+                raise PayloadError("torch-saved tensors are loaded by the torch worker (cosmos_rl.latents.python), "
+                                   "which this gateway does not have: send npy")
+            try:
+                arr, dtype_name = await self.worker.load_torch(data)
+            except TorchWorkerError as err:
+                raise PayloadError(f"torch payload refused: {err}") from None
+
+        pixels = latents = None
+        if meta.media_type == "image":
+            pixels = check_image(arr)
+            medium = "image"
+            check_medium(medium, "media_type is 'image'")
+        elif meta.media_type == "video":
+            pixels = check_video(arr)
+            medium = "video"
+            check_medium(medium, "media_type is 'video'")
+        else:
+            if self.worker is None or not self.worker.can_decode:
+                raise PayloadError("latent input (media_type missing or 'latent') needs a latent decoder, and none is "
+                                   "configured on this gateway (cosmos_rl.latents.python + wan2_1 / wan2_2); send "
+                                   "media_type 'image' or 'video' with uint8 pixels")
+            latents = check_latent(arr)
+            self._check_decoder(int(latents.shape[1]))
+            medium = "image" if latents.shape[2] == 1 else "video"
+            check_medium(medium, f"latents with T={latents.shape[2]} decode to {medium}s")
+        batch = int(arr.shape[0])
+        if batch < 1:
+            raise PayloadError("the tensor's batch dimension is 0")
+        if batch > self.cfg.max_batch:
+            raise PayloadError(f"batch {batch} exceeds cosmos_rl.max_batch = {self.cfg.max_batch}")
+        if meta.prompts is not None and len(meta.prompts) != batch:
+            raise PayloadError(f"the tensor's batch is {batch} but `prompts` has {len(meta.prompts)} entries")
+        self._check_limits(batch, pixels, latents, meta.prompts)
+        fps = None
+        if medium == "video":
+            infos = meta.video_infos
+            if infos is None:
+                raise PayloadError(f"video rewards ({', '.join(rewards)}) need `video_infos` with `video_fps` per sample")
+            if len(infos) != batch:
+                raise PayloadError(f"the tensor's batch is {batch} but `video_infos` has {len(infos)} entries")
+            fps = [_video_fps(i, info) for i, info in enumerate(infos)]
+        per_sample = []
+        for i in range(batch):
+            md = {}
+            for k, v in meta.extra.items():
+                md[k] = v[i] if isinstance(v, list) and len(v) == batch else v
+            per_sample.append(md)
+        info = await asyncio.to_thread(input_info, arr, dtype_name)  # min/max of a video: off the loop
+        if medium == "video" and meta.video_infos is not None:
+            info["video_infos"] = meta.video_infos
+        return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
+
+    def _check_limits(self, batch: int, pixels: np.ndarray | None, latents: np.ndarray | None,
+                      prompts: list[str] | None) -> None:
+        """Frames, pixels and prompt limits, before a uuid is given (not at pull)."""
+        limits = self.gateway.config.media.limits()
+        if latents is not None:
+            _, t, h, w = decoded_video_shape(latents.shape)
+            check_enqueue_limits(batch, t, h, w, prompts, limits, f"latents {list(latents.shape)} decode to "
+                                 f"{t} frames of {w}x{h}")
+        else:
+            assert pixels is not None
+            t, h, w = (1, *pixels.shape[1:3]) if pixels.ndim == 4 else pixels.shape[1:4]
+            check_enqueue_limits(batch, t, h, w, prompts, limits, f"tensor {list(pixels.shape)}")
+
+    def samples(self, p: Prepared, pixels: np.ndarray) -> list[SampleInput]:
+        out = []
+        for i in range(p.batch):
+            prompt = p.meta.prompts[i] if p.meta.prompts is not None else ""
+            try:
+                if p.medium == "image":
+                    sample = SampleInput(prompt=prompt, image=ImageMedia.from_array(pixels[i]), metadata=p.extra_meta[i])
+                else:
+                    assert p.fps is not None
+                    sample = SampleInput(prompt=prompt, video=VideoMedia.from_array(pixels[i], p.fps[i]),
+                                         metadata=p.extra_meta[i])
+            except MediaError as err:
+                raise PayloadError(f"sample {i}: {err}") from None
+            out.append(sample)
+        return out
+
+    # ---- latent_attr -----------------------------------------------------------------------
+
+    def set_latent_attr(self, raw: str | None) -> tuple[int, dict[str, Any]]:
+        """The original's POST /api/reward/latent_attr: it rebuilds its Wan2.1 decoder from these
+        fields. Here only `load_mean_std` changes anything; a client never names files or devices
+        on the server, and the other fields do not affect decoding (each is listed with why)."""
+        if raw is None:
+            raise PayloadError("latent_attr needs the form field `fields` (a JSON object)")
+        try:
+            fields = parse_json(raw, "`fields`")  # the safe parser: depth, digits, UTF-8 bounded
+        except JSONBodyError as err:
+            raise PayloadError(str(err)) from None
+        if not isinstance(fields, dict):
+            raise PayloadError("`fields` must be a JSON object")
+        if self.worker is None or not self.worker.can_decode:
+            raise PayloadError("this gateway has no latent decoder (cosmos_rl.latents); latent_attr has nothing to set")
+        wan21 = self.cfg.latents.wan2_1
+        applied: dict[str, Any] = {}
+        ignored: dict[str, str] = {}
+        for key, value in fields.items():
+            if key == "load_mean_std":
+                if not isinstance(value, bool):
+                    raise PayloadError(f"`load_mean_std` must be true or false, got {value!r}")
+                if value and not (wan21 and wan21.images_mean_std and wan21.video_mean_std):
+                    raise PayloadError("load_mean_std = true needs the statistics files on the gateway "
+                                       "(cosmos_rl.latents.wan2_1.images_mean_std and video_mean_std)")
+                self.worker.load_mean_std = value
+                applied[key] = value
+            elif key in ("vae_pth", "device"):
+                ignored[key] = (f"the gateway decodes with its configured decoders (cosmos_rl.latents: "
+                                f"{self._decoder_names()}, device {self.cfg.latents.device}); a client never "
+                                "chooses files or devices on the server")
+            elif key in ("chunk_duration", "temporal_window"):
+                ignored[key] = "used by the Wan2.1 encoder only; decoding does not depend on it"
+            elif key in ("fps", "num_frames", "height", "width"):
+                ignored[key] = ("stored but never used by the original; the frame rate comes with each "
+                                "request (video_infos[i].video_fps)")
+            else:
+                ignored[key] = "not a latent attribute of the original"
+        return 200, {"message": "Latent attributes set successfully", "applied": applied, "ignored": ignored,
+                     "load_mean_std": self.worker.load_mean_std}
+
+    def _decoder_names(self) -> str:
+        return ", ".join(f"{name} = {vae.checkpoint!r}" for name, vae in self.cfg.latents.decoders().values())
+
+
+def _video_fps(i: int, info: dict[str, Any]) -> float:
+    """`video_fps` (what the original's handlers read) or `fps` (what its README's example sends)."""
+    values = {k: info[k] for k in ("video_fps", "fps") if k in info}
+    if not values:
+        raise PayloadError(f"video_infos[{i}] needs `video_fps` (or `fps`): the frame rate of the video")
+    for key, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1000):
+            raise PayloadError(f"video_infos[{i}].{key} must be a number in (0, 1000], got {v!r}")
+    if len(values) == 2 and float(values["video_fps"]) != float(values["fps"]):
+        raise PayloadError(f"video_infos[{i}] has video_fps = {values['video_fps']} and fps = {values['fps']}: "
+                           "which is it?")
+    return float(next(iter(values.values())))
