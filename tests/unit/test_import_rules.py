@@ -48,6 +48,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 # Each entry says why it is still there.
 ALLOWED_UPWARD: dict[str, str] = {}
 
+# A module longer than this says why at its top: its docstring holds LONG_REASON and the reason.
+MAX_LINES = 500
+LONG_REASON = "Over 500 lines:"
+
 
 @dataclass(frozen=True)
 class Edge:
@@ -183,6 +187,17 @@ class PackageReport:
         return sorted(m for m in self.modules if floor_of(m) is None)
 
     @property
+    def long_modules(self) -> dict[str, int]:
+        """Modules over MAX_LINES lines whose docstring does not say why ("Over 500 lines: ...")."""
+        out = {}
+        for mod, path in self.modules.items():
+            text = path.read_text(encoding="utf-8")
+            n = text.count("\n")
+            if n > MAX_LINES and LONG_REASON not in (ast.get_docstring(ast.parse(text)) or ""):
+                out[mod] = n
+        return out
+
+    @property
     def upward(self) -> dict[str, list[str]]:
         """"importer -> imported" -> where, for every import of a higher floor."""
         out: dict[str, list[str]] = {}
@@ -216,9 +231,13 @@ def render(report: PackageReport) -> str:
         flag = "allowed" if pair in ALLOWED_UPWARD else "NEW"
         lines.append(f"upward ({flag}): {pair}  [{', '.join(where)}]")
     lines += [f"test module imported: {t}" for t in imports_of_test_modules()]
+    lines += [f"over {MAX_LINES} lines without a reason: {m} ({n})" for m, n in report.long_modules.items()]
+    longest = max(report.modules, key=lambda m: report.modules[m].read_text(encoding="utf-8").count("\n"))
     lines.append(f"{len(report.file_circles)} file circles, {len(report.part_circles)} part circles, "
                  f"{len(report.upward)} upward imports ({len(ALLOWED_UPWARD)} allowed), "
-                 f"{len(imports_of_test_modules())} test-module imports")
+                 f"{len(imports_of_test_modules())} test-module imports, "
+                 f"{len(report.long_modules)} modules over {MAX_LINES} lines without a reason "
+                 f"(longest: {longest}, {report.modules[longest].read_text(encoding='utf-8').count(chr(10))})")
     return "\n".join(lines)
 
 
@@ -246,6 +265,17 @@ def test_floors_import_only_downward_beyond_the_allowlist():
 
 def test_no_test_module_imports_another():
     assert imports_of_test_modules() == []
+
+
+def test_no_module_is_over_500_lines_without_a_reason_at_its_top():
+    assert package_report().long_modules == {}
+
+
+def test_a_long_module_is_reported_unless_its_docstring_says_why(tmp_path):
+    body = "x = 1\n" * (MAX_LINES + 1)
+    mods = _write(tmp_path, {"pkg/__init__.py": "", "pkg/long.py": '"""Scoring."""\n' + body,
+                             "pkg/said.py": f'"""Scoring.\n\n{LONG_REASON} one table.\n"""\n' + body})
+    assert PackageReport(mods, []).long_modules == {"pkg.long": MAX_LINES + 2}
 
 
 # ---- the rules see what they must see (on small packages written here) ---------------------
