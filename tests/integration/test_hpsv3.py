@@ -23,7 +23,12 @@ from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import enqueue_body, headers, poll
-from tests.support.heads_env import build_tiny_hpsv3, hpsv3_judge, hpsv3_python
+from tests.support.heads_env import (
+    build_tiny_hpsv3,
+    hpsv3_judge,
+    hpsv3_python,
+    hpsv3_tiny_yaml,
+)
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,7 +61,7 @@ async def gw(tiny):
         # the tiny yaml (which names the base model itself), one image per forward
         "hpsv3_1": {"kind": "hpsv3", "options": {
             "python": str(hpsv3_python()), "checkpoint": str(tiny / "HPSv3.safetensors"),
-            "config": str(tiny / "HPSv3_tiny.yaml"), "threads": 2, "max_wait_ms": 0, "max_batch_size": 1}},
+            "config": str(hpsv3_tiny_yaml(tiny)), "threads": 2, "max_wait_ms": 0, "max_batch_size": 1}},
         "hpsv3_video": {**hpsv3_judge(tiny, threads=2, max_wait_ms=50), "default": False,
                         "video": {"num_frames": 2}},
     }
@@ -109,15 +114,15 @@ async def test_batch_order_does_not_change_scores(gw, ref, images):
         assert s.details["log_sigma"] == pytest.approx(ref["package"][i][1], abs=TOL)
 
 
-async def test_head_reports_how_it_scored(gw, ref, images):
+async def test_head_reports_how_it_scored(gw, ref, images, tiny):
     resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"][:1], images[:1]), judges=["hpsv3"]))
     s = resp.results[0].scores["hpsv3"]
     head = s.details["head"]
-    assert s.model == ref["checkpoint"]
+    assert s.model == str(tiny / ref["checkpoint"])
     assert head["hpsv3_version"] == "1.0.0" and head["transformers_version"] == "4.45.2"
     assert head["attn_implementation"] == "sdpa" and head["weights_dtype"] == "float32"
     assert head["rm_head_dtype"] == "float32" and head["image_pixels"] == 448 * 448
-    assert head["padding_side"] == "right" and head["base_model"] == ref["base"]
+    assert head["padding_side"] == "right" and head["base_model"] == str(tiny / ref["base"])
     assert head["vision_per_image"] is True  # SDPA here: the vision tower runs image by image
     assert head["config"].endswith("hpsv3/config/HPSv3_7B.yaml")  # the package's shipped yaml
     assert s.details["device"] == "cpu" and s.details["dtype"] == "fp32"

@@ -17,11 +17,12 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.heads_env import load_png, load_test_images
-from tests.support.tiny_image_reward import (
+from tests.support.heads_env import (
     build_tiny_image_reward,
     image_reward_judge,
     imagereward_python,
+    load_png,
+    load_test_images,
 )
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """Wan VAE latents through the torch worker (.venv-latents, scripts/setup_latents.sh), on tiny random
-AutoencoderKLWan models built locally: Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
+AutoencoderKLWan models built locally (tests/support/tiny_wan.py): Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
 patchified, spatial x16) decode side by side, each by the decoder of its channel count, and
 cosmos-rl's load_mean_std statistics are undone as the original does. No vLLM needed."""
 
@@ -15,27 +15,10 @@ import pytest
 
 from judge_gateway.latents import TorchWorker, TorchWorkerError
 from judge_gateway.protocol_config import LatentDecoderConfig
+from tests.support.tiny_wan import build_tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 LATENTS_PY = Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"
-
-BUILD = """
-import sys, torch
-from diffusers import AutoencoderKLWan
-torch.manual_seed(0)
-AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                 temperal_downsample=[False, True, True]).save_pretrained(sys.argv[1] + "/wan21")
-# Wan2.2's layout (residual blocks, 2x2 patchify: 12 pixel channels, 48 latent channels), tiny widths
-AutoencoderKLWan(base_dim=8, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                 temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
-                 patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
-                 latents_mean=[0.05 * i - 1 for i in range(48)],
-                 latents_std=[1.5 + 0.02 * i for i in range(48)]).save_pretrained(sys.argv[1] + "/wan22")
-# cosmos-rl's load_mean_std statistics: (mean, std) pairs, 16 values for images, [16, 4] for videos
-g = torch.Generator().manual_seed(1)
-torch.save((torch.randn(16, generator=g), torch.rand(16, generator=g) + 0.5), sys.argv[1] + "/images_mean_std.pt")
-torch.save((torch.randn(16, 4, generator=g), torch.rand(16, 4, generator=g) + 0.5), sys.argv[1] + "/video_mean_std.pt")
-"""
 
 # The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
 # decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
@@ -71,10 +54,8 @@ def _run(script: str, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-wan")
-    _run(BUILD, str(path))
-    return path
+def models() -> Path:
+    return build_tiny_wan()
 
 
 def _z(channels: int, t: int, b: int = 2, seed: int = 0) -> np.ndarray:

@@ -13,7 +13,11 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest
-from tests.support.heads_env import build_tiny_videoalign, heads_python
+from tests.support.heads_env import (
+    build_tiny_videoalign,
+    heads_python,
+    videoalign_checkpoint,
+)
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,7 +30,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 async def gw(tiny):
-    base = {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(tiny / "ckpt"),
+    base = {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(videoalign_checkpoint(tiny)),
                                               "threads": 2, "max_wait_ms": 200, "max_batch_size": 8}}
     unbatched = {"kind": "videoalign", "options": {**base["options"], "max_wait_ms": 0, "max_batch_size": 1}}
     gateway = Gateway(validate_config({"judges": {"videoalign": base, "videoalign_1": unbatched}}))
