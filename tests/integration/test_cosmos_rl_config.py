@@ -36,7 +36,7 @@ async def _settled(client: httpx.AsyncClient, timeout: float = 900) -> dict:
         if not loading:
             return body
         assert time.monotonic() < deadline, f"still loading after {timeout}s: {loading}"
-        await asyncio.sleep(2)
+        await asyncio.sleep(0.25)  # poll: a head that settles is seen within a quarter second
 
 
 async def test_serving_the_cosmos_rl_config_here_reports_why_each_judge_is_not_ready(monkeypatch):
