@@ -16,7 +16,14 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, load_test_images, text_image_png
+from tests.support.gateways import close_gateway
+from tests.support.heads_env import (
+    build_tiny_heads,
+    head_judges,
+    heads_python,
+    load_test_images,
+    text_image_png,
+)
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,7 +68,7 @@ async def gw(models, vllm):
     try:
         yield gateway
     finally:
-        await gateway.aclose()
+        await close_gateway(gateway)
 
 
 def request(prompts_images, judges) -> RewardRequest:
