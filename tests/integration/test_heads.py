@@ -55,6 +55,7 @@ async def gw(models, vllm):
     # closes a batch when it holds 6 images: a request's cells go out to the worker in one frame, and
     # the wait (10 s, the most the config allows) is a margin, not the trigger: batches are a count
     judges["clip_6"] = head_judges(models, max_wait_ms=10_000, max_batch_size=6)["clip"]
+    judges["clip_bf16"] = head_judges(models, dtype="bf16")["clip"]
     judges["pickscore_unbatched"] = unbatched["pickscore"]
     judges["ocr"] = {"kind": "ocr", "options": {"python": str(heads_python()), "threads": 2}}
     judges["clip_video"] = {**judges["clip"], "video": {"num_frames": 4},
@@ -227,14 +228,9 @@ async def test_a_head_that_cannot_load_is_not_ready_with_the_reason(tmp_path, im
         await gateway.aclose()
 
 
-async def test_bf16_head_scores_close_to_fp32(models, reference, images):
-    judges = head_judges(models, dtype="bf16")
-    gateway = Gateway(validate_config({"judges": {"clip": judges["clip"]}}))
-    try:
-        response = await gateway.score(request([(reference["prompts"][0], images[0])], ["clip"]))
-    finally:
-        await gateway.aclose()
-    s = response.results[0].scores["clip"]
+async def test_bf16_head_scores_close_to_fp32(gw, reference, images):
+    response = await gw.score(request([(reference["prompts"][0], images[0])], ["clip_bf16"]))
+    s = response.results[0].scores["clip_bf16"]
     assert s.valid and s.details["dtype"] == "bf16"
     assert s.raw == pytest.approx(reference["clip_open_clip"][0][0], abs=0.05)
 
