@@ -212,15 +212,11 @@ def main() -> int:
     if args.base_url:
         asyncio.run(main_async(args, args.base_url))
         return 0
-    from tests.support.vllm_server import build_tiny_model, start_cpu_vllm
+    # bench/_support.py: the tiny VLM, built and cached as the tests do
+    from _support import CpuVllm
 
-    model_dir = build_tiny_model(Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / "tiny-qwen25vl")
-    with tempfile.TemporaryDirectory() as run_dir:
-        server = start_cpu_vllm(model_dir, [args.model], run_dir=run_dir)
-        try:
-            asyncio.run(main_async(args, server.base_url))
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
+        asyncio.run(main_async(args, server.base_url))
     return 0
 
 

@@ -53,32 +53,25 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from _support import (  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+    heads_python,
+    moving_square_clip,
+    python_path,
+    text_image_png,
+    tiny_judge,
+    tiny_model,
+)
+
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.media import ImageMedia, VideoMedia  # noqa: E402
 from judge_gateway.schema import RewardRequest  # noqa: E402
-from tests.support.heads_env import (  # noqa: E402
-    build_random_geneval,
-    build_tiny_heads,
-    build_tiny_hpsv3,
-    build_tiny_videoalign,
-    geneval_judge,
-    head_judges,
-    heads_python,
-    hpsv3_judge,
-    python_path,
-    text_image_png,
-    videoalign_judge,
-)
-from tests.support.tiny_image_reward import build_tiny_image_reward, image_reward_judge  # noqa: E402
-from tests.support.tiny_videoalign import clip_frames  # noqa: E402
-
 
 CLIP_FAMILY = ("clip", "pickscore", "hpsv2")
 STAGED_HEADS = (*CLIP_FAMILY, "image_reward")
 
 
-def judge_config(head: str, models: Path | None, batch: int, args: argparse.Namespace) -> dict:
+def judge_config(head: str, batch: int, args: argparse.Namespace) -> dict:
     common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
               "threads": args.threads, "device": args.device, "dtype": args.dtype}
     if head in STAGED_HEADS:
@@ -90,18 +83,15 @@ def judge_config(head: str, models: Path | None, batch: int, args: argparse.Name
         common["overlap_preprocessing"] = args.overlap == "on"
     if args.transport is not None:
         common["transport"] = args.transport
-    if head == "ocr":
-        return {"kind": "ocr", "options": {"python": str(heads_python()), **common}}
-    if head == "hpsv3":
-        return hpsv3_judge(build_tiny_hpsv3(), **common)
-    if head == "videoalign":
-        return videoalign_judge(build_tiny_videoalign(), **common)
-    if head == "gen_eval":
-        return geneval_judge(build_random_geneval(), build_tiny_heads("tiny"), **common)
-    assert models is not None
-    if head == "image_reward":  # `models` is the ImageReward checkpoint dir
-        return image_reward_judge(models, **common)
-    return head_judges(models, **common)[head]
+    if head in CLIP_FAMILY:
+        return tiny_judge(head, args.size, **common)
+    if head == "image_reward":
+        return tiny_judge(head, image_reward_size(args), **common)
+    return tiny_judge(head, **common)  # ocr, hpsv3, videoalign, gen_eval: one size
+
+
+def image_reward_size(args: argparse.Namespace) -> str:
+    return "full" if args.size == "base" else "tiny"
 
 
 def max_requests(head: str, args: argparse.Namespace) -> int:
@@ -119,7 +109,7 @@ def make_samples(head: str, n: int, size: int) -> list[dict]:
     rng = np.random.default_rng(0)
     if head == "videoalign":  # 2 s clips at 8 fps (the head samples them at the checkpoint's fps)
         return [{"prompt": f"a red square moves right, take {i % 8}",
-                 "video": VideoMedia.from_array(clip_frames(8.0, h=size // 4, w=size // 4), fps=8.0)}
+                 "video": VideoMedia.from_array(moving_square_clip(8.0, h=size // 4, w=size // 4), fps=8.0)}
                 for i in range(n)]
     if head == "gen_eval":
         return [{"prompt": "a photo of two dogs", "metadata": {"tag": "counting", "include": [{"class": "dog", "count": 2}]},
@@ -141,8 +131,8 @@ def grpo_requests(head: str, args: argparse.Namespace, round_: int) -> list[list
             for c in range(args.groups)]
 
 
-async def measure(head: str, models: Path | None, batch: int, args: argparse.Namespace, load: str = "single") -> dict:
-    cfg = {"judges": {head: judge_config(head, models, batch, args)}}
+async def measure(head: str, batch: int, args: argparse.Namespace, load: str = "single") -> dict:
+    cfg = {"judges": {head: judge_config(head, batch, args)}}
     gw = Gateway(validate_config(cfg))
     worker = gw.judges[head].worker
     if load == "grpo":
@@ -258,9 +248,9 @@ def torch_device_name(args: argparse.Namespace) -> str:
     return heads_run(["device_name", args.device])["name"]
 
 
-def bare_forward(head: str, models: Path, batches: list[int], args: argparse.Namespace) -> dict[int, float]:
+def bare_forward(head: str, batches: list[int], args: argparse.Namespace) -> dict[int, float]:
     """images/s of the head's bare image-tower forward at each batch size (one model load)."""
-    options = head_judges(models, device=args.device, dtype=args.dtype, threads=args.threads)[head]["options"]
+    options = tiny_judge(head, args.size, device=args.device, dtype=args.dtype, threads=args.threads)["options"]
     options = {k: v for k, v in options.items() if k not in ("python", "env") and v is not None}
     rates = heads_run(["forward", head, json.dumps(options), "--batch", ",".join(map(str, sorted(set(batches)))),
                        "--seconds", str(args.forward_seconds)])["images_per_s"]
@@ -319,8 +309,7 @@ async def main() -> int:
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]
-    models = build_tiny_heads(args.size) if set(heads) & {"clip", "pickscore", "hpsv2"} else None
-    ir_models = build_tiny_image_reward("full" if args.size == "base" else "tiny") if "image_reward" in heads else None
+    models = tiny_model("heads", args.size) if set(heads) & set(CLIP_FAMILY) else None
     print(f"# {os.cpu_count()} CPUs, model size {args.size}, {args.image_size}px images, "
           f"single: {args.requests} images in concurrent requests of {args.images_per_request}; grpo: {args.groups} concurrent requests of "
           f"{args.group_size} images, a new prompt each; max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}"
@@ -344,7 +333,7 @@ async def main() -> int:
             if load in ("grpo", "stream"):
                 sizes = grpo_batches
             for batch in sizes or batches[:1]:
-                row = await measure(head, ir_models if head == "image_reward" else models, batch, args, load)
+                row = await measure(head, batch, args, load)
                 rate = row["images_per_s"]
                 base = base or rate
                 limit = ""
@@ -353,12 +342,12 @@ async def main() -> int:
                     if (head, batch) not in bare:  # every batch size of this head, one model load
                         wanted = ((batches if "single" in loads else [])
                                   + (grpo_batches if {"grpo", "stream"} & set(loads) else []))
-                        for b, r in bare_forward(head, models, wanted, args).items():
+                        for b, r in bare_forward(head, wanted, args).items():
                             bare[(head, b)] = r
                     limit = f" {bare[(head, batch)]:>10.1f} {rate / bare[(head, batch)]:>6.0%}"
                 elif head in ("image_reward", "hpsv3") and args.bare == "on":
                     if (head, batch) not in bare:
-                        judge = judge_config(head, ir_models if head == "image_reward" else None, batch, args)
+                        judge = judge_config(head, batch, args)
                         wanted = ((sizes if load == "single" else [])
                                   + (grpo_batches if {"grpo", "stream"} & set(loads) else []) + [batch])
                         for b, r in bare_infer(head, judge, wanted, args).items():

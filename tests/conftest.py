@@ -15,6 +15,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+# Everything outside tests/unit needs what scripts/test.sh sets up (the vLLM CPU server, head venvs,
+# redis-server, chromium, a Ray cluster): `pytest -m "not integration"` runs the unit tests only.
+SET_UP_DIRS = ("integration", "reliability", "ray")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        if any(Path(str(item.path)).resolve().is_relative_to(tests_dir / d) for d in SET_UP_DIRS):
+            item.add_marker(pytest.mark.integration)
+
+
 def png_bytes(seed: int = 0, size: tuple[int, int] = (64, 48)) -> bytes:
     rng = np.random.default_rng(seed)
     arr = rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)

@@ -6,14 +6,11 @@ too). A failed start is a test failure, not a skip.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.support.vllm_server import build_tiny_model, start_cpu_vllm
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # The one tiny model answers under every judge model's served name.
 SERVED_NAMES = [
@@ -31,8 +28,7 @@ STRUCTURED_OUTPUTS_ARGS = ["--structured-outputs-config", '{"backend": "xgrammar
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    cache = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache"))
-    return build_tiny_model(cache / "tiny-qwen25vl")
+    return build_tiny_model()
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +39,12 @@ def vllm(tiny_model_dir, tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "stops_the_session_vllm: stops the session's vLLM server, so it runs last")
+
+
+def pytest_collection_modifyitems(config, items):
+    # A test that stops the shared server runs after every test that needs it (stable order otherwise).
+    items.sort(key=lambda item: item.get_closest_marker("stops_the_session_vllm") is not None)

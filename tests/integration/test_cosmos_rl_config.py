@@ -21,6 +21,7 @@ from judge_gateway.config import load_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import HEADERS, enqueue_body, poll
+from tests.support.gateways import close_gateway
 from tests.support.heads_env import text_image_png
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ async def _settled(client: httpx.AsyncClient, timeout: float = 900) -> dict:
         if not loading:
             return body
         assert time.monotonic() < deadline, f"still loading after {timeout}s: {loading}"
-        await asyncio.sleep(2)
+        await asyncio.sleep(0.25)  # poll: a head that settles is seen within a quarter second
 
 
 async def test_serving_the_cosmos_rl_config_here_reports_why_each_judge_is_not_ready(monkeypatch):
@@ -88,4 +89,4 @@ async def test_serving_the_cosmos_rl_config_here_reports_why_each_judge_is_not_r
             assert body["scores"]["ocr_reward"] == [1.0]
     finally:
         await app.state.cosmos_rl.aclose()
-        await gw.aclose()
+        await close_gateway(gw)

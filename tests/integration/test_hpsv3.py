@@ -23,7 +23,13 @@ from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import enqueue_body, headers, poll
-from tests.support.heads_env import build_tiny_hpsv3, hpsv3_judge, hpsv3_python
+from tests.support.gateways import close_gateway
+from tests.support.heads_env import (
+    build_tiny_hpsv3,
+    hpsv3_judge,
+    hpsv3_python,
+    hpsv3_tiny_yaml,
+)
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,15 +62,18 @@ async def gw(tiny):
         # the tiny yaml (which names the base model itself), one image per forward
         "hpsv3_1": {"kind": "hpsv3", "options": {
             "python": str(hpsv3_python()), "checkpoint": str(tiny / "HPSv3.safetensors"),
-            "config": str(tiny / "HPSv3_tiny.yaml"), "threads": 2, "max_wait_ms": 0, "max_batch_size": 1}},
+            "config": str(hpsv3_tiny_yaml(tiny)), "threads": 2, "max_wait_ms": 0, "max_batch_size": 1}},
         "hpsv3_video": {**hpsv3_judge(tiny, threads=2, max_wait_ms=50), "default": False,
                         "video": {"num_frames": 2}},
+        # closes a batch when it holds 4 images: a request's cells go out to the worker in one
+        # frame, and the wait (10 s, the most the config allows) is a margin: batches are a count
+        "hpsv3_4": {**hpsv3_judge(tiny, threads=2, max_wait_ms=10_000, max_batch_size=4), "default": False},
     }
     gateway = Gateway(validate_config({"judges": judges}))
     try:
         yield gateway
     finally:
-        await gateway.aclose()
+        await close_gateway(gateway)
 
 
 def _samples(prompts, images):
@@ -74,14 +83,17 @@ def _samples(prompts, images):
 
 
 async def test_scores_equal_the_packages_own_reward_batched_and_not(gw, ref, images):
-    before = await gw.judges["hpsv3"].worker.stats()
-    resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"], images), judges=["hpsv3", "hpsv3_1"]))
-    after = await gw.judges["hpsv3"].worker.stats()
+    before = await gw.judges["hpsv3_4"].worker.stats()
+    resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"], images), judges=["hpsv3", "hpsv3_1", "hpsv3_4"]))
+    after = await gw.judges["hpsv3_4"].worker.stats()
+    assert len(images) == 4
     assert len(set(ref["token_lengths"])) > 1  # the prompts differ in length: batches are padded
     mus = []
     for r, (mu, log_sigma), single_ref in zip(resp.results, ref["package"], ref["in_memory"]):
-        batched, single = r.scores["hpsv3"], r.scores["hpsv3_1"]
-        assert batched.valid and single.valid, (batched, single)
+        batched, single, full = r.scores["hpsv3"], r.scores["hpsv3_1"], r.scores["hpsv3_4"]
+        assert batched.valid and single.valid and full.valid, (batched, single, full)
+        assert full.raw == pytest.approx(mu, abs=TOL)
+        assert full.details["log_sigma"] == pytest.approx(log_sigma, abs=TOL)
         # raw (and, with no normalisation configured, reward) is mu; sigma = exp(log sigma) in details
         assert batched.raw == pytest.approx(mu, abs=TOL) and batched.reward == batched.raw
         assert batched.details["log_sigma"] == pytest.approx(log_sigma, abs=TOL)
@@ -92,8 +104,9 @@ async def test_scores_equal_the_packages_own_reward_batched_and_not(gw, ref, ima
         assert single.raw == pytest.approx(single_ref[0], abs=TOL)
         mus.append(batched.raw)
     assert max(mus) - min(mus) > 1.0  # distinct items give distinct scores: the checks have teeth
-    new = {int(k): v - before["batch_sizes"].get(k, 0) for k, v in after["batch_sizes"].items()}
-    assert max(k for k, v in new.items() if v) > 1, (before, after)  # really batched
+    # really batched: the four images went through one forward (a count, not a timing)
+    new = {k: v - before["batch_sizes"].get(k, 0) for k, v in after["batch_sizes"].items()}
+    assert {k: v for k, v in new.items() if v} == {"4": 1}, (before, after)
     single_stats = await gw.judges["hpsv3_1"].worker.stats()
     assert set(single_stats["batch_sizes"]) == {"1"}
 
@@ -109,15 +122,15 @@ async def test_batch_order_does_not_change_scores(gw, ref, images):
         assert s.details["log_sigma"] == pytest.approx(ref["package"][i][1], abs=TOL)
 
 
-async def test_head_reports_how_it_scored(gw, ref, images):
+async def test_head_reports_how_it_scored(gw, ref, images, tiny):
     resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"][:1], images[:1]), judges=["hpsv3"]))
     s = resp.results[0].scores["hpsv3"]
     head = s.details["head"]
-    assert s.model == ref["checkpoint"]
+    assert s.model == str(tiny / ref["checkpoint"])
     assert head["hpsv3_version"] == "1.0.0" and head["transformers_version"] == "4.45.2"
     assert head["attn_implementation"] == "sdpa" and head["weights_dtype"] == "float32"
     assert head["rm_head_dtype"] == "float32" and head["image_pixels"] == 448 * 448
-    assert head["padding_side"] == "right" and head["base_model"] == ref["base"]
+    assert head["padding_side"] == "right" and head["base_model"] == str(tiny / ref["base"])
     assert head["vision_per_image"] is True  # SDPA here: the vision tower runs image by image
     assert head["config"].endswith("hpsv3/config/HPSv3_7B.yaml")  # the package's shipped yaml
     assert s.details["device"] == "cpu" and s.details["dtype"] == "fp32"

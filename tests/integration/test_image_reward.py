@@ -17,11 +17,13 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.heads_env import load_png, load_test_images
-from tests.support.tiny_image_reward import (
+from tests.support.gateways import close_gateway
+from tests.support.heads_env import (
     build_tiny_image_reward,
     image_reward_judge,
     imagereward_python,
+    load_png,
+    load_test_images,
 )
 
 pytestmark = pytest.mark.integration
@@ -51,12 +53,15 @@ async def gw(models):
         "image_reward": image_reward_judge(models, threads=2, max_batch_size=8, max_wait_ms=200),
         "image_reward_1": image_reward_judge(models, threads=2, max_batch_size=1, max_wait_ms=0),
         "image_reward_device": image_reward_judge(models, threads=2, max_batch_size=8, preprocess="device"),
+        # closes a batch when it holds 10 pairs: a request's cells go out to the worker in one frame,
+        # and the wait (10 s, the most the config allows) is a margin: batches are a count
+        "image_reward_10": image_reward_judge(models, threads=2, max_batch_size=10, max_wait_ms=10_000),
     }
     gateway = Gateway(validate_config({"judges": judges}))
     try:
         yield gateway
     finally:
-        await gateway.aclose()
+        await close_gateway(gateway)
 
 
 def request(pairs, judges) -> RewardRequest:
@@ -97,20 +102,28 @@ async def test_batched_equals_unbatched_and_order_invariant(gw, reference, image
     triples = all_pairs(reference, images)
     pairs = [(p, img) for p, img, _ in triples]
     before = await gw.judges["image_reward"].worker.stats()
-    forward = await gw.score(request(pairs, ["image_reward", "image_reward_1"]))
-    backward = await gw.score(request(pairs[::-1], ["image_reward"]))
+    before_10 = await gw.judges["image_reward_10"].worker.stats()
+    forward = await gw.score(request(pairs, ["image_reward", "image_reward_1", "image_reward_10"]))
+    backward = await gw.score(request(pairs[::-1], ["image_reward", "image_reward_10"]))
     after = await gw.judges["image_reward"].worker.stats()
+    after_10 = await gw.judges["image_reward_10"].worker.stats()
     n = len(pairs)
+    assert n == 20  # two full batches of 10 per request
     for k in range(n):
         batched, single = forward.results[k].scores["image_reward"], forward.results[k].scores["image_reward_1"]
         reversed_ = backward.results[n - 1 - k].scores["image_reward"]
-        assert batched.valid and single.valid and reversed_.valid
+        full, full_reversed = forward.results[k].scores["image_reward_10"], backward.results[n - 1 - k].scores["image_reward_10"]
+        assert batched.valid and single.valid and reversed_.valid and full.valid and full_reversed.valid
         assert batched.raw == pytest.approx(single.raw, abs=TOL)
         assert batched.raw == pytest.approx(reversed_.raw, abs=TOL)
-    assert max(int(b) for b in after["batch_sizes"]) == 8, after  # really batched across cells
+        assert full.raw == pytest.approx(single.raw, abs=TOL) and full_reversed.raw == pytest.approx(single.raw, abs=TOL)
+    # really batched across cells: every forward of the size-closed head held 10 pairs (a count, not a timing)
+    new_10 = {b: c - before_10["batch_sizes"].get(b, 0) for b, c in after_10["batch_sizes"].items()}
+    assert {b: c for b, c in new_10.items() if c} == {"10": 4}, (before_10, after_10)
     assert set((await gw.judges["image_reward_1"].worker.stats())["batch_sizes"]) == {"1"}
     # each (prompt, image) pair is one item of one forward pass: n pairs, 2n items, no B x B
     assert after["items"] - before["items"] == 2 * n and after["pairs"] - before["pairs"] == 2 * n
+    assert after_10["items"] - before_10["items"] == 2 * n and after_10["pairs"] - before_10["pairs"] == 2 * n
 
 
 async def test_a_pairs_score_does_not_depend_on_its_batch_neighbours(gw, reference, images):

@@ -1,5 +1,5 @@
 """Wan VAE latents through the torch worker (.venv-latents, scripts/setup_latents.sh), on tiny random
-AutoencoderKLWan models built locally: Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
+AutoencoderKLWan models built locally (tests/support/tiny_wan.py): Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
 patchified, spatial x16) decode side by side, each by the decoder of its channel count, and
 cosmos-rl's load_mean_std statistics are undone as the original does. No vLLM needed."""
 
@@ -15,27 +15,10 @@ import pytest
 
 from judge_gateway.latents import TorchWorker, TorchWorkerError
 from judge_gateway.config import LatentDecoderConfig
+from tests.support.tiny_wan import build_tiny_wan
 
 ROOT = Path(__file__).resolve().parents[2]
 LATENTS_PY = Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"
-
-BUILD = """
-import sys, torch
-from diffusers import AutoencoderKLWan
-torch.manual_seed(0)
-AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                 temperal_downsample=[False, True, True]).save_pretrained(sys.argv[1] + "/wan21")
-# Wan2.2's layout (residual blocks, 2x2 patchify: 12 pixel channels, 48 latent channels), tiny widths
-AutoencoderKLWan(base_dim=8, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                 temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
-                 patch_size=2, scale_factor_spatial=16, scale_factor_temporal=4,
-                 latents_mean=[0.05 * i - 1 for i in range(48)],
-                 latents_std=[1.5 + 0.02 * i for i in range(48)]).save_pretrained(sys.argv[1] + "/wan22")
-# cosmos-rl's load_mean_std statistics: (mean, std) pairs, 16 values for images, [16, 4] for videos
-g = torch.Generator().manual_seed(1)
-torch.save((torch.randn(16, generator=g), torch.rand(16, generator=g) + 0.5), sys.argv[1] + "/images_mean_std.pt")
-torch.save((torch.randn(16, 4, generator=g), torch.rand(16, 4, generator=g) + 0.5), sys.argv[1] + "/video_mean_std.pt")
-"""
 
 # The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
 # decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
@@ -44,22 +27,22 @@ torch.save((torch.randn(16, 4, generator=g), torch.rand(16, 4, generator=g) + 0.
 REFERENCE = """
 import json, sys, numpy as np, torch
 from diffusers import AutoencoderKLWan
-vae_dir, z_path, out_path, stats_dir = sys.argv[1:5]
-vae = AutoencoderKLWan.from_pretrained(vae_dir).eval()
-z = torch.from_numpy(np.load(z_path))
-c, t = z.shape[1], z.shape[2]
-if stats_dir != "-":
-    name = "images_mean_std.pt" if t == 1 else "video_mean_std.pt"
-    mean, std = torch.load(stats_dir + "/" + name, weights_only=True)
-    mean, std = mean.reshape(1, c, -1, 1, 1)[:, :, :t], std.reshape(1, c, -1, 1, 1)[:, :, :t]
-    z = z * std + mean
-mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1)
-std = torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1)
-with torch.inference_mode():
-    x = vae.decode(z / (1.0 / std) + mean).sample
-x = (x.clamp(-1, 1) + 1) / 2 * 255
-np.save(out_path, x.to(torch.uint8).numpy())
-np.save(out_path + ".round.npy", x.round().to(torch.uint8).numpy())
+for vae_dir, z_path, out_path, stats_dir in json.loads(sys.argv[1]):  # one process for every reference
+    vae = AutoencoderKLWan.from_pretrained(vae_dir).eval()
+    z = torch.from_numpy(np.load(z_path))
+    c, t = z.shape[1], z.shape[2]
+    if stats_dir != "-":
+        name = "images_mean_std.pt" if t == 1 else "video_mean_std.pt"
+        mean, std = torch.load(stats_dir + "/" + name, weights_only=True)
+        mean, std = mean.reshape(1, c, -1, 1, 1)[:, :, :t], std.reshape(1, c, -1, 1, 1)[:, :, :t]
+        z = z * std + mean
+    mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1)
+    with torch.inference_mode():
+        x = vae.decode(z / (1.0 / std) + mean).sample
+    x = (x.clamp(-1, 1) + 1) / 2 * 255
+    np.save(out_path, x.to(torch.uint8).numpy())
+    np.save(out_path + ".round.npy", x.round().to(torch.uint8).numpy())
 """
 
 
@@ -71,21 +54,23 @@ def _run(script: str, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-wan")
-    _run(BUILD, str(path))
-    return path
+def models() -> Path:
+    return build_tiny_wan()
 
 
 def _z(channels: int, t: int, b: int = 2, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((b, channels, t, 4, 4)).astype(np.float32)
 
 
-def _reference(models: Path, vae: str, z: np.ndarray, tmp: Path, stats: bool = False,
-               rounded: bool = False) -> np.ndarray:
-    np.save(tmp / "z.npy", z)
-    _run(REFERENCE, str(models / vae), str(tmp / "z.npy"), str(tmp / "ref.npy"), str(models) if stats else "-")
-    return np.load(tmp / ("ref.npy.round.npy" if rounded else "ref.npy"))
+def _references(models: Path, jobs: list[tuple[str, np.ndarray, bool]], tmp: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(truncated, rounded) reference pixels for each (vae, z, with dataset statistics) job, all
+    computed in one process (each costs a torch + diffusers import otherwise)."""
+    args = []
+    for k, (vae, z, stats) in enumerate(jobs):
+        np.save(tmp / f"z{k}.npy", z)
+        args.append([str(models / vae), str(tmp / f"z{k}.npy"), str(tmp / f"ref{k}.npy"), str(models) if stats else "-"])
+    _run(REFERENCE, json.dumps(args))
+    return [(np.load(tmp / f"ref{k}.npy"), np.load(tmp / f"ref{k}.npy.round.npy")) for k in range(len(jobs))]
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> None:
@@ -108,12 +93,12 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
     assert got16.shape == (2, 3, 9, 32, 32)  # temporal x4 (+1), spatial x8
     assert got48.shape == (2, 3, 9, 64, 64)  # temporal x4 (+1), spatial x16
     assert got48_image.shape == (1, 3, 1, 64, 64)
-    truncated = _reference(models, "wan21", z16, tmp_path)
+    (truncated, rounded), (truncated48, _) = _references(models, [("wan21", z16, False), ("wan22", z48, False)],
+                                                         tmp_path)
     _close(got16, truncated)
-    _close(got48, _reference(models, "wan22", z48, tmp_path))
+    _close(got48, truncated48)
     # truncated as the original casts, not rounded: equal to the truncated reference, often one
     # below the rounded one
-    rounded = _reference(models, "wan21", z16, tmp_path, rounded=True)
     assert (got16 == truncated).mean() > 0.99 and (rounded.astype(int) - got16 == 1).mean() > 0.2
 
 
@@ -133,9 +118,11 @@ async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(model
             await worker.decode(_z(16, 5, b=1))
     finally:
         await worker.aclose()
-    _close(got_video, _reference(models, "wan21", video, tmp_path, stats=True, rounded=True))
-    _close(got_image, _reference(models, "wan21", image, tmp_path, stats=True, rounded=True))
-    _close(plain, _reference(models, "wan21", video, tmp_path, rounded=True))
+    (_, video_ref), (_, image_ref), (_, plain_ref) = _references(
+        models, [("wan21", video, True), ("wan21", image, True), ("wan21", video, False)], tmp_path)
+    _close(got_video, video_ref)
+    _close(got_image, image_ref)
+    _close(plain, plain_ref)
     assert np.abs(plain.astype(int) - got_video.astype(int)).max() > 10  # the statistics did change the pixels
 
 

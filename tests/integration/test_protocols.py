@@ -28,6 +28,7 @@ from tests.support.protocol_clients import ff_payload, pil_images
 from tests.support.real_vllm_config import FINAL_REGEX, real_config
 from tests.support.redis_server import RedisServer
 from tests.support.served_gateway import ServedGateway
+from tests.support.tiny_wan import build_tiny_wan
 
 pytestmark = pytest.mark.integration
 
@@ -242,15 +243,6 @@ async def test_redis_store_size_bound(redis_server):
 
 # ---- Wan VAE latents through the torch worker ----------------------------------------------
 
-TINY_VAE = """
-import sys, torch
-from diffusers import AutoencoderKLWan
-torch.manual_seed(0)
-vae = AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                       temperal_downsample=[False, True, True])
-vae.save_pretrained(sys.argv[1])
-"""
-
 # The reference: diffusers directly, as a Wan pipeline decodes (denormalise, decode), to uint8 as the original.
 REFERENCE = """
 import sys, numpy as np, torch
@@ -286,10 +278,8 @@ def _latents_py(script: str, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_vae(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-wan-vae")
-    _latents_py(TINY_VAE, str(path))
-    return path
+def tiny_vae() -> Path:
+    return build_tiny_wan() / "wan21"  # Wan2.1's layout, 16 latent channels
 
 
 def _latents(b: int, t: int, seed: int = 0) -> np.ndarray:

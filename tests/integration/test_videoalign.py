@@ -13,7 +13,12 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest
-from tests.support.heads_env import build_tiny_videoalign, heads_python
+from tests.support.gateways import close_gateway
+from tests.support.heads_env import (
+    build_tiny_videoalign,
+    heads_python,
+    videoalign_checkpoint,
+)
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,14 +31,17 @@ def tiny():
 
 @pytest.fixture(scope="module")
 async def gw(tiny):
-    base = {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(tiny / "ckpt"),
-                                              "threads": 2, "max_wait_ms": 200, "max_batch_size": 8}}
+    base = {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(videoalign_checkpoint(tiny)),
+                                              "threads": 2, "max_wait_ms": 10_000, "max_batch_size": 3}}
+    # `videoalign` closes a batch when it holds 3 videos (every request here sends 3, its cells go
+    # out to the worker in one frame; the wait, 10 s, the most the config allows, is a margin): its
+    # batches are a count
     unbatched = {"kind": "videoalign", "options": {**base["options"], "max_wait_ms": 0, "max_batch_size": 1}}
     gateway = Gateway(validate_config({"judges": {"videoalign": base, "videoalign_1": unbatched}}))
     try:
         yield gateway
     finally:
-        await gateway.aclose()
+        await close_gateway(gateway)
 
 
 def _videos(tiny):
@@ -46,6 +54,8 @@ async def test_loaded_checkpoint_scores_equal_in_memory_model_batched_and_not(gw
     videos = _videos(tiny)
     # fps = 2: the checkpoint's rate, so every frame of these test clips is kept
     samples = [{"prompt": p, "video": VideoMedia.from_array(v, fps=2.0)} for v, p in zip(videos, ref["prompts"])]
+    assert len(samples) == 3
+    before = await gw.judges["videoalign"].worker.stats()
     resp = await gw.score(RewardRequest(samples=samples, judges=["videoalign", "videoalign_1"]))
     for r, want in zip(resp.results, ref["scores"]):
         batched, single = r.scores["videoalign"], r.scores["videoalign_1"]
@@ -56,7 +66,9 @@ async def test_loaded_checkpoint_scores_equal_in_memory_model_batched_and_not(gw
         assert batched.raw == pytest.approx(want["overall"], abs=5e-4)
         assert batched.raw == pytest.approx(batched.details["vq"] + batched.details["mq"] + batched.details["ta"])
     stats = await gw.judges["videoalign"].worker.stats()
-    assert max(int(k) for k in stats["batch_sizes"]) > 1, stats  # really batched
+    # really batched: the three videos went through one forward (a count, not a timing)
+    new = {k: v - before["batch_sizes"].get(k, 0) for k, v in stats["batch_sizes"].items()}
+    assert {k: v for k, v in new.items() if v} == {"3": 1}, (before, stats)
 
 
 async def test_sampling_follows_the_checkpoint_fps_not_the_videos(gw, tiny):

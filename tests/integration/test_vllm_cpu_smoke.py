@@ -1,7 +1,7 @@
 """Smoke tests of the real vLLM CPU server that the integration tests rely on.
 
-Builds the tiny Qwen2.5-VL (tests/support/build_tiny_vlm.py), starts vLLM through
-scripts/start_vllm.sh --cpu (tests/support/vllm_server.py) and checks, with the openai client,
+Runs against the session's server (tests/integration/conftest.py: the tiny Qwen2.5-VL of
+tests/support/build_tiny_vlm.py, started through scripts/start_vllm.sh --cpu) and checks, with the openai client,
 the behaviour judge-gateway depends on: served names, Yes/No top logprobs on images and mp4
 videos, input-dependent Yes/No splits, determinism, regex structured outputs, and a clean stop.
 A failed start is a failure, not a skip.
@@ -14,21 +14,20 @@ import io
 import math
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from tests.support.vllm_server import VllmServer, build_tiny_model, start_cpu_vllm
+from tests.support.vllm_server import VllmServer
 
 openai = pytest.importorskip("openai")
 av = pytest.importorskip("av")
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVED = ["nvidia/Cosmos-Reason1-7B-Reward", "tiny-judge"]
+# The session server serves the tiny model under every judge model's name; this one comes first.
+FIRST_NAME = "nvidia/Cosmos-Reason1-7B-Reward"
 YES_NO_QUESTION = "Does this image show a cat? Answer Yes or No."
 RUBRIC_REGEX = (
     r"# Detailed Judgement\n1\. Text Faithfulness:\n## Justification: [a-z ]{5,40}\n"
@@ -95,36 +94,28 @@ def mp4_data_url(data: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def smoke_server(tmp_path_factory) -> VllmServer:
-    cache = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache"))
-    model_dir = build_tiny_model(cache / "tiny-qwen25vl")
-    server = start_cpu_vllm(
-        model_dir, SERVED, run_dir=tmp_path_factory.mktemp("vllm-smoke-run")
+def smoke_server(vllm) -> VllmServer:
+    """The session's vLLM server (tests/integration/conftest.py): no second server for the smoke
+    tests; test_stop_ends_the_process stops it, and runs last in the session for that reason."""
+    # the first request pays for lazy initialisation (seconds); keep it out of the tests
+    client = openai.OpenAI(base_url=vllm.base_url, api_key="EMPTY", timeout=180, max_retries=0)
+    client.chat.completions.create(
+        model=vllm.model,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": png_data_url(solid((9, 9, 9)))},
+                    },
+                    {"type": "text", "text": "warm up"},
+                ],
+            }
+        ],
+        max_tokens=1,
     )
-    try:
-        # the first request pays for lazy initialisation (seconds); keep it out of the tests
-        client = openai.OpenAI(
-            base_url=server.base_url, api_key="EMPTY", timeout=180, max_retries=0
-        )
-        client.chat.completions.create(
-            model=SERVED[0],
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "image_url",
-                            "image_url": {"url": png_data_url(solid((9, 9, 9)))},
-                        },
-                        {"type": "text", "text": "warm up"},
-                    ],
-                }
-            ],
-            max_tokens=1,
-        )
-        yield server
-    finally:
-        server.stop()
+    return vllm
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +125,7 @@ def client(smoke_server):
     )
 
 
-def ask_yes_no(client, content, model=SERVED[0]):
+def ask_yes_no(client, content, model=FIRST_NAME):
     """One yes/no logprob request; returns (p_yes, p_no, top logprobs, response)."""
     resp = client.chat.completions.create(
         model=model,
@@ -160,9 +151,10 @@ def image_question(img: Image.Image, text: str = YES_NO_QUESTION):
 # --------------------------------------------------------------------------- tests
 
 
-def test_models_lists_served_names(client):
+def test_models_lists_served_names(client, smoke_server):
     ids = {m.id for m in client.models.list().data}
-    assert set(SERVED) <= ids
+    assert smoke_server.served_names[0] == FIRST_NAME
+    assert len(smoke_server.served_names) >= 2 and set(smoke_server.served_names) <= ids
 
 
 def test_image_top_logprobs_hold_yes_no(client):
@@ -174,13 +166,13 @@ def test_image_top_logprobs_hold_yes_no(client):
     assert p_yes + p_no >= 0.5, (p_yes, p_no, [(t.token, t.logprob) for t in top])
 
 
-def test_every_served_alias_answers(client):
-    for name in SERVED:
+def test_every_served_alias_answers(client, smoke_server):
+    for name in smoke_server.served_names:
         p_yes, p_no, _, resp = ask_yes_no(
             client, image_question(solid((30, 30, 200))), model=name
         )
         # vLLM names the first served name in the reply, whichever alias was asked for
-        assert resp.model == SERVED[0]
+        assert resp.model == FIRST_NAME
         assert p_yes + p_no >= 0.5
 
 
@@ -282,7 +274,7 @@ def test_identical_requests_identical_logprobs(client):
 def test_top_logprobs_above_20_rejected(client):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(
-            model=SERVED[0],
+            model=FIRST_NAME,
             messages=[{"role": "user", "content": "Yes or no?"}],
             max_tokens=1,
             logprobs=True,
@@ -292,7 +284,7 @@ def test_top_logprobs_above_20_rejected(client):
 
 def test_structured_outputs_regex(client):
     resp = client.chat.completions.create(
-        model=SERVED[0],
+        model=FIRST_NAME,
         messages=[
             {
                 "role": "user",
@@ -308,7 +300,7 @@ def test_structured_outputs_regex(client):
     assert resp.choices[0].finish_reason == "stop"
     # without the constraint the tiny model does not write a rubric
     free = client.chat.completions.create(
-        model=SERVED[0],
+        model=FIRST_NAME,
         messages=[{"role": "user", "content": "Judge the image."}],
         max_tokens=30,
         temperature=0,
@@ -316,6 +308,7 @@ def test_structured_outputs_regex(client):
     assert not re.fullmatch(RUBRIC_REGEX, free.choices[0].message.content or "")
 
 
+@pytest.mark.stops_the_session_vllm
 def test_stop_ends_the_process(smoke_server):
     pid_file = smoke_server.run_dir / f"{smoke_server.name}.pid"
     assert pid_file.exists() and smoke_server.is_alive()

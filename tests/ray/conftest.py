@@ -8,12 +8,8 @@ collected: scripts/test.sh runs it with .venv-ray.
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 if importlib.util.find_spec("ray") is None:
     collect_ignore_glob = ["test_*.py"]
@@ -26,8 +22,7 @@ SERVED_NAMES = ["Qwen/Qwen2.5-VL-7B-Instruct"]
 def vllm(tmp_path_factory):
     from tests.support.vllm_server import build_tiny_model, start_cpu_vllm
 
-    cache = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache"))
-    model = build_tiny_model(cache / "tiny-qwen25vl")
+    model = build_tiny_model()
     server = start_cpu_vllm(model, SERVED_NAMES, run_dir=tmp_path_factory.mktemp("vllm-run"))
     try:
         yield server

@@ -3,7 +3,7 @@
 
 Usage (with the vLLM venv's interpreter, which has torch, transformers and tokenizers):
 
-    .venv-vllm/bin/python tests/support/build_tiny_vlm.py OUT_DIR [--force]
+    .venv-vllm/bin/python -m tests.support.build_tiny_vlm OUT_DIR
 
 The model has the architecture of Cosmos-Reason1-7B-Reward
 (``Qwen2_5_VLForConditionalGeneration``) at toy size: text hidden 128, 2 layers, 4 heads of
@@ -21,20 +21,17 @@ The model has the architecture of Cosmos-Reason1-7B-Reward
        logit: the answer mass) plus/minus a direction inside the observed input-to-input
        variation (the Yes/No split), scaled from calibration forward passes.
 
-A marker file (``.tiny_vlm_builder.json``) records the sha256 of this script; when OUT_DIR
-holds a complete build from the same script, the run is a no-op.
+A marker file (``.tiny_vlm_builder.json``) lists the files and the calibration; the tests cache
+the build under a hash of this builder (tests/support/tiny_cache.py, via ``build_tiny_model``).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -117,23 +114,6 @@ VISION_HIDDEN, VISION_DEPTH, VISION_HEADS = 64, 2, 2
 # Calibration targets for the answer logits.
 TARGET_MEDIAN_MASS = 0.93  # median P(yes-family) + P(no-family)
 TARGET_SPLIT_LOGIT_STD = 1.1  # std over calibration inputs of logit(Yes) - logit(No)
-
-
-def script_hash() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-
-
-def is_up_to_date(out_dir: Path, digest: str) -> bool:
-    marker = out_dir / MARKER
-    if not marker.is_file():
-        return False
-    try:
-        info = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return False
-    if info.get("builder_sha256") != digest:
-        return False
-    return all((out_dir / name).is_file() for name in info.get("files", []))
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -621,39 +601,16 @@ def build(out_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument(
-        "--force", action="store_true", help="rebuild even when up to date"
-    )
     args = parser.parse_args(argv)
 
     out_dir: Path = args.out_dir.resolve()
-    digest = script_hash()
-    if not args.force and is_up_to_date(out_dir, digest):
-        print(f"tiny VLM in {out_dir} is up to date")
-        return 0
-
     t0 = time.monotonic()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
-    try:
-        stats = build(tmp)
-        files = sorted(p.name for p in tmp.iterdir() if p.is_file())
-        marker = {
-            "builder_sha256": digest,
-            "files": files,
-            "seed": SEED,
-            "calibration": stats,
-        }
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    print(
-        f"built tiny VLM in {out_dir} in {time.monotonic() - t0:.1f} s: {json.dumps(stats)}"
-    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stats = build(out_dir)
+    files = sorted(p.name for p in out_dir.iterdir() if p.is_file())
+    marker = {"files": files, "seed": SEED, "calibration": stats}
+    (out_dir / MARKER).write_text(json.dumps(marker, indent=2))  # last: the build is complete
+    print(f"built tiny VLM in {out_dir} in {time.monotonic() - t0:.1f} s: {json.dumps(stats)}")
     return 0
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
+import json
 import os
-import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+
+from tests.support.tiny_cache import cached_build, resolve_entry_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,13 +34,9 @@ def heads_python() -> Path:
 
 
 def build_tiny_heads(size: str = "tiny") -> Path:
-    """Build (once, cached) the tiny CLIP-family models with the real libraries, offline."""
-    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"heads-{size}"
-    if not (out / "reference.json").exists():
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": python_path()}
-        subprocess.run([str(heads_python()), "-m", "tests.support.tiny_heads", str(out), "--size", size],
-                       check=True, env=env, cwd=ROOT, timeout=600)
-    return out
+    """The tiny CLIP-family models built with the real libraries, offline (cached: tiny_cache)."""
+    return cached_build(f"heads-{size}", python=heads_python(), module="tests.support.tiny_heads",
+                        args=["--size", size], marker="reference.json", timeout=600)
 
 
 def hpsv3_python() -> Path:
@@ -46,9 +44,8 @@ def hpsv3_python() -> Path:
 
 
 def build_tiny_hpsv3() -> Path:
-    """Build (once per version of the builder, cached) the tiny HPSv3 checkpoint, offline."""
-    return _build_cached("hpsv3-tiny", ["tiny_hpsv3.py", "build_tiny_vlm.py"], hpsv3_python(),
-                         "tests.support.tiny_hpsv3", "reference.json")
+    """The tiny HPSv3 checkpoint, offline (cached: tiny_cache)."""
+    return cached_build("hpsv3-tiny", python=hpsv3_python(), module="tests.support.tiny_hpsv3", marker="reference.json")
 
 
 def hpsv3_judge(models: Path, **options) -> dict:
@@ -58,32 +55,29 @@ def hpsv3_judge(models: Path, **options) -> dict:
                                          "base_model": str(models / "base"), **options}}
 
 
-def _build_cached(name: str, sources: list[str], python: Path, module: str, marker: str) -> Path:
-    """Run a tiny-model builder module under `python` once per version of its sources; the
-    result lives in <JG_TEST_CACHE or .cache>/<name>-<digest> and is complete once `marker` exists."""
-    paths = [ROOT / src if "/" in src else ROOT / "tests" / "support" / src for src in sources]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:12]
-    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"{name}-{digest}"
-    if not (out / marker).exists():
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([str(python), "-m", module, str(out)], env=env, cwd=ROOT, timeout=900,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{module} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    return out
-
-
 def build_tiny_videoalign() -> Path:
-    """The tiny VideoAlign checkpoint (ckpt/), its test videos and reference scores, built once."""
-    # The reference scores go through the head's own preprocessing: rebuild when it changes.
-    return _build_cached("videoalign-tiny", ["tiny_videoalign.py", "build_tiny_vlm.py",
-                                             "judge_gateway/heads/videoalign/model.py",
-                                             "judge_gateway/heads/videoalign/config.py"], heads_python(),
-                         "tests.support.tiny_videoalign", "reference.json")
+    """The tiny VideoAlign checkpoint (ckpt/), its test videos and reference scores (cached: tiny_cache;
+    the reference scores go through the head's own preprocessing, whose module is in the digest)."""
+    return cached_build("videoalign-tiny", python=heads_python(), module="tests.support.tiny_videoalign",
+                        marker="reference.json")
+
+
+def videoalign_checkpoint(models: Path) -> Path:
+    """The checkpoint folder with its model_config.json naming the base model by absolute path
+    (the cached one names it relative to the entry), in a folder outside the cache."""
+    dest = Path(tempfile.gettempdir()) / "jg-tiny-resolved" / models.name / "ckpt"
+    resolve_entry_paths(models, "ckpt/model_config.json", dest, ["model_config.model_name_or_path"])
+    return dest
+
+
+def hpsv3_tiny_yaml(models: Path) -> Path:
+    """HPSv3_tiny.yaml naming the tiny base model by absolute path, in a folder outside the cache."""
+    return resolve_entry_paths(models, "HPSv3_tiny.yaml", Path(tempfile.gettempdir()) / "jg-tiny-resolved" / models.name,
+                               ["model_name_or_path"])
 
 
 def videoalign_judge(models: Path, **options) -> dict:
-    return {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(models / "ckpt"),
+    return {"kind": "videoalign", "options": {"python": str(heads_python()), "checkpoint": str(videoalign_checkpoint(models)),
                                               **options}}
 
 
@@ -92,9 +86,9 @@ def geneval_python() -> Path:
 
 
 def build_random_geneval() -> Path:
-    """Mask2Former Swin-S COCO from mmdet's shipped config with random weights, built once."""
-    return _build_cached("geneval", ["tiny_geneval.py"], geneval_python(), "tests.support.tiny_geneval",
-                         "mask2former_random.pth")
+    """Mask2Former Swin-S COCO from mmdet's shipped config with random weights (cached: tiny_cache)."""
+    return cached_build("geneval", python=geneval_python(), module="tests.support.tiny_geneval",
+                        marker="mask2former_random.pth")
 
 
 def geneval_judge(detector: Path, clip_models: Path, **options) -> dict:
@@ -118,6 +112,25 @@ def head_judges(models: Path, **common) -> dict[str, dict]:
         "hpsv2": {"kind": "hpsv2", "options": {**base, "model": "jg-tiny-clip",
                                                "checkpoint": str(models / "openclip.pt"), "model_config_file": cfg}},
     }
+
+
+def imagereward_python() -> Path:
+    return venv_python("JG_IMAGEREWARD_VENV", ".venv-imagereward", "setup_imagereward.sh")
+
+
+def build_tiny_image_reward(size: str = "tiny") -> Path:
+    """The ImageReward test checkpoint, built under .venv-imagereward (cached: tests/support/tiny_cache.py)."""
+    return cached_build(f"image-reward-{size}", python=imagereward_python(), module="tests.support.tiny_image_reward",
+                        args=["--size", size], marker="reference.json")
+
+
+def image_reward_judge(models: Path, **options) -> dict:
+    """A `[judges.*]` entry for the head on a checkpoint of build_tiny_image_reward."""
+    vit = json.loads((models / "vit.json").read_text())
+    return {"kind": "image_reward", "options": {
+        "python": str(imagereward_python()), "checkpoint": str(models / "ImageReward.pt"),
+        "med_config": str(models / "med_config.json"), "tokenizer": str(models / "tokenizer"),
+        **({"vit": vit} if vit else {}), **options}}
 
 
 def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:

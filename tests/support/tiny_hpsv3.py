@@ -5,7 +5,8 @@ Writes to OUT_DIR:
   base/                a tiny Qwen2-VL "base model" (what HPSv3's yaml calls model_name_or_path):
                        config.json + random weights, a small byte-level BPE tokenizer with Qwen's
                        special tokens, chat_template.json, a Qwen2-VL image processor config
-  HPSv3_tiny.yaml      the package's shipped HPSv3_7B.yaml with model_name_or_path -> base/,
+  HPSv3_tiny.yaml      the package's shipped HPSv3_7B.yaml with model_name_or_path -> base/
+                       (written relative to OUT_DIR, like the paths of reference.json),
                        fp32 (torch_dtype float32, bf16 off) and flash-attention off
   HPSv3.safetensors    the reward model's full state dict (backbone with the <|Reward|> token's
                        embedding row, lm_head, the ranknet rm_head) with seeded random weights:
@@ -180,8 +181,9 @@ def build(out: Path) -> dict:
         package = inferencer.reward(paths, PROMPTS).float().tolist()
         lengths = inferencer.prepare_batch(paths, PROMPTS)["attention_mask"].sum(1).tolist()
     ref = {"prompts": PROMPTS, "in_memory": in_memory, "package": package, "token_lengths": lengths,
-           "last_item_tokens": n_tokens, "base": str(base), "config": str(cfg_path),
-           "checkpoint": str(out / "HPSv3.safetensors")}
+           "last_item_tokens": n_tokens, "base": "base", "config": cfg_path.name, "checkpoint": "HPSv3.safetensors"}
+    # cached files record paths relative to the entry (tests/support/tiny_cache.py)
+    cfg_path.write_text(yaml.safe_dump(tiny_yaml(Path("base")), sort_keys=False))
     (out / "reference.json").write_text(json.dumps(ref, indent=2))
     assert all(math.isfinite(v) for row in package for v in row)
     assert len(set(lengths)) > 1, "prompts must differ in length so batches are padded"

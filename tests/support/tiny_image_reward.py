@@ -1,7 +1,7 @@
 """Build a tiny ImageReward checkpoint offline with the `image-reward` package's own classes, in
 the released layout, plus the package's own scores for test pairs.
 
-Run under the ImageReward venv:
+Run under the ImageReward venv (the tests go through heads_env.build_tiny_image_reward, cached):
 `.venv-imagereward/bin/python -m tests.support.tiny_image_reward OUT_DIR [--size tiny|vitl|full]`.
 Sizes: `tiny` (the tests: a tiny vision tower, 8.8 M parameters), `vitl` (the package's own
 ViT-L/16, unpatched, with the small text encoder: the released construction path, 311 M),
@@ -36,15 +36,10 @@ import argparse
 import json
 import os
 import string
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-
-from tests.support.heads_env import venv_python
-
-ROOT = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -60,37 +55,6 @@ PROMPTS = [
 ]
 EXTRA_WORDS = ["photo", "picture", "image", "the", "of", "and", "in", "with", "object", "number", "square",
                "noise", "colourful", "blue", "green", "sky", "sign", "says", "hello", "world"]
-
-
-def imagereward_python() -> Path:
-    return venv_python("JG_IMAGEREWARD_VENV", ".venv-imagereward", "setup_imagereward.sh")
-
-
-def build_tiny_image_reward(size: str = "tiny") -> Path:
-    """Build (once, cached in .cache/) the ImageReward test checkpoint under .venv-imagereward."""
-    out = Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache")) / f"image-reward-{size}"
-    ref = out / "reference.json"
-    if not ref.exists() or json.loads(ref.read_text()).get("builder") != _builder_hash():
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-        subprocess.run([str(imagereward_python()), "-m", "tests.support.tiny_image_reward", str(out),
-                        "--size", size], check=True, env=env, cwd=ROOT, timeout=900)
-    return out
-
-
-def _builder_hash() -> str:
-    """A cached build is rebuilt when this file changes."""
-    import hashlib
-
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-
-
-def image_reward_judge(models: Path, **options) -> dict:
-    """A `[judges.*]` entry for the head on a checkpoint this module built."""
-    vit = json.loads((models / "vit.json").read_text())
-    return {"kind": "image_reward", "options": {
-        "python": str(imagereward_python()), "checkpoint": str(models / "ImageReward.pt"),
-        "med_config": str(models / "med_config.json"), "tokenizer": str(models / "tokenizer"),
-        **({"vit": vit} if vit else {}), **options}}
 
 
 def sample_images() -> list[np.ndarray]:
@@ -177,7 +141,7 @@ def build(out: Path, size: str) -> dict:
     (out / "images").mkdir(exist_ok=True)
     for i, im in enumerate(images):
         Image.fromarray(im).save(out / "images" / f"{i}.png")
-    ref: dict = {"prompts": PROMPTS, "vit": vit, "params": params, "size": size, "builder": _builder_hash()}
+    ref: dict = {"prompts": PROMPTS, "vit": vit, "params": params, "size": size}
     n_images, n_prompts = {"tiny": (len(images), len(PROMPTS)), "vitl": (2, 2), "full": (0, 0)}[size]
     if n_images:
         # The reference: the package's own loader and its own single-pair score function.

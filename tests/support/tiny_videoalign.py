@@ -157,7 +157,8 @@ def build(out: Path) -> dict:
     state["base_model.model.rm_head.weight"] = rm_head.clone()
     ckpt = out / "ckpt"
     (ckpt / f"checkpoint-{STEP}").mkdir(parents=True, exist_ok=True)
-    (ckpt / "model_config.json").write_text(json.dumps(model_config(base), indent=2))
+    # the cached file names the base model relative to the entry (tests/support/tiny_cache.py)
+    (ckpt / "model_config.json").write_text(json.dumps(model_config(base.relative_to(out)), indent=2))
     torch.save(state, ckpt / f"checkpoint-{STEP}" / "model.pth")
 
     # In-memory reference: LoRA un-merged, through forward hooks.

@@ -17,7 +17,6 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_SCRIPT = REPO_ROOT / "scripts" / "start_vllm.sh"
-BUILDER = Path(__file__).resolve().parent / "build_tiny_vlm.py"
 DEFAULT_RUN_DIR = REPO_ROOT / "run" / "vllm-tests"
 
 
@@ -43,23 +42,12 @@ def _offline_env() -> dict[str, str]:
     return env
 
 
-def build_tiny_model(out_dir: str | os.PathLike[str], timeout: float = 300) -> Path:
-    """Build (or reuse, when up to date) the tiny VLM in ``out_dir``; return its path."""
-    out = Path(out_dir).resolve()
-    proc = subprocess.run(
-        [str(vllm_python()), str(BUILDER), str(out)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_offline_env(),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"building the tiny VLM failed (exit {proc.returncode}):\n"
-            f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-        )
-    return out
+def build_tiny_model(timeout: float = 600) -> Path:
+    """The tiny VLM, built in the vLLM venv once per version of its builder (tests/support/tiny_cache.py)."""
+    from tests.support.tiny_cache import cached_build
+
+    return cached_build("tiny-qwen25vl", python=vllm_python(), module="tests.support.build_tiny_vlm",
+                        marker=".tiny_vlm_builder.json", timeout=timeout)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -3,9 +3,15 @@ and the helpers that start servers leave nothing blocked or running behind."""
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from tests.support.redis_server import RedisServer
 
@@ -29,3 +35,128 @@ def test_redis_server_output_goes_to_a_file_not_an_unread_pipe(tmp_path):
     finally:
         server.stop()
     assert "Ready to accept connections" in log
+
+
+# ---- the test layout itself: markers, the bench's imports, one cache rule for tiny models ----
+
+
+def test_everything_outside_tests_unit_carries_the_integration_marker():
+    """`pytest -m "not integration"` is the unit tests: files of the set-up stages that never
+    named the marker themselves (a Redis test, a config test) are deselected too."""
+    files = ["tests/integration/test_store_redis.py", "tests/integration/test_cosmos_rl_config.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", "not integration", *files], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert "no tests collected" in done.stdout and re.search(r"\b(\d+) deselected", done.stdout), done.stdout[-2000:]
+    assert int(re.search(r"\b(\d+) deselected", done.stdout).group(1)) >= 3, done.stdout[-2000:]
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_bench_imports_nothing_from_the_tests():
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m.split(".")[0] == "tests")
+                 for p in (ROOT / "bench").glob("*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_no_tiny_model_is_cached_outside_the_one_rule():
+    """Every tiny-model build goes through tests/support/tiny_cache.py: nothing else names the cache."""
+    others = [p for p in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").glob("*.py")]
+              if p.name != "tiny_cache.py" and p != Path(__file__).resolve()
+              and ("JG_TEST_CACHE" in p.read_text() or '".cache"' in p.read_text())]
+    assert others == []
+
+
+def _fake_builders(root: Path, helper: str = "SCALE = 1\n") -> None:
+    support = root / "tests" / "support"
+    support.mkdir(parents=True)
+    (root / "tests" / "__init__.py").write_text("")
+    (support / "__init__.py").write_text("")
+    (support / "tiny_helper.py").write_text(helper)
+    (support / "tiny_fake.py").write_text(
+        "import sys\nfrom pathlib import Path\n"
+        "def main():\n"
+        "    from tests.support.tiny_helper import SCALE\n"
+        "    out = Path(sys.argv[1])\n"
+        "    (out / 'weights.txt').write_text(str(SCALE) + ' ' + ' '.join(sys.argv[2:]))\n"
+        "    (out / 'runs').mkdir(exist_ok=True)\n"
+        "    with open(out.parent / 'runs.log', 'a') as f:\n"
+        "        f.write('built\\n')\n"
+        "    (out / 'done.json').write_text('{\"model\": \"weights.txt\"}')\n"
+        "main()\n")
+
+
+def test_tiny_models_are_cached_by_a_hash_of_their_builder(tmp_path, monkeypatch):
+    from tests.support import tiny_cache
+
+    root, cache = tmp_path / "repo", tmp_path / "cache"
+    _fake_builders(root)
+    monkeypatch.setattr(tiny_cache, "ROOT", root)
+    monkeypatch.setenv("JG_TEST_CACHE", str(cache))
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.12" / "site-packages" / "torch-2.13.0.dist-info").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    python = venv / "bin" / "python"
+    python.symlink_to(sys.executable)
+    monkeypatch.setenv("PYTHONPATH", str(root))
+
+    def build(*args: str) -> Path:
+        return tiny_cache.cached_build("fake", python=python, module="tests.support.tiny_fake", marker="done.json",
+                                       args=args)
+
+    first = build()
+    assert first.parent == cache and first.name.startswith("fake-") and len(first.name) == len("fake-") + 12
+    assert (first / "weights.txt").read_text().strip() == "1"
+    assert build() == first  # cached: not run again
+    assert (cache / "runs.log").read_text().count("built") == 1
+    # the builder's own source, a tests.support module it imports, its arguments and the venv's versions
+    # each make another entry, built once
+    assert tiny_cache.builder_sources("tests.support.tiny_fake") == [root / "tests/support/tiny_fake.py",
+                                                                      root / "tests/support/tiny_helper.py"]
+    (root / "tests" / "support" / "tiny_helper.py").write_text("SCALE = 2\n")
+    second = build()
+    assert second != first and (second / "weights.txt").read_text().strip() == "2"
+    third = build("--size", "base")
+    assert third not in (first, second) and (third / "weights.txt").read_text() == "2 --size base"
+    (venv / "lib" / "python3.12" / "site-packages" / "torch-2.13.0.dist-info").rename(
+        venv / "lib" / "python3.12" / "site-packages" / "torch-2.14.0.dist-info")
+    fourth = build()
+    assert fourth not in (first, second, third)
+    assert (cache / "runs.log").read_text().count("built") == 4
+    assert sorted(p.name for p in cache.iterdir() if ".tmp-" in p.name) == []  # builds were renamed into place
+
+
+def test_a_failed_build_leaves_no_entry(tmp_path, monkeypatch):
+    from tests.support import tiny_cache
+
+    root, cache = tmp_path / "repo", tmp_path / "cache"
+    _fake_builders(root, helper="raise SystemExit('broken builder')\n")
+    monkeypatch.setattr(tiny_cache, "ROOT", root)
+    monkeypatch.setenv("JG_TEST_CACHE", str(cache))
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    with pytest.raises(RuntimeError, match="broken builder"):
+        tiny_cache.cached_build("fake", python=Path(sys.executable), module="tests.support.tiny_fake",
+                                marker="done.json")
+    assert list(cache.iterdir()) == []
+
+
+def test_a_path_recorded_relative_in_an_entry_resolves_outside_it(tmp_path):
+    from tests.support.tiny_cache import resolve_entry_paths
+
+    entry = tmp_path / "cache" / "model-0123456789ab"
+    (entry / "ckpt" / "checkpoint-1").mkdir(parents=True)
+    (entry / "base").mkdir()
+    (entry / "ckpt" / "model_config.json").write_text(json.dumps({"model_config": {"model_name_or_path": "base"}}))
+    resolved = resolve_entry_paths(entry, "ckpt/model_config.json", tmp_path / "resolved" / "ckpt",
+                                   ["model_config.model_name_or_path"])
+    assert json.loads(resolved.read_text())["model_config"]["model_name_or_path"] == str(entry / "base")
+    assert (resolved.parent / "checkpoint-1").resolve() == entry / "ckpt" / "checkpoint-1"
+    # the cached file itself still says "base": the entry can move
+    assert json.loads((entry / "ckpt" / "model_config.json").read_text())["model_config"]["model_name_or_path"] == "base"

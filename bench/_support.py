@@ -1,0 +1,129 @@
+"""What the benches share, with nothing imported from the tests: the worker venvs' interpreters,
+the tiny models and `[judges.*]` entries on them, bench media, and a CPU vLLM server.
+
+The tiny models come from the repository's tiny-model builders, run as a command
+(`python -m tests.support.tiny_models`, which builds what is missing into the cache once per version
+of a builder), so a bench reuses the models the tests built and never imports a test module.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODELS = "tests.support.tiny_models"  # a command run in a subprocess, not an import
+
+
+def venv_python(env_var: str, default: str, setup_script: str) -> Path:
+    """The interpreter of a worker venv ($env_var, else <repo>/default), or why it is missing."""
+    python = Path(os.environ.get(env_var, ROOT / default)) / "bin" / "python"
+    if not python.exists():
+        raise RuntimeError(f"{python} is missing: run scripts/{setup_script} first")
+    return python
+
+
+def heads_python() -> Path:
+    return venv_python("JG_HEADS_VENV", ".venv-heads", "setup_heads.sh")
+
+
+def python_path() -> str:
+    """The checkout first, then what PYTHONPATH already holds (e.g. wheels unpacked on a GPU box)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
+def _tiny_models(*args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": python_path()}
+    done = subprocess.run([sys.executable, "-m", TINY_MODELS, *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=3600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the tiny model ({' '.join(args)}) failed:\n{done.stderr[-4000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+@functools.cache
+def tiny_model(kind: str, size: str = "tiny") -> Path:
+    """The folder of a tiny model (kinds: vlm, heads, hpsv3, videoalign, geneval, image_reward, wan)."""
+    return Path(_tiny_models("path", kind, "--size", size))
+
+
+@functools.cache
+def _tiny_judge(head: str, size: str) -> str:
+    return _tiny_models("judge", head, "--size", size)
+
+
+def tiny_judge(head: str, size: str = "tiny", **options) -> dict:
+    """A `[judges.*]` entry for a head on its tiny model, with `options` added."""
+    entry = json.loads(_tiny_judge(head, size))
+    entry["options"].update(options)
+    return entry
+
+
+def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:
+    """Black text on white, the way a text-rendering prompt would ideally come out."""
+    im = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(im)
+    draw.text((40, size[1] // 2 - 30), text, fill="black", font=ImageFont.load_default(size=56))
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def moving_square_clip(fps: float, seconds: float = 2.0, h: int = 48, w: int = 64) -> np.ndarray:
+    """A clip whose content is a function of time only (a square moving right)."""
+    n = round(fps * seconds)
+    frames = np.zeros((n, h, w, 3), dtype=np.uint8)
+    yy, xx = np.mgrid[0:h, 0:w]
+    for i in range(n):
+        t = i / fps
+        frames[i, ..., 0] = (40 + 60 * t) % 256
+        frames[i, ..., 2] = (xx * 3) % 256
+        x0 = int(4 + 20 * t)
+        frames[i][(xx >= x0) & (xx < x0 + 12) & (yy >= 18) & (yy < 30)] = (250, 220, int(100 + 50 * t))
+    return frames
+
+
+class CpuVllm:
+    """A CPU vLLM server on the tiny VLM, through scripts/start_vllm.sh (start on enter, stop on exit)."""
+
+    def __init__(self, served_names: list[str], run_dir: str | os.PathLike[str], wait_timeout: int = 240):
+        self.served_names, self.run_dir, self.wait_timeout = served_names, Path(run_dir), wait_timeout
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.name = f"bench-vlm-{self.port}"
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def _script(self, *args: str, timeout: float) -> None:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env.setdefault("JG_VLLM_VENV", str(ROOT / ".venv-vllm"))
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "start_vllm.sh"), *args, "--name", self.name,
+                               "--run-dir", str(self.run_dir)], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if done.returncode != 0:
+            log = self.run_dir / f"{self.name}.log"
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+            raise RuntimeError(f"start_vllm.sh {args[0]} failed:\n{done.stdout}\n{done.stderr}\n{tail}")
+
+    def __enter__(self) -> CpuVllm:  # noqa: PYI034
+        names = [a for n in self.served_names for a in ("--served-model-name", n)]
+        started = time.monotonic()
+        self._script("start", "--cpu", "--model", str(tiny_model("vlm")), "--host", "127.0.0.1",
+                     "--port", str(self.port), "--max-model-len", "4096", "--limit-mm-per-prompt",
+                     '{"image":4,"video":1}', "--wait-timeout", str(self.wait_timeout), *names,
+                     timeout=self.wait_timeout + 60)
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._script("stop", timeout=120)
