@@ -35,6 +35,8 @@ MAX_BACKOFF_S = 30.0
 # A worker that ran this long before it died is "healthy again": its next crash restarts after
 # the first back-off.
 HEALTHY_RUN_S = 30.0
+# A worker's stderr line is kept (logged, quoted in errors) up to this many bytes.
+STDERR_LINE_CHARS = 2000
 
 
 class WorkerError(RuntimeError):
@@ -319,8 +321,14 @@ class WorkerSupervisor:
 
     async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        while line := await proc.stderr.readline():
-            text = line.decode("utf-8", "replace").rstrip()
+        while True:
+            try:
+                line = await proc.stderr.readline()
+            except ValueError:  # a line over the reader's limit (dropped): keep draining stderr
+                line = b"(a stderr line over 1 MiB, dropped)"
+            if not line:
+                return
+            text = line[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip()
             self._stderr_tail.append(text)
             self.log.info("%s worker: %s", self.label, text)
 

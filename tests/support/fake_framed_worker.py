@@ -4,7 +4,8 @@ loads the framing module by its path (no judge_gateway import: it starts in a bl
 
 Handshake: `init` -> `ready` (info: its pid), or `fatal` ("fatal"), or exit 3 before answering
 ("exit"). Requests ({"op", "id"}): "echo" replies with the payload and its length; "sleep" sleeps
-`s` seconds, then replies; "die" exits with code 7 without replying. "shutdown" or the end of
+`s` seconds, then replies; "shout" writes one `n`-byte line to stderr, then replies; "die" exits
+with code 7 without replying. "shutdown" or the end of
 stdin ends it.
 """
 
@@ -43,6 +44,10 @@ def main(mode: str) -> int:
             write_frame(stdout, {"id": header["id"], "ok": True, "n": len(payload)}, payload)
         elif op == "sleep":
             time.sleep(float(header["s"]))
+            write_frame(stdout, {"id": header["id"], "ok": True})
+        elif op == "shout":
+            sys.stderr.write("x" * int(header["n"]) + "\n")
+            sys.stderr.flush()
             write_frame(stdout, {"id": header["id"], "ok": True})
         elif op == "die":
             os._exit(7)

@@ -82,6 +82,25 @@ async def test_a_worker_that_dies_mid_request_fails_it_and_the_next_request_is_s
         await sup.aclose()
 
 
+async def test_a_stderr_line_over_the_reader_limit_neither_stops_supervision_nor_hangs_requests():
+    """A worker's stderr line longer than the reader's 1 MiB line limit (a library dumping a
+    tensor, a traceback of a huge prompt) used to end the stderr pump with ValueError: the
+    worker's next death then skipped failing its in-flight requests (they hung) and stderr was
+    no longer drained."""
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        assert (await sup.request({"op": "shout", "n": 3 * 1024 * 1024}))[0]["ok"] is True
+        assert (await sup.request({"op": "shout", "n": 10}))[0]["ok"] is True  # still drained
+        with pytest.raises(WorkerError, match=r"in flight \(worker exited with code 7; last stderr: ") as err:
+            await asyncio.wait_for(sup.request({"op": "die"}), 10)
+        assert "a stderr line over 1 MiB, dropped" in str(err.value) and len(str(err.value)) < 8000
+        await asyncio.wait_for(sup.wait_ready(), 20)
+        assert sup.restarts == 1 and (await sup.request({"op": "echo"}, b"ok"))[1] == b"ok"
+    finally:
+        await sup.aclose()
+
+
 async def test_a_request_past_its_timeout_kills_the_stuck_worker_which_restarts():
     sup = FakeSupervisor()
     try:
