@@ -71,16 +71,19 @@ class _GpuTimer:
     (a no-op off CUDA): what the worker's forward costs on the GPU, apart from its host waits."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) \
             if device.type == "cuda" else None
 
     def start(self) -> None:
         if self._events:
-            self._events[0].record()
+            # The head's device's stream: a bare record() would use the current device's (cuda:0
+            # for a head on cuda:1), timing nothing and opening a context on that other GPU.
+            self._events[0].record(torch.cuda.current_stream(self.device))
 
     def stop(self) -> None:
         if self._events:
-            self._events[1].record()
+            self._events[1].record(torch.cuda.current_stream(self.device))
 
     def elapsed_s(self) -> float:
         if not self._events:
