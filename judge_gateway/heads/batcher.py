@@ -5,9 +5,9 @@ The batcher takes the first job, then keeps collecting until it holds `max_batch
 `max_wait_ms` has passed since the first one, runs the model in slices of at most
 `max_batch_size` items, and hands every job its own outputs.
 
-Two stages: a head may split its work into `prepare` (CPU preprocessing: decode, resize,
-normalise; thread-safe, touches no model state) and `infer(images, prompts, prepared)` (the
-forward pass). `stage(jobs)` runs the first, `run(jobs, staged)` the second, so the worker can
+Two stages: a head may split its work into `prepare` (preprocessing: resize, normalise; the
+CLIP family also its prompts' text rows; safe to run beside a forward on another thread) and
+`infer(images, prompts, prepared)` (the forward pass). `stage(jobs)` runs the first, `run(jobs, staged)` the second, so the worker can
 prepare batch k+1 on another thread while batch k runs on the device (worker.py).
 """
 
