@@ -74,7 +74,9 @@ def judge_identity(cfg: GatewayConfig, judge: str) -> tuple[str, str]:
     if jcfg.backend and jcfg.backend in cfg.backends:
         model = cfg.backends[jcfg.backend].model
     else:
-        model = str(getattr(jcfg.options, "model", None) or jcfg.kind)
+        # As written in the config (a kind's default model is not filled in): cache files keyed
+        # before options were typed keep matching.
+        model = str(jcfg.options.model_dump(exclude_unset=True).get("model") or jcfg.kind)
     return sha, model
 
 

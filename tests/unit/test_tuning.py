@@ -326,3 +326,12 @@ def test_accuracy_with_and_without_ties():
     assert np.isnan(inv[0])
     ps = PairSet(np.zeros((1, 2)), np.zeros((1, 2)), ["a"])
     assert len(ps) == 1
+
+
+def test_a_head_judges_cache_identity_is_its_written_model_else_its_kind():
+    """The cache key's model of a judge without a backend: `options.model` as the config wrote it,
+    else the kind (the kind's default model is not filled in, so cache files written before the
+    options were typed keep matching)."""
+    cfg = validate_config({"judges": {"c": {"kind": "clip"}, "h": {"kind": "hpsv2"},
+                                      "p": {"kind": "pickscore", "options": {"model": "my/pickscore"}}}})
+    assert [judge_identity(cfg, n) for n in ("c", "h", "p")] == [("-", "clip"), ("-", "hpsv2"), ("-", "my/pickscore")]
