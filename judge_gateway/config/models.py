@@ -239,6 +239,8 @@ class JudgeConfig(_Strict):
         spec = KINDS.get(info.data.get("kind", ""))
         if spec is None:
             return options  # the kind's own error says why
+        if not isinstance(options, (dict, spec.options)):  # the TOML's text, not the model's name
+            raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
         return spec.options.model_validate(options)
 
     @field_serializer("options")

@@ -126,6 +126,14 @@ def test_load_errors_keep_their_text():
                                                  "options": {"top_logprobs": 50}}}})
 
 
+def test_options_that_are_not_a_table_say_so_as_before():
+    """Not the options model's class name ("... or instance of ClipOptions"): the TOML has tables."""
+    for options in ("fast", 3, ["a"]):
+        with pytest.raises(ConfigError) as err:
+            validate_config({"judges": {"c": {"kind": "clip", "options": options}}})
+        assert str(err.value) == "<config>: judges.c.options: Input should be a valid dictionary"
+
+
 def test_the_dumped_config_has_the_options_as_written():
     """Run folders record the dumped config and compare it on resume; Ray ships it to replicas."""
     data = {**VLM, "judges": {
