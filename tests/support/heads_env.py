@@ -5,13 +5,12 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tests.support.tiny_cache import cached_build, resolve_entry_paths
+from tests.support.tiny_cache import cached_build, resolve_entry_paths, resolved_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,15 +64,14 @@ def build_tiny_videoalign() -> Path:
 def videoalign_checkpoint(models: Path) -> Path:
     """The checkpoint folder with its model_config.json naming the base model by absolute path
     (the cached one names it relative to the entry), in a folder outside the cache."""
-    dest = Path(tempfile.gettempdir()) / "jg-tiny-resolved" / models.name / "ckpt"
+    dest = resolved_dir(models) / "ckpt"
     resolve_entry_paths(models, "ckpt/model_config.json", dest, ["model_config.model_name_or_path"])
     return dest
 
 
 def hpsv3_tiny_yaml(models: Path) -> Path:
     """HPSv3_tiny.yaml naming the tiny base model by absolute path, in a folder outside the cache."""
-    return resolve_entry_paths(models, "HPSv3_tiny.yaml", Path(tempfile.gettempdir()) / "jg-tiny-resolved" / models.name,
-                               ["model_name_or_path"])
+    return resolve_entry_paths(models, "HPSv3_tiny.yaml", resolved_dir(models), ["model_name_or_path"])
 
 
 def videoalign_judge(models: Path, **options) -> dict:

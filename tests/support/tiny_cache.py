@@ -114,6 +114,27 @@ def relative_to_entry(path: Path, entry: Path) -> str:
     return Path(path).relative_to(entry).as_posix()
 
 
+def resolved_dir(entry: Path) -> Path:
+    """Where resolve_entry_paths puts an entry's resolved files: outside the cache, one folder per
+    entry *location* (two checkouts cache the same `<name>-<digest>`; a folder named by that alone
+    would link one checkout's tests into the other's cache, and break when that one is removed)."""
+    import tempfile
+
+    where = hashlib.sha256(str(Path(entry).resolve()).encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / "jg-tiny-resolved" / f"{Path(entry).name}-{where}"
+
+
+def _link(link: Path, target: Path) -> None:
+    """`link` -> `target`, replacing a link that points elsewhere or dangles; atomic (a rename), so
+    concurrent sessions never see a missing link."""
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
 def resolve_entry_paths(entry: Path, relpath: str, dest: Path, keys: Iterable[str]) -> Path:
     """A copy of the entry's JSON / YAML file `relpath` at `dest`, with the values under `keys`
     (dotted: "model_config.model_name_or_path") made absolute against the entry, for libraries
@@ -125,8 +146,8 @@ def resolve_entry_paths(entry: Path, relpath: str, dest: Path, keys: Iterable[st
     src = entry / relpath
     dest.mkdir(parents=True, exist_ok=True)
     for sibling in src.parent.iterdir():
-        if sibling.name != src.name and not (dest / sibling.name).exists():
-            (dest / sibling.name).symlink_to(sibling.resolve())
+        if sibling.name != src.name:
+            _link(dest / sibling.name, sibling.resolve())
     is_json = src.suffix == ".json"
     data = json.loads(src.read_text()) if is_json else yaml.safe_load(src.read_text())
     for key in keys:
@@ -136,5 +157,7 @@ def resolve_entry_paths(entry: Path, relpath: str, dest: Path, keys: Iterable[st
             node = node[part]
         node[leaf] = str((entry / node[leaf]).resolve())
     out = dest / src.name
-    out.write_text(json.dumps(data, indent=2) if is_json else yaml.safe_dump(data, sort_keys=False))
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # written whole, then renamed: readers never see half
+    tmp.write_text(json.dumps(data, indent=2) if is_json else yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, out)
     return out

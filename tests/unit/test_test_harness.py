@@ -160,3 +160,49 @@ def test_a_path_recorded_relative_in_an_entry_resolves_outside_it(tmp_path):
     assert (resolved.parent / "checkpoint-1").resolve() == entry / "ckpt" / "checkpoint-1"
     # the cached file itself still says "base": the entry can move
     assert json.loads((entry / "ckpt" / "model_config.json").read_text())["model_config"]["model_name_or_path"] == "base"
+
+
+def _fake_videoalign_entry(root: Path) -> Path:
+    """An entry as the cache holds it: a checkpoint whose config names the base model relative."""
+    entry = root / ".cache" / "videoalign-tiny-0123456789ab"
+    (entry / "ckpt" / "checkpoint-7").mkdir(parents=True)
+    (entry / "ckpt" / "checkpoint-7" / "weights.bin").write_bytes(root.name.encode())
+    (entry / "base").mkdir()
+    (entry / "ckpt" / "model_config.json").write_text(json.dumps({"model_config": {"model_name_or_path": "base"}}))
+    return entry
+
+
+def test_two_checkouts_resolved_entries_never_share_links(tmp_path, monkeypatch):
+    """Two checkouts (a worktree and a clean clone) cache the same builder under the same
+    `<name>-<digest>`: each one's resolved checkpoint links into its own entry, and removing one
+    checkout leaves the other's working (the links once pointed into whichever came first)."""
+    import shutil
+    import tempfile
+
+    from tests.support import heads_env
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    first, second = _fake_videoalign_entry(tmp_path / "wt-a"), _fake_videoalign_entry(tmp_path / "wt-b")
+    ckpt_first = heads_env.videoalign_checkpoint(first)
+    ckpt_second = heads_env.videoalign_checkpoint(second)
+    assert ckpt_first != ckpt_second
+    assert (ckpt_second / "checkpoint-7").resolve() == second / "ckpt" / "checkpoint-7"
+    assert json.loads((ckpt_second / "model_config.json").read_text())["model_config"]["model_name_or_path"] == \
+        str(second / "base")
+    shutil.rmtree(tmp_path / "wt-a")
+    again = heads_env.videoalign_checkpoint(second)
+    assert (again / "checkpoint-7" / "weights.bin").read_bytes() == b"wt-b"
+
+
+def test_a_dangling_link_in_a_resolved_folder_is_pointed_at_the_entry(tmp_path):
+    """A resolved folder whose links dangle (their entry was removed or moved) is repaired, not a
+    FileExistsError from creating the link again."""
+    from tests.support.tiny_cache import resolve_entry_paths
+
+    entry = _fake_videoalign_entry(tmp_path / "wt")
+    dest = tmp_path / "resolved" / "ckpt"
+    dest.mkdir(parents=True)
+    (dest / "checkpoint-7").symlink_to(tmp_path / "gone" / "checkpoint-7")  # dangling
+    resolved = resolve_entry_paths(entry, "ckpt/model_config.json", dest, ["model_config.model_name_or_path"])
+    assert (resolved.parent / "checkpoint-7" / "weights.bin").read_bytes() == b"wt"
