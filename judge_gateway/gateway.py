@@ -160,7 +160,13 @@ class Gateway:
         return [j.info(*ready.get(name, (None, None))) for name, j in self.judges.items()]
 
     async def aclose(self) -> None:
-        for judge in self.judges.values():
-            await judge.aclose()
+        """Close every judge side by side (a head worker takes seconds to exit: its interpreter
+        tears torch down), then the backend pools; a judge that fails to close does not keep the
+        others open, and its error is raised once everything is closed."""
+        results = await asyncio.gather(*(judge.aclose() for judge in self.judges.values()),
+                                       return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]

@@ -21,7 +21,6 @@ from judge_gateway.config import load_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import HEADERS, enqueue_body, poll
-from tests.support.gateways import close_gateway
 from tests.support.heads_env import text_image_png
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,4 +88,4 @@ async def test_serving_the_cosmos_rl_config_here_reports_why_each_judge_is_not_r
             assert body["scores"]["ocr_reward"] == [1.0]
     finally:
         await app.state.cosmos_rl.aclose()
-        await close_gateway(gw)
+        await gw.aclose()

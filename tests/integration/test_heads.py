@@ -16,7 +16,6 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.gateways import close_gateway
 from tests.support.heads_env import (
     build_tiny_heads,
     head_judges,
@@ -69,7 +68,7 @@ async def gw(models, vllm):
     try:
         yield gateway
     finally:
-        await close_gateway(gateway)
+        await gateway.aclose()
 
 
 def request(prompts_images, judges) -> RewardRequest:

@@ -13,7 +13,6 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest
-from tests.support.gateways import close_gateway
 from tests.support.heads_env import (
     ROOT,
     build_tiny_heads,
@@ -114,4 +113,4 @@ async def test_both_modes_through_the_gateway_say_which_ran(models):
         assert stats["preprocess_pids"] and worker_pid not in stats["preprocess_pids"]
         assert (await gw.judges["pickscore_device"].worker.stats())["preprocess_pids"] == []
     finally:
-        await close_gateway(gw)
+        await gw.aclose()

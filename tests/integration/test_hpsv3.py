@@ -23,7 +23,6 @@ from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import enqueue_body, headers, poll
-from tests.support.gateways import close_gateway
 from tests.support.heads_env import (
     build_tiny_hpsv3,
     hpsv3_judge,
@@ -73,7 +72,7 @@ async def gw(tiny):
     try:
         yield gateway
     finally:
-        await close_gateway(gateway)
+        await gateway.aclose()
 
 
 def _samples(prompts, images):

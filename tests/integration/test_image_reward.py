@@ -17,7 +17,6 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest, RewardResponse
-from tests.support.gateways import close_gateway
 from tests.support.heads_env import (
     build_tiny_image_reward,
     image_reward_judge,
@@ -61,7 +60,7 @@ async def gw(models):
     try:
         yield gateway
     finally:
-        await close_gateway(gateway)
+        await gateway.aclose()
 
 
 def request(pairs, judges) -> RewardRequest:

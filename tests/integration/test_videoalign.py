@@ -13,7 +13,6 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest
-from tests.support.gateways import close_gateway
 from tests.support.heads_env import (
     build_tiny_videoalign,
     heads_python,
@@ -41,7 +40,7 @@ async def gw(tiny):
     try:
         yield gateway
     finally:
-        await close_gateway(gateway)
+        await gateway.aclose()
 
 
 def _videos(tiny):

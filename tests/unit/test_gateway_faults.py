@@ -136,3 +136,35 @@ async def test_each_medium_is_encoded_once_per_request(fake_backend, monkeypatch
     assert len(caches) == 1
     assert caches[0].encodes == 3  # three distinct images, each encoded once
     assert caches[0].hits == 12 - 3
+
+
+class _ClosingJudge:
+    """A judge whose aclose waits until every judge of the gateway has begun closing: closed one
+    after another, the first would wait for ever."""
+
+    def __init__(self, name: str, began: list[str], everyone: int, fail: bool = False) -> None:
+        self.name, self.began, self.everyone, self.fail = name, began, everyone, fail
+        self.closed = False
+
+    async def aclose(self) -> None:
+        import asyncio
+
+        self.began.append(self.name)
+        while len(self.began) < self.everyone:
+            await asyncio.sleep(0.01)
+        self.closed = True
+        if self.fail:
+            raise RuntimeError(f"{self.name} could not close")
+
+
+async def test_aclose_closes_the_judges_side_by_side_and_all_of_them_when_one_fails(fake_backend):
+    import asyncio
+
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    began: list[str] = []
+    judges = {n: _ClosingJudge(n, began, 3, fail=(n == "b")) for n in ("a", "b", "c")}
+    await gw.aclose()  # its own judges first
+    gw.judges = judges
+    with pytest.raises(RuntimeError, match="b could not close"):
+        await asyncio.wait_for(gw.aclose(), 10)
+    assert sorted(began) == ["a", "b", "c"] and all(j.closed for j in judges.values())
