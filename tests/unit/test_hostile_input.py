@@ -32,6 +32,7 @@ from judge_gateway.server.cosmos_rl.tensors import (
     load_npy,
 )
 from tests.support.fake_openai import free_port
+from tests.support.health import wait_healthy
 from tests.support.hostile_media import png_declaring, torch_zip_with_deflated_pickle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -365,16 +366,7 @@ max_headers = 100
                              "--log-level", "warning"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, 60)
         yield port
     finally:
         proc.terminate()
