@@ -25,6 +25,10 @@ SERVED_NAMES = [
 # (xgrammar ignores the per-request flag); regex constraints are unaffected.
 STRUCTURED_OUTPUTS_ARGS = ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
 
+# The tiny model's whole max_position_embeddings: test_cancel_vllm abandons a 30000-token reply.
+# Every judge request caps its reply (templates' max_tokens), so no other test runs longer for it.
+MAX_MODEL_LEN = 32768
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
@@ -34,7 +38,7 @@ def tiny_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def vllm(tiny_model_dir, tmp_path_factory):
     server = start_cpu_vllm(tiny_model_dir, SERVED_NAMES, run_dir=tmp_path_factory.mktemp("vllm-run"),
-                            extra_args=STRUCTURED_OUTPUTS_ARGS)
+                            max_model_len=MAX_MODEL_LEN, extra_args=STRUCTURED_OUTPUTS_ARGS)
     try:
         yield server
     finally:
