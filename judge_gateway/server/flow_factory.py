@@ -191,7 +191,7 @@ class FlowFactoryService:
         return 200, {"rewards": rewards, "valid": flags}
 
 
-def flow_factory_of(request: Request) -> FlowFactoryService:
+async def flow_factory_of(request: Request) -> FlowFactoryService:
     return request.app.state.flow_factory
 
 

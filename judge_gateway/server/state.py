@@ -1,6 +1,8 @@
 """What the app factory keeps on `app.state` for every router, and the FastAPI dependencies routes
 read it by: routes are plain functions on routers, never closures over the app's objects. (Each
-protocol's own service is read the same way, by a dependency beside its routes.)"""
+protocol's own service is read the same way, by a dependency beside its routes.) The dependencies
+are `async def`: FastAPI runs a plain `def` one on its thread pool, a hop per request on the
+pool that parses request bodies."""
 
 from __future__ import annotations
 
@@ -12,11 +14,11 @@ from ..gateway import Gateway
 from .admission import Admission
 
 
-def gateway_of(request: Request) -> Gateway:
+async def gateway_of(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-def admission_of(request: Request) -> Admission:
+async def admission_of(request: Request) -> Admission:
     return request.app.state.admission
 
 

@@ -8,6 +8,7 @@ test_admission, test_disconnect); these check the structure that keeps it in one
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import httpx
@@ -54,6 +55,23 @@ def test_every_protocol_is_an_api_router():
         "/api/reward/ping", "/api/reward/enqueue", "/api/reward/pull", "/api/reward/latent_attr"}
     assert {r.path for r in flow_factory.router.routes} == {
         "/{profile}/health", "/{profile}/compute", "/{profile}/load", "/{profile}/offload"}
+
+
+def test_route_dependencies_run_on_the_event_loop():
+    """A plain `def` dependency runs on FastAPI's thread pool (the one that parses request bodies):
+    a thread hop per request, and a probe queued behind body parsing. Every route's are async."""
+    def dependencies(dependant):
+        for sub in dependant.dependencies:
+            yield sub
+            yield from dependencies(sub)
+
+    checked = 0
+    for router in (native.router, flow_factory.router, cosmos_rl.router):
+        for route in router.routes:
+            for dep in dependencies(route.dependant):
+                assert inspect.iscoroutinefunction(dep.call), (route.path, dep.call)
+                checked += 1
+    assert checked >= 10  # the gateway, admission and both protocols' services are dependencies
 
 
 async def test_two_apps_in_one_process_each_serve_their_own_state():

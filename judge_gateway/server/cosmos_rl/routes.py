@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 MAX_FORM_FIELDS = 64  # pull and ping forms carry two
 
 
-def cosmos_rl_of(request: Request) -> CosmosRLService:
+async def cosmos_rl_of(request: Request) -> CosmosRLService:
     return request.app.state.cosmos_rl
 
 
