@@ -167,6 +167,8 @@ class Gateway:
                                        return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
-        errors = [r for r in results if isinstance(r, BaseException)]
+        errors = [(name, r) for name, r in zip(self.judges, results) if isinstance(r, BaseException)]
+        for name, err in errors[1:]:  # only the first is raised: the others are not lost
+            log.error("judge %s failed to close: %r", name, err)
         if errors:
-            raise errors[0]
+            raise errors[0][1]

@@ -1,4 +1,4 @@
-"""HTTP service: the native API (and, later, the protocol adapters) over one Gateway."""
+"""HTTP service: the native API and the protocol adapters (cosmos-rl, Flow-Factory) over one Gateway."""
 
 from .app import create_app
 

@@ -168,3 +168,18 @@ async def test_aclose_closes_the_judges_side_by_side_and_all_of_them_when_one_fa
     with pytest.raises(RuntimeError, match="b could not close"):
         await asyncio.wait_for(gw.aclose(), 10)
     assert sorted(began) == ["a", "b", "c"] and all(j.closed for j in judges.values())
+
+
+async def test_aclose_raises_the_first_close_error_and_logs_the_others(fake_backend, caplog):
+    import asyncio
+
+    gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
+    began: list[str] = []
+    judges = {n: _ClosingJudge(n, began, 3, fail=(n != "a")) for n in ("a", "b", "c")}
+    await gw.aclose()
+    gw.judges = judges
+    with caplog.at_level("ERROR", logger="judge_gateway.gateway"), \
+            pytest.raises(RuntimeError, match="b could not close"):
+        await asyncio.wait_for(gw.aclose(), 10)
+    logged = [r.getMessage() for r in caplog.records if r.name == "judge_gateway.gateway"]
+    assert logged == ["judge c failed to close: RuntimeError('c could not close')"], logged

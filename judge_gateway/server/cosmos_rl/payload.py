@@ -17,7 +17,7 @@ import numpy as np
 from ...gateway import Gateway
 from ...json_body import JSONBodyError, parse_json
 from ...latents import TorchWorker, TorchWorkerError
-from ...media import ImageMedia, MediaError, VideoMedia
+from ...media import MAX_FPS, ImageMedia, MediaError, VideoMedia
 from ...config import (
     WAN_CHANNELS,
     WAN_NAMES,
@@ -296,8 +296,9 @@ def _video_fps(i: int, info: dict[str, Any]) -> float:
     if not values:
         raise PayloadError(f"video_infos[{i}] needs `video_fps` (or `fps`): the frame rate of the video")
     for key, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1000):
-            raise PayloadError(f"video_infos[{i}].{key} must be a number in (0, 1000], got {v!r}")
+        # The media's own bound: a rate accepted here must not fail after the uuid is given.
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= MAX_FPS):
+            raise PayloadError(f"video_infos[{i}].{key} must be a number in (0, {MAX_FPS:g}], got {v!r}")
     if len(values) == 2 and float(values["video_fps"]) != float(values["fps"]):
         raise PayloadError(f"video_infos[{i}] has video_fps = {values['video_fps']} and fps = {values['fps']}: "
                            "which is it?")
