@@ -1,4 +1,5 @@
-"""Test helpers for the local heads: the heads venv, tiny models built there, rendered text."""
+"""Test helpers for the worker venvs (heads, hpsv3, geneval, imagereward, latents): their interpreters,
+the tiny models built there, rendered text."""
 
 from __future__ import annotations
 
@@ -129,6 +130,16 @@ def image_reward_judge(models: Path, **options) -> dict:
         "python": str(imagereward_python()), "checkpoint": str(models / "ImageReward.pt"),
         "med_config": str(models / "med_config.json"), "tokenizer": str(models / "tokenizer"),
         **({"vit": vit} if vit else {}), **options}}
+
+
+def latents_python() -> Path:
+    return venv_python("JG_LATENTS_VENV", ".venv-latents", "setup_latents.sh")
+
+
+def build_tiny_wan() -> Path:
+    """The tiny Wan VAEs (Wan2.1 and Wan2.2 layouts) and cosmos-rl's statistics (cached: tiny_cache)."""
+    return cached_build("wan-vae-tiny", python=latents_python(), module="tests.support.tiny_wan",
+                        marker="video_mean_std.pt", timeout=600)
 
 
 def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:

@@ -74,6 +74,31 @@ def test_no_tiny_model_is_cached_outside_the_one_rule():
     assert others == []
 
 
+def _cached_builder_modules() -> set[str]:
+    """The `module=` of every cached_build call in tests/support (the builders the cache runs)."""
+    found = set()
+    for path in (ROOT / "tests" / "support").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "cached_build":
+                found.update(kw.value.value for kw in node.keywords
+                             if kw.arg == "module" and isinstance(kw.value, ast.Constant))
+    return found
+
+
+def test_no_builders_hash_holds_the_cache_or_its_wrapper():
+    """A builder's digest covers the modules it imports: one whose `build_tiny_*` wrapper sat in the
+    builder module hashed tiny_cache.py (and rebuilt on every cache-rule edit). Wrappers live in
+    heads_env / vllm_server, outside the builders."""
+    from tests.support.tiny_cache import builder_sources
+
+    builders = _cached_builder_modules()
+    assert "tests.support.tiny_wan" in builders and "tests.support.tiny_heads" in builders, builders
+    wrappers = {ROOT / "tests/support/tiny_cache.py", ROOT / "tests/support/heads_env.py",
+                ROOT / "tests/support/vllm_server.py"}
+    assert {m: sorted(p.name for p in wrappers & set(builder_sources(m))) for m in builders
+            if wrappers & set(builder_sources(m))} == {}
+
+
 def _fake_builders(root: Path, helper: str = "SCALE = 1\n") -> None:
     support = root / "tests" / "support"
     support.mkdir(parents=True)
