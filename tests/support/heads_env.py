@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,14 @@ def venv_python(env_var: str, default: str, setup_script: str) -> Path:
     if not python.exists():
         raise RuntimeError(f"{python} is missing: run scripts/{setup_script} first")
     return python
+
+
+def installed(python: Callable[[], Path]) -> Path | None:
+    """`python()` (e.g. heads_python), or None where its venv is missing: a unit test skips then."""
+    try:
+        return python()
+    except RuntimeError:
+        return None
 
 
 def python_path() -> str:

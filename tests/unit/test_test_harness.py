@@ -74,6 +74,14 @@ def test_no_tiny_model_is_cached_outside_the_one_rule():
     assert others == []
 
 
+def test_no_test_names_a_worker_venv_itself():
+    """A worker venv's interpreter comes from heads_env (venv_python: $JG_*_VENV, else .venv-*) or
+    vllm_server: a test that joins the default path itself ignores the override."""
+    others = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")
+              if p.name not in ("heads_env.py", "vllm_server.py") and re.search(r'/ "\.venv', p.read_text())]
+    assert others == []
+
+
 def _cached_builder_modules() -> set[str]:
     """The `module=` of every cached_build call in tests/support (the builders the cache runs)."""
     found = set()
