@@ -12,7 +12,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tests.support.tiny_cache import cached_build, resolve_entry_paths, resolved_dir
+from tests.support.tiny_cache import (
+    cached_build,
+    python_path,  # noqa: F401  (re-exported: a worker's PYTHONPATH)
+    resolve_entry_paths,
+    resolved_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,11 +36,6 @@ def installed(python: Callable[[], Path]) -> Path | None:
         return python()
     except RuntimeError:
         return None
-
-
-def python_path() -> str:
-    """The checkout first, then what PYTHONPATH already holds (e.g. wheels unpacked on a GPU box)."""
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 
 def heads_python() -> Path:
