@@ -37,7 +37,7 @@ def test_redis_server_output_goes_to_a_file_not_an_unread_pipe(tmp_path):
     assert "Ready to accept connections" in log
 
 
-# ---- the test layout itself: markers, the bench's imports, one cache rule for tiny models ----
+# ---- the test layout itself: markers, one cache rule for tiny models (the bench's imports: test_import_rules) ----
 
 
 def test_everything_outside_tests_unit_carries_the_integration_marker():
@@ -48,22 +48,6 @@ def test_everything_outside_tests_unit_carries_the_integration_marker():
                            "-m", "not integration", *files], cwd=ROOT, capture_output=True, text=True, check=False)
     assert "no tests collected" in done.stdout and re.search(r"\b(\d+) deselected", done.stdout), done.stdout[-2000:]
     assert int(re.search(r"\b(\d+) deselected", done.stdout).group(1)) >= 3, done.stdout[-2000:]
-
-
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
-
-
-def test_the_bench_imports_nothing_from_the_tests():
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m.split(".")[0] == "tests")
-                 for p in (ROOT / "bench").glob("*.py")}
-    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_no_tiny_model_is_cached_outside_the_one_rule():
