@@ -146,14 +146,14 @@ def resolve_entry_paths(entry: Path, relpath: str, dest: Path, keys: Iterable[st
     that read a path from the file. Other files of the entry are linked beside it."""
     import json
 
-    import yaml
-
     src = entry / relpath
     dest.mkdir(parents=True, exist_ok=True)
     for sibling in src.parent.iterdir():
         if sibling.name != src.name:
             _link(dest / sibling.name, sibling.resolve())
     is_json = src.suffix == ".json"
+    if not is_json:
+        import yaml  # only for YAML: PyYAML is not declared for .venv (it comes with the ocr extra)
     data = json.loads(src.read_text()) if is_json else yaml.safe_load(src.read_text())
     for key in keys:
         node = data

@@ -179,6 +179,18 @@ def test_a_path_recorded_relative_in_an_entry_resolves_outside_it(tmp_path):
     assert json.loads((entry / "ckpt" / "model_config.json").read_text())["model_config"]["model_name_or_path"] == "base"
 
 
+def test_a_json_entry_resolves_without_pyyaml(tmp_path, monkeypatch):
+    """PyYAML is not declared for .venv: only a YAML file needs it."""
+    from tests.support.tiny_cache import resolve_entry_paths
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` raises ImportError
+    entry = tmp_path / "cache" / "model-0123456789ab"
+    (entry / "base").mkdir(parents=True)
+    (entry / "config.json").write_text(json.dumps({"model_name_or_path": "base"}))
+    resolved = resolve_entry_paths(entry, "config.json", tmp_path / "resolved", ["model_name_or_path"])
+    assert json.loads(resolved.read_text())["model_name_or_path"] == str(entry / "base")
+
+
 def _fake_videoalign_entry(root: Path) -> Path:
     """An entry as the cache holds it: a checkpoint whose config names the base model relative."""
     entry = root / ".cache" / "videoalign-tiny-0123456789ab"
