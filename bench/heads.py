@@ -338,7 +338,6 @@ async def main() -> int:
                 base = base or rate
                 limit = ""
                 if head in CLIP_FAMILY and args.bare == "on":
-                    assert models is not None
                     if (head, batch) not in bare:  # every batch size of this head, one model load
                         wanted = ((batches if "single" in loads else [])
                                   + (grpo_batches if {"grpo", "stream"} & set(loads) else []))

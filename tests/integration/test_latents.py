@@ -15,10 +15,7 @@ import pytest
 
 from judge_gateway.latents import TorchWorker, TorchWorkerError
 from judge_gateway.config import LatentDecoderConfig
-from tests.support.tiny_wan import build_tiny_wan
-
-ROOT = Path(__file__).resolve().parents[2]
-LATENTS_PY = Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"
+from tests.support.heads_env import build_tiny_wan, latents_python
 
 # The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
 # decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
@@ -47,8 +44,7 @@ for vae_dir, z_path, out_path, stats_dir in json.loads(sys.argv[1]):  # one proc
 
 
 def _run(script: str, *args: str) -> None:
-    assert LATENTS_PY.exists(), "run scripts/setup_latents.sh (the torch worker venv)"
-    proc = subprocess.run([str(LATENTS_PY), "-c", script, *args], check=False, capture_output=True, text=True,
+    proc = subprocess.run([str(latents_python()), "-c", script, *args], check=False, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -79,7 +75,7 @@ def _close(got: np.ndarray, want: np.ndarray) -> None:
 
 
 async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path):
-    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "batch_size": 2,
+    cfg = LatentDecoderConfig.model_validate({"python": str(latents_python()), "batch_size": 2,
                                               "wan2_1": {"checkpoint": str(models / "wan21")},
                                               "wan2_2": {"checkpoint": str(models / "wan22")}})
     worker = TorchWorker(cfg)
@@ -103,7 +99,7 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
 
 
 async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(models, tmp_path):
-    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "to_uint8": "round", "wan2_1": {
+    cfg = LatentDecoderConfig.model_validate({"python": str(latents_python()), "to_uint8": "round", "wan2_1": {
         "checkpoint": str(models / "wan21"), "load_mean_std": True,
         "images_mean_std": str(models / "images_mean_std.pt"), "video_mean_std": str(models / "video_mean_std.pt")}})
     worker = TorchWorker(cfg)
@@ -127,7 +123,7 @@ async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(model
 
 
 async def test_a_decoder_that_cannot_load_says_why_and_is_remembered(models, monkeypatch):
-    cfg = LatentDecoderConfig.model_validate({"python": str(LATENTS_PY), "retry_failed_load_s": 60,
+    cfg = LatentDecoderConfig.model_validate({"python": str(latents_python()), "retry_failed_load_s": 60,
                                               "wan2_1": {"checkpoint": str(models / "wan22")},  # 48 channels
                                               "wan2_2": {"checkpoint": "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
                                                          "subfolder": "vae"}})

@@ -24,16 +24,14 @@ from judge_gateway.config import LatentDecoderConfig
 from judge_gateway.store import RedisStore
 from tests.support.cosmos_client import enqueue_body, poll
 from tests.support.fake_openai import free_port
+from tests.support.heads_env import build_tiny_wan, latents_python
 from tests.support.protocol_clients import ff_payload, pil_images
 from tests.support.real_vllm_config import FINAL_REGEX, real_config
 from tests.support.redis_server import RedisServer
 from tests.support.served_gateway import ServedGateway
-from tests.support.tiny_wan import build_tiny_wan
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-LATENTS_PY = ROOT / ".venv-latents" / "bin" / "python"
 
 
 def protocol_config(vllm_url: str, fake_url: str | None = None, **extra) -> dict:
@@ -272,8 +270,7 @@ torch.save(z, sys.argv[2])
 
 
 def _latents_py(script: str, *args: str) -> None:
-    assert LATENTS_PY.exists(), "run scripts/setup_latents.sh (the torch worker venv)"
-    proc = subprocess.run([str(LATENTS_PY), "-c", script, *args], check=False, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([str(latents_python()), "-c", script, *args], check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -291,7 +288,7 @@ async def test_latent_decoder_matches_diffusers(tiny_vae, tmp_path):
     np.save(tmp_path / "z.npy", z)
     _latents_py(REFERENCE, str(tiny_vae), str(tmp_path / "z.npy"), str(tmp_path / "ref.npy"))
     expected = np.load(tmp_path / "ref.npy")
-    worker = TorchWorker(LatentDecoderConfig(python=str(LATENTS_PY), checkpoint=str(tiny_vae), batch_size=2))
+    worker = TorchWorker(LatentDecoderConfig(python=str(latents_python()), checkpoint=str(tiny_vae), batch_size=2))
     try:
         got = await worker.decode(z)
     finally:
@@ -302,7 +299,7 @@ async def test_latent_decoder_matches_diffusers(tiny_vae, tmp_path):
 
 async def test_cosmos_latents_every_encoding(vllm, tiny_vae, tmp_path):
     data = protocol_config(vllm.base_url, cosmos_rl={"latents": {
-        "python": str(LATENTS_PY), "checkpoint": str(tiny_vae), "batch_size": 2}})
+        "python": str(latents_python()), "checkpoint": str(tiny_vae), "batch_size": 2}})
     served = ServedGateway(data)
     z = _latents(2, 3, seed=1)
     np.save(tmp_path / "z.npy", z)

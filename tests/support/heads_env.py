@@ -1,16 +1,23 @@
-"""Test helpers for the local heads: the heads venv, tiny models built there, rendered text."""
+"""Test helpers for the worker venvs (heads, hpsv3, geneval, imagereward, latents): their interpreters,
+the tiny models built there, rendered text."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tests.support.tiny_cache import cached_build, resolve_entry_paths, resolved_dir
+from tests.support.tiny_cache import (
+    cached_build,
+    python_path,  # noqa: F401  (re-exported: a worker's PYTHONPATH)
+    resolve_entry_paths,
+    resolved_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,9 +30,12 @@ def venv_python(env_var: str, default: str, setup_script: str) -> Path:
     return python
 
 
-def python_path() -> str:
-    """The checkout first, then what PYTHONPATH already holds (e.g. wheels unpacked on a GPU box)."""
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+def installed(python: Callable[[], Path]) -> Path | None:
+    """`python()` (e.g. heads_python), or None where its venv is missing: a unit test skips then."""
+    try:
+        return python()
+    except RuntimeError:
+        return None
 
 
 def heads_python() -> Path:
@@ -129,6 +139,16 @@ def image_reward_judge(models: Path, **options) -> dict:
         "python": str(imagereward_python()), "checkpoint": str(models / "ImageReward.pt"),
         "med_config": str(models / "med_config.json"), "tokenizer": str(models / "tokenizer"),
         **({"vit": vit} if vit else {}), **options}}
+
+
+def latents_python() -> Path:
+    return venv_python("JG_LATENTS_VENV", ".venv-latents", "setup_latents.sh")
+
+
+def build_tiny_wan() -> Path:
+    """The tiny Wan VAEs (Wan2.1 and Wan2.2 layouts) and cosmos-rl's statistics (cached: tiny_cache)."""
+    return cached_build("wan-vae-tiny", python=latents_python(), module="tests.support.tiny_wan",
+                        marker="video_mean_std.pt", timeout=600)
 
 
 def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:

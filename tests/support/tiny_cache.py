@@ -27,6 +27,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("JG_TEST_CACHE", ROOT / ".cache"))
 
 
+def python_path() -> str:
+    """The checkout first, then what PYTHONPATH already holds (e.g. wheels unpacked on a GPU box)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
 def _module_file(dotted: str) -> Path | None:
     """The source file of a module of this checkout, or None (a third-party or missing module)."""
     base = ROOT.joinpath(*dotted.split("."))
@@ -91,7 +96,7 @@ def cached_build(name: str, *, python: Path, module: str, marker: str, args: Ite
     tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-", dir=out.parent))
     try:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+               "PYTHONPATH": python_path()}
         done = subprocess.run([str(python), "-m", module, str(tmp), *args], env=env, cwd=ROOT, timeout=timeout,
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -141,14 +146,14 @@ def resolve_entry_paths(entry: Path, relpath: str, dest: Path, keys: Iterable[st
     that read a path from the file. Other files of the entry are linked beside it."""
     import json
 
-    import yaml
-
     src = entry / relpath
     dest.mkdir(parents=True, exist_ok=True)
     for sibling in src.parent.iterdir():
         if sibling.name != src.name:
             _link(dest / sibling.name, sibling.resolve())
     is_json = src.suffix == ".json"
+    if not is_json:
+        import yaml  # only for YAML: PyYAML is not declared for .venv (it comes with the ocr extra)
     data = json.loads(src.read_text()) if is_json else yaml.safe_load(src.read_text())
     for key in keys:
         node = data

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 from tests.support import heads_env
-from tests.support.tiny_wan import build_tiny_wan
 from tests.support.vllm_server import build_tiny_model
 
 CLIP_FAMILY = ("clip", "clip_hf", "pickscore", "hpsv2")
@@ -31,7 +30,7 @@ def model_path(kind: str, size: str = "tiny") -> Path:
         "videoalign": heads_env.build_tiny_videoalign,
         "geneval": heads_env.build_random_geneval,
         "image_reward": lambda: heads_env.build_tiny_image_reward(size),
-        "wan": build_tiny_wan,
+        "wan": heads_env.build_tiny_wan,
     }
     if kind not in builders:
         raise SystemExit(f"unknown model kind {kind!r}; one of {', '.join(builders)}")

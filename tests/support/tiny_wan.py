@@ -1,7 +1,7 @@
 """Build tiny random AutoencoderKLWan models offline with diffusers, for the latent-decoder tests.
 
 Run under the latents venv: `.venv-latents/bin/python -m tests.support.tiny_wan OUT_DIR`
-(the tests go through `build_tiny_wan`, cached by tests/support/tiny_cache.py). Writes to OUT_DIR:
+(the tests go through heads_env.build_tiny_wan, cached by tests/support/tiny_cache.py). Writes to OUT_DIR:
   wan21/                Wan2.1's layout (16 latent channels, spatial x8), tiny widths
   wan22/                Wan2.2's layout (residual blocks, 2x2 patchify: 12 pixel channels, 48 latent
                         channels, spatial x16), tiny widths, its own latents_mean / latents_std
@@ -12,25 +12,8 @@ Run under the latents venv: `.venv-latents/bin/python -m tests.support.tiny_wan 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def latents_python() -> Path:
-    return Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"
-
-
-def build_tiny_wan() -> Path:
-    from tests.support.tiny_cache import cached_build
-
-    python = latents_python()
-    if not python.exists():
-        raise RuntimeError(f"{python} is missing: run scripts/setup_latents.sh first")
-    return cached_build("wan-vae-tiny", python=python, module="tests.support.tiny_wan", marker="video_mean_std.pt",
-                        timeout=600)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.heads_env import heads_python, installed
+
 ROOT = Path(__file__).resolve().parents[2]
-HEADS_PYTHON = ROOT / ".venv-heads" / "bin" / "python"
+HEADS_PYTHON = installed(heads_python)  # $JG_HEADS_VENV, else .venv-heads
 
 _PROBE = r"""
 import json, torch
@@ -38,7 +40,7 @@ print(json.dumps({"recorded": recorded, "cpu_elapsed": cpu.elapsed_s()}))
 """
 
 
-@pytest.mark.skipif(not HEADS_PYTHON.exists(), reason="no .venv-heads (scripts/setup_heads.sh)")
+@pytest.mark.skipif(HEADS_PYTHON is None, reason="no heads venv (scripts/setup_heads.sh)")
 def test_the_gpu_timer_records_on_the_heads_device_stream_not_the_current_devices():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([str(HEADS_PYTHON), "-c", _PROBE], capture_output=True, text=True, env=env,

@@ -32,6 +32,7 @@ from judge_gateway.server.cosmos_rl.tensors import (
     load_npy,
 )
 from tests.support.fake_openai import free_port
+from tests.support.heads_env import installed, latents_python
 from tests.support.health import wait_healthy
 from tests.support.hostile_media import png_declaring, torch_zip_with_deflated_pickle
 
@@ -267,7 +268,7 @@ def test_npy_header_is_checked_before_anything_is_allocated():
     assert peak < 1 << 20, f"peak traced allocation {peak} bytes"
 
 
-LATENTS_PYTHON = Path(os.environ.get("JG_LATENTS_VENV", ROOT / ".venv-latents")) / "bin" / "python"
+LATENTS_PYTHON = installed(latents_python)  # $JG_LATENTS_VENV, else .venv-latents
 
 _TORCH_PROBE = """
 import importlib.util, io, resource, sys, torch
@@ -288,7 +289,7 @@ print(repr((error, (after - before) / 1024)))
 """
 
 
-@pytest.mark.skipif(not LATENTS_PYTHON.exists(), reason="no .venv-latents (scripts/setup_latents.sh)")
+@pytest.mark.skipif(LATENTS_PYTHON is None, reason="no latents venv (scripts/setup_latents.sh)")
 def test_torch_zip_that_inflates_is_refused_before_torch_reads_it(tmp_path):
     payload = tmp_path / "bomb.pt"
     payload.write_bytes(torch_zip_with_deflated_pickle(256 << 20))  # ~260 KB holding a 256 MiB data.pkl

@@ -3,6 +3,7 @@
 - the package's floors run one way (issue 12): a module imports only from its own floor or lower;
 - no circle among the package's modules, nor among its top-level parts;
 - no test module imports another test module (shared helpers live in tests/support or conftest).
+- the bench imports nothing from tests/ (it runs the tiny-model builders as a command).
 
 Every import counts, at the top of a file or inside a function or `if TYPE_CHECKING:`: a lazy
 import is still a dependency of the module that writes it.
@@ -220,6 +221,12 @@ def imports_of_test_modules() -> list[str]:
                   if e.target.rpartition(".")[2].startswith("test_"))
 
 
+def imports_of_tests_by_the_bench(root: Path = ROOT) -> list[str]:
+    """"bench module -> tests module" for every import of tests/ by a module of bench/."""
+    mods = {**module_files(root / "tests"), **module_files(root / "bench")}
+    return sorted(f"{e.where}: {e.source} -> {e.target}" for e in import_edges(mods, "tests", root=root)
+                  if e.source.split(".")[0] == "bench")
+
 
 def render(report: PackageReport) -> str:
     lines = [f"{len(report.modules)} modules; floors, lowest first:"]
@@ -231,6 +238,7 @@ def render(report: PackageReport) -> str:
         flag = "allowed" if pair in ALLOWED_UPWARD else "NEW"
         lines.append(f"upward ({flag}): {pair}  [{', '.join(where)}]")
     lines += [f"test module imported: {t}" for t in imports_of_test_modules()]
+    lines += [f"bench imports the tests: {t}" for t in imports_of_tests_by_the_bench()]
     lines += [f"over {MAX_LINES} lines without a reason: {m} ({n})" for m, n in report.long_modules.items()]
     longest = max(report.modules, key=lambda m: report.modules[m].read_text(encoding="utf-8").count("\n"))
     lines.append(f"{len(report.file_circles)} file circles, {len(report.part_circles)} part circles, "
@@ -267,6 +275,10 @@ def test_no_test_module_imports_another():
     assert imports_of_test_modules() == []
 
 
+def test_the_bench_imports_nothing_from_the_tests():
+    assert imports_of_tests_by_the_bench() == []
+
+
 def test_no_module_is_over_500_lines_without_a_reason_at_its_top():
     assert package_report().long_modules == {}
 
@@ -299,6 +311,13 @@ def test_a_lazy_import_in_a_base_module_is_a_circle(tmp_path):
     })
     edges = import_edges(mods, "pkg", root=tmp_path)
     assert circles(set(mods), {(e.source, e.target) for e in edges}) == [["pkg.base", "pkg.concrete"]]
+
+
+def test_a_bench_import_of_the_tests_is_reported_even_inside_a_function(tmp_path):
+    _write(tmp_path, {"tests/__init__.py": "", "tests/support/__init__.py": "", "tests/support/helpers.py": ""})
+    _write(tmp_path, {"bench/run.py": "import json\ndef main():\n    from tests.support import helpers\n",
+                      "bench/plain.py": "TINY = 'tests.support.helpers'  # a command's name, not an import\n"})
+    assert imports_of_tests_by_the_bench(tmp_path) == ["bench/run.py:3: bench.run -> tests.support.helpers"]
 
 
 def test_an_import_of_a_higher_floor_is_reported():

@@ -37,7 +37,7 @@ def test_redis_server_output_goes_to_a_file_not_an_unread_pipe(tmp_path):
     assert "Ready to accept connections" in log
 
 
-# ---- the test layout itself: markers, the bench's imports, one cache rule for tiny models ----
+# ---- the test layout itself: markers, one cache rule for tiny models (the bench's imports: test_import_rules) ----
 
 
 def test_everything_outside_tests_unit_carries_the_integration_marker():
@@ -50,28 +50,45 @@ def test_everything_outside_tests_unit_carries_the_integration_marker():
     assert int(re.search(r"\b(\d+) deselected", done.stdout).group(1)) >= 3, done.stdout[-2000:]
 
 
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
-
-
-def test_the_bench_imports_nothing_from_the_tests():
-    offenders = {str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m.split(".")[0] == "tests")
-                 for p in (ROOT / "bench").glob("*.py")}
-    assert {k: v for k, v in offenders.items() if v} == {}
-
-
 def test_no_tiny_model_is_cached_outside_the_one_rule():
     """Every tiny-model build goes through tests/support/tiny_cache.py: nothing else names the cache."""
     others = [p for p in [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").glob("*.py")]
               if p.name != "tiny_cache.py" and p != Path(__file__).resolve()
               and ("JG_TEST_CACHE" in p.read_text() or '".cache"' in p.read_text())]
     assert others == []
+
+
+def test_no_test_names_a_worker_venv_itself():
+    """A worker venv's interpreter comes from heads_env (venv_python: $JG_*_VENV, else .venv-*) or
+    vllm_server: a test that joins the default path itself ignores the override."""
+    others = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")
+              if p.name not in ("heads_env.py", "vllm_server.py") and re.search(r'/ "\.venv', p.read_text())]
+    assert others == []
+
+
+def _cached_builder_modules() -> set[str]:
+    """The `module=` of every cached_build call in tests/support (the builders the cache runs)."""
+    found = set()
+    for path in (ROOT / "tests" / "support").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "cached_build":
+                found.update(kw.value.value for kw in node.keywords
+                             if kw.arg == "module" and isinstance(kw.value, ast.Constant))
+    return found
+
+
+def test_no_builders_hash_holds_the_cache_or_its_wrapper():
+    """A builder's digest covers the modules it imports: one whose `build_tiny_*` wrapper sat in the
+    builder module hashed tiny_cache.py (and rebuilt on every cache-rule edit). Wrappers live in
+    heads_env / vllm_server, outside the builders."""
+    from tests.support.tiny_cache import builder_sources
+
+    builders = _cached_builder_modules()
+    assert "tests.support.tiny_wan" in builders and "tests.support.tiny_heads" in builders, builders
+    wrappers = {ROOT / "tests/support/tiny_cache.py", ROOT / "tests/support/heads_env.py",
+                ROOT / "tests/support/vllm_server.py"}
+    assert {m: sorted(p.name for p in wrappers & set(builder_sources(m))) for m in builders
+            if wrappers & set(builder_sources(m))} == {}
 
 
 def _fake_builders(root: Path, helper: str = "SCALE = 1\n") -> None:
@@ -160,6 +177,18 @@ def test_a_path_recorded_relative_in_an_entry_resolves_outside_it(tmp_path):
     assert (resolved.parent / "checkpoint-1").resolve() == entry / "ckpt" / "checkpoint-1"
     # the cached file itself still says "base": the entry can move
     assert json.loads((entry / "ckpt" / "model_config.json").read_text())["model_config"]["model_name_or_path"] == "base"
+
+
+def test_a_json_entry_resolves_without_pyyaml(tmp_path, monkeypatch):
+    """PyYAML is not declared for .venv: only a YAML file needs it."""
+    from tests.support.tiny_cache import resolve_entry_paths
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` raises ImportError
+    entry = tmp_path / "cache" / "model-0123456789ab"
+    (entry / "base").mkdir(parents=True)
+    (entry / "config.json").write_text(json.dumps({"model_name_or_path": "base"}))
+    resolved = resolve_entry_paths(entry, "config.json", tmp_path / "resolved", ["model_name_or_path"])
+    assert json.loads(resolved.read_text())["model_name_or_path"] == str(entry / "base")
 
 
 def _fake_videoalign_entry(root: Path) -> Path:
