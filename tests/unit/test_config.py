@@ -47,6 +47,35 @@ def test_errors_name_the_key(mutate, key):
     assert key in str(err.value)
 
 
+def test_every_problem_is_reported_at_once():
+    # A judge's bad options or unknown kind fail its own section; the checks across sections still
+    # run over the other judges (they stopped at the section errors once).
+    data = base()
+    data["judges"] = {
+        "a": {"kind": "yes_no", "backend": "vlm", "template": "image_quality@1", "options": {"top_logprobs": 50}},
+        "b": {"kind": "yes_no", "backend": "nope", "template": "image_quality@1"},
+        "c": {"kind": "bogus"},
+    }
+    with pytest.raises(ConfigError) as err:
+        validate_config(data)
+    message = str(err.value)
+    assert "judges.a.options.top_logprobs: Input should be less than or equal to 20" in message
+    assert "judges.b.backend: unknown backend 'nope' (known: vlm)" in message
+    assert "judges.c.kind: unknown kind 'bogus'" in message
+
+
+def test_a_judge_whose_section_failed_still_counts_as_configured():
+    data = base()
+    data["judges"]["c"] = {"kind": "bogus"}
+    data["eval"] = {"thresholds": {"c": 0.4, "ghost": 0.5}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(data)
+    message = str(err.value)
+    assert "judges.c.kind: unknown kind 'bogus'" in message
+    assert "eval.thresholds.ghost: no such judge (configured: q, c)" in message
+    assert "eval.thresholds.c" not in message
+
+
 def test_unknown_template_lists_available_versions():
     data = base()
     data["judges"]["q"]["template"] = "image_quality@7"
