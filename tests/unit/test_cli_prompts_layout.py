@@ -144,12 +144,15 @@ def test_the_prompts_face_re_exports_the_submodules_objects():
     from judge_gateway import prompts
     from judge_gateway.prompts import parse, registry, template
 
-    homes = {"KINDS": parse, "LOCK_PATH": registry, "TEMPLATES_DIR": registry, "MEDIA_SLOTS": template,
+    homes = {"KINDS": parse, "MEDIA_SLOTS": template,
              "Aspect": template, "Template": template, "TemplateError": template, "list_templates": registry,
              "load_template": registry, "lock_new_templates": registry, "parse_ref": registry,
              "show_template": registry, "verify_lock": registry}
     assert sorted(prompts.__all__) == sorted(homes)
     for name, home in homes.items():
         assert getattr(prompts, name) is getattr(home, name), name
+    # The paths live in registry alone (its functions read them there): a copy on the face would
+    # take a setting and change nothing.
+    assert not hasattr(prompts, "TEMPLATES_DIR") and not hasattr(prompts, "LOCK_PATH")
     assert registry.LOCK_PATH == registry.TEMPLATES_DIR / "templates.lock" == PACKAGE / "prompts" / "templates.lock"
     assert prompts.load_template("vqa_alignment@1").ref == "vqa_alignment@1"
