@@ -29,7 +29,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("media, prompts, parsers", (
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
-        "inputs",  # samples on disk (JSONL / folder readers): shared by score, eval and tune
+        "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
     )),
     ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
