@@ -1,5 +1,6 @@
 """Configuration: TOML, validated at load, with errors that name the offending key.
 
+    base.py          Strict, the base of every section's model: unknown keys are refused
     models.py        the sections' models (GatewayConfig, ServerConfig, JudgeConfig, ...)
     kinds.py         the one table of judge kinds: options model, VLM or head, media, classes
     vlm_options.py   the VLM kinds' options;  head_options.py  the head kinds' options
