@@ -38,6 +38,7 @@ from .models import (
     ServerConfig,
     VideoSamplingConfig,
     check_api_key,
+    is_loopback,
 )
 from .normalize import NormalizeConfig
 from .protocols import (
@@ -68,7 +69,7 @@ __all__ = [
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig",
-    "check_api_key",
+    "check_api_key", "is_loopback",
     # judge kinds and their options
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",

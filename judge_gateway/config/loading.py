@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .models import GatewayConfig, JudgeConfig
+from .models import GatewayConfig, JudgeConfig, is_loopback
 from .protocols import check_protocols
 from .ray import check_ray
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
@@ -78,7 +78,7 @@ def _check_across(cfg: GatewayConfig, configured: list[str], source: str) -> lis
     problems += check_ray(cfg.ray, heads | broken, set(configured),
                           cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
     host = cfg.server.host
-    if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
+    if not is_loopback(host) and not cfg.server.resolved_api_keys():
         if not cfg.server.allow_unauthenticated_public:
             problems.append(
                 f"server.host: {host!r} exposes the service beyond loopback without API keys; set "

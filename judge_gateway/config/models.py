@@ -95,6 +95,14 @@ class ServerConfig(Strict):
         return keys
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """A bind address only this machine reaches (serving elsewhere without API keys is refused)."""
+    return host in LOOPBACK_HOSTS
+
+
 def check_api_key(key: str, where: str = "API key") -> str:
     """An empty key would match a request that sends none: refuse it (and keys no header can carry)."""
     if not key.strip():

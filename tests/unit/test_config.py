@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judge_gateway.config import ConfigError, load_config, validate_config
+from judge_gateway.config import ConfigError, is_loopback, load_config, validate_config
 
 
 def base() -> dict:
@@ -95,6 +95,15 @@ def test_public_host_is_allowed_with_keys():
     data = base()
     data["server"] = {"host": "0.0.0.0", "api_keys": ["secret"]}
     assert validate_config(data).server.resolved_api_keys() == ["secret"]
+
+
+def test_loopback_hosts_need_no_keys():
+    # The one list the config check and the serve / browse commands share.
+    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.2", ""))
+    data = base()
+    data["server"] = {"host": "::1", "api_keys_env": None}
+    assert validate_config(data).server.host == "::1"
 
 
 def test_bad_toml_is_reported(tmp_path):
