@@ -22,8 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "judge_gateway"
 
-# Every command path -> (argument, required, default), read from the parser before the split
-# (cli.py at d317846); `judge-gateway ... --help` printed the same text before and after.
+# Every command path -> its arguments as (flags or dest, required, default), in order, read from
+# the parser before the split (cli.py at d317846). The test checks these alone: commands, flags,
+# required-ness and defaults are unchanged; help texts, metavars and choices are not compared.
 COMMANDS = {
     '': [('-v/--verbose', False, False)],
     'browse': [('run_dirs', True, None), ('--host', False, '127.0.0.1'), ('--port', False, 8765),
