@@ -1,5 +1,7 @@
-"""Samples on disk: the JSONL / folder readers and content keys shared by `score`, `eval`
-(binary labels) and `tune` / `prompts compare` (preference pairs).
+"""Samples on disk: the JSONL / folder readers of `score` (read_jsonl, read_folder, read_inputs),
+and what `score`, `eval` (binary labels) and `tune` / `prompts compare` (preference pairs) share:
+`InputItem`, `resolve_path`, `sample_key` and the image / video suffixes (eval and tune read their
+own files).
 
 A sample is an `InputItem` (its media loaded only when its batch is sent); `sample_key` is the
 sha256 of what a judge sees, so resumed runs and score caches survive moved files."""

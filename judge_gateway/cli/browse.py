@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..config import is_loopback
+
 
 def _cmd_browse(args: argparse.Namespace) -> int:
     try:
@@ -25,7 +27,7 @@ def _cmd_browse(args: argparse.Namespace) -> int:
 
     from ..browse.app import allowed_hosts, create_browse_app
 
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(args.host):
         print(f"warning: the browser has no authentication; {args.host} serves these runs' media to "
               "anyone who can reach it", file=sys.stderr)
     print(f"browsing {len(runs)} run(s) at http://{args.host}:{args.port}/", file=sys.stderr)

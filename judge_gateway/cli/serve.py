@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..config import check_api_key, load_config
+from ..config import check_api_key, is_loopback, load_config
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -32,7 +32,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         cfg.server.host = args.host
     if args.port is not None:
         cfg.server.port = args.port
-    if cfg.server.host not in ("127.0.0.1", "localhost", "::1") and not keys \
+    if not is_loopback(cfg.server.host) and not keys \
             and not cfg.server.allow_unauthenticated_public:
         print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
               "server.api_keys; or set server.allow_unauthenticated_public)", file=sys.stderr)
@@ -48,7 +48,7 @@ def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
 
     if cfg.ray is None:
         cfg.ray = RayConfig()
-    if cfg.ray.http_host not in ("127.0.0.1", "localhost", "::1") and not keys \
+    if not is_loopback(cfg.ray.http_host) and not keys \
             and not cfg.server.allow_unauthenticated_public:
         print(f"error: refusing to bind Serve's proxy on {cfg.ray.http_host} without API keys", file=sys.stderr)
         return 2

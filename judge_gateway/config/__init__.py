@@ -1,5 +1,6 @@
 """Configuration: TOML, validated at load, with errors that name the offending key.
 
+    base.py          Strict, the base of every section's model: unknown keys are refused
     models.py        the sections' models (GatewayConfig, ServerConfig, JudgeConfig, ...)
     kinds.py         the one table of judge kinds: options model, VLM or head, media, classes
     vlm_options.py   the VLM kinds' options;  head_options.py  the head kinds' options
@@ -37,6 +38,7 @@ from .models import (
     ServerConfig,
     VideoSamplingConfig,
     check_api_key,
+    is_loopback,
 )
 from .normalize import NormalizeConfig
 from .protocols import (
@@ -67,7 +69,7 @@ __all__ = [
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig",
-    "check_api_key",
+    "check_api_key", "is_loopback",
     # judge kinds and their options
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",

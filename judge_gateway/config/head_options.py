@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .base import Strict
 from .normalize import NormalizeConfig
 
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
@@ -281,11 +282,9 @@ class VideoAlignOptions(HeadOptions):
     max_batch_size: int = Field(4, ge=1, le=256, description="Videos per forward pass.")
 
 
-class ImageRewardVit(BaseModel):
+class ImageRewardVit(Strict):
     """A vision tower other than the released ImageReward's ViT-L/16, built with the package's own
     BLIP VisionTransformer at its 224 px input (tiny test checkpoints)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     embed_dim: int = Field(ge=8, le=4096, description="Vision width (the med BERT's encoder_width).")
     depth: int = Field(ge=1, le=64, description="Transformer blocks.")

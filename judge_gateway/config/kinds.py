@@ -1,5 +1,6 @@
 """The one table of judge kinds: adding a kind is one row here (plus its options model and its
-judge / head classes).
+judge / head classes). A new VLM kind also needs its template kind, a `_KIND_FIELDS` row in
+`prompts/parse.py`, and a parser of its replies in `parsers/`.
 
 A row names the kind's typed options (validated at config load), where it runs (a VLM backend
 through a prompt template of the same kind, or a local head worker), the media a head takes, and
@@ -7,7 +8,7 @@ the classes that score it. The classes are named as `module:Name` under `judge_g
 imported: config sits below judges/ and heads/, and a gateway without head judges never loads
 the head side. `registry.build_judges` imports a configured kind's judge class; the head worker
 (`heads.factory.build_head`) imports its model class; `tests/unit/test_kinds.py` checks that
-every name resolves.
+every name resolves, and `tests/unit/test_import_rules.py` reads each name as an import by its caller.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .models import GatewayConfig, JudgeConfig
+from .models import GatewayConfig, JudgeConfig, is_loopback
 from .protocols import check_protocols
 from .ray import check_ray
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
@@ -43,33 +43,58 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
     try:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"{source}: {_format_validation(err)}") from None
+        # A judge's kind and options are checked inside its section. When only judge sections
+        # failed, the checks across sections still run over the other judges, so that every
+        # problem is reported at once.
+        section = _format_validation(err)
+        locs = [e["loc"] for e in err.errors()]
+        if not all(len(loc) > 1 and loc[0] == "judges" for loc in locs):
+            raise ConfigError(f"{source}: {section}") from None
+        broken = {loc[1] for loc in locs}
+        rest = {**data, "judges": {n: j for n, j in data["judges"].items() if n not in broken}}
+        try:
+            cfg = GatewayConfig.model_validate(rest)
+        except ValidationError:  # no section spans judges; kept for safety
+            raise ConfigError(f"{source}: {section}") from None
+        problems = [section] + _check_across(cfg, list(data["judges"]), source)
+        raise ConfigError(f"{source}: " + "; ".join(problems))
 
+    problems = _check_across(cfg, list(cfg.judges), source)
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return cfg
+
+
+def _check_across(cfg: GatewayConfig, configured: list[str], source: str) -> list[str]:
+    """The checks across sections, over the judges in cfg. `configured` names every judge of the
+    config, those whose own section failed (left out of cfg) too: nothing that names one of those
+    is reported as unknown."""
     problems: list[str] = []
+    broken = set(configured) - set(cfg.judges)
     for name, judge in cfg.judges.items():
-        problems += _check_judge(name, judge, cfg, source)
-    problems += check_protocols(set(cfg.judges), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
+        problems += _check_judge(name, judge, cfg, source, broken)
+    problems += check_protocols(set(configured), cfg.cosmos_rl, cfg.flow_factory, cfg.store)
     heads = {n for n, j in cfg.judges.items() if j.kind_spec.runs_on == "head"}
-    problems += check_ray(cfg.ray, heads, set(cfg.judges),
+    problems += check_ray(cfg.ray, heads | broken, set(configured),
                           cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
     host = cfg.server.host
-    if host not in ("127.0.0.1", "localhost", "::1") and not cfg.server.resolved_api_keys():
+    if not is_loopback(host) and not cfg.server.resolved_api_keys():
         if not cfg.server.allow_unauthenticated_public:
             problems.append(
                 f"server.host: {host!r} exposes the service beyond loopback without API keys; set "
                 "server.api_keys (or the api_keys_env variable) or allow_unauthenticated_public = true"
             )
     for name in cfg.eval.thresholds:
-        if name not in cfg.judges:
-            problems.append(f"eval.thresholds.{name}: no such judge (configured: {', '.join(cfg.judges)})")
-    if problems:
-        raise ConfigError(f"{source}: " + "; ".join(problems))
-    return cfg
+        if name not in configured:
+            problems.append(f"eval.thresholds.{name}: no such judge (configured: {', '.join(configured)})")
+    return problems
 
 
-def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str) -> list[str]:
+def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
+                 broken: set[str]) -> list[str]:
     """What a judge's own section cannot check: its backend and template (a VLM kind's), and the
-    options that name a template, profile or another judge."""
+    options that name a template, profile or another judge (`broken`: judges whose own section
+    failed, named without complaint)."""
     key = f"judges.{name}"
     spec = judge.kind_spec
     if spec.runs_on == "head":
@@ -102,7 +127,7 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str)
                                 f"{judge.template} (aspects: {', '.join(sorted(names))})")
         problems += _check_profile(key, judge, opts, template, source)
     elif isinstance(opts, CriticOptions):
-        problems += _check_critic(key, name, judge, opts, template, cfg)
+        problems += _check_critic(key, name, judge, opts, template, cfg, broken)
     problems += _check_shadow(key, judge, opts, template)
     if opts.video_first_frame and "image" not in template.media_slots:
         problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
@@ -111,7 +136,7 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str)
 
 
 def _check_critic(key: str, name: str, judge: JudgeConfig, opts: CriticOptions, template: Any,
-                  cfg: GatewayConfig) -> list[str]:
+                  cfg: GatewayConfig, broken: set[str]) -> list[str]:
     """The reward field must be a number of the template's schema; share_video_with must name a
     judge that sees a video, and then the critic takes that judge's sampling (resolved here, once)."""
     from ..parsers.json_schema import subschema
@@ -123,7 +148,7 @@ def _check_critic(key: str, name: str, judge: JudgeConfig, opts: CriticOptions, 
         problems.append(f"{key}.options.reward_field: {opts.reward_field!r} is not a number field of "
                         f"{judge.template}'s json_schema")
     other = opts.share_video_with
-    if other is not None:
+    if other is not None and other not in broken:  # a broken judge's error is reported already
         where = f"{key}.options.share_video_with"
         if other == name or other not in cfg.judges:
             problems.append(f"{where}: {other!r} is not another configured judge")

@@ -16,8 +16,6 @@ import os
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializationInfo,
     StrictFloat,
@@ -30,17 +28,14 @@ from pydantic_core import PydanticCustomError
 
 from ..bands import check_bands
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
+from .base import Strict
 from .kinds import KINDS, JudgeOptions, KindSpec
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AdmissionConfig(_Strict):
+class AdmissionConfig(Strict):
     """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
     at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
     most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
@@ -52,7 +47,7 @@ class AdmissionConfig(_Strict):
     retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
 
 
-class ServerConfig(_Strict):
+class ServerConfig(Strict):
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
     port: int = Field(8080, ge=0, le=65535)
     api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
@@ -100,6 +95,14 @@ class ServerConfig(_Strict):
         return keys
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """A bind address only this machine reaches (serving elsewhere without API keys is refused)."""
+    return host in LOOPBACK_HOSTS
+
+
 def check_api_key(key: str, where: str = "API key") -> str:
     """An empty key would match a request that sends none: refuse it (and keys no header can carry)."""
     if not key.strip():
@@ -109,7 +112,7 @@ def check_api_key(key: str, where: str = "API key") -> str:
     return key
 
 
-class MediaConfig(_Strict):
+class MediaConfig(Strict):
     """Decoded-size budgets, checked against declared sizes (image headers, container stream
     info, tensor shapes) before any pixel is decoded."""
 
@@ -135,7 +138,7 @@ class MediaConfig(_Strict):
         return MediaLimits(**self.model_dump())
 
 
-class EvalConfig(_Strict):
+class EvalConfig(Strict):
     """`judge-gateway eval`: where a reward becomes a "good" verdict against binary labels."""
 
     threshold: float = Field(0.5, description="A sample is called good when its reward is >= this.")
@@ -147,7 +150,7 @@ class EvalConfig(_Strict):
         return self.thresholds.get(judge, self.threshold)
 
 
-class CombineConfig(_Strict):
+class CombineConfig(Strict):
     policy: Literal["weighted_mean", "sum"] = "weighted_mean"
     on_invalid: Literal["invalidate", "skip", "fill"] = Field(
         "invalidate",
@@ -160,7 +163,7 @@ class CombineConfig(_Strict):
     fill_value: float = 0.0
 
 
-class BackendConfig(_Strict):
+class BackendConfig(Strict):
     model: str = Field(description="Served model name sent in each request.")
     base_urls: list[str] = Field(min_length=1, description="One OpenAI-compatible /v1 URL per replica.")
     api_key_env: str | None = Field(None, description="Environment variable with the backend's API key.")
@@ -186,14 +189,14 @@ class BackendConfig(_Strict):
         return "EMPTY"
 
 
-class ImageEncodingConfig(_Strict):
+class ImageEncodingConfig(Strict):
     max_pixels: int | None = Field(None, gt=0, description="Downscale larger images to this many pixels.")
     min_pixels: int | None = Field(None, gt=0)
     format: Literal["png", "jpeg"] = "png"
     jpeg_quality: int = Field(95, ge=1, le=100)
 
 
-class VideoSamplingConfig(_Strict):
+class VideoSamplingConfig(Strict):
     num_frames: int | None = Field(None, gt=0, description="Sample this many frames uniformly.")
     fps: float | None = Field(None, gt=0, description="Sample at this rate (never upsampled).")
     max_frames: int = Field(160, gt=0, description="Stride down to at most this many frames.")
@@ -202,7 +205,7 @@ class VideoSamplingConfig(_Strict):
     even_frames: bool = True
 
 
-class JudgeConfig(_Strict):
+class JudgeConfig(Strict):
     kind: str = Field(description=" | ".join(KINDS))
     backend: str | None = Field(None, description="Name of a [backends.*] entry (VLM judges).")
     template: str | None = Field(None, description="Pinned prompt template, `family@version`.")
@@ -258,7 +261,7 @@ class JudgeConfig(_Strict):
         return None if bands is None else check_bands(bands)
 
 
-class GatewayConfig(_Strict):
+class GatewayConfig(Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     combine: CombineConfig = Field(default_factory=CombineConfig)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
+
+from .base import Strict
 
 
-class NormalizeConfig(BaseModel):
+class NormalizeConfig(Strict):
     """reward = clip(f(raw)); f is identity, affine (raw*scale+offset) or minmax ((raw-min)/(max-min))."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["identity", "affine", "minmax"] = "identity"
     scale: float = 1.0

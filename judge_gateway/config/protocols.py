@@ -16,14 +16,12 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from .base import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class QueueConfig(_Strict):
+class QueueConfig(Strict):
     """The durable queue of accepted cosmos-rl work (store.kind = redis): a Redis Stream with one
     consumer group shared by every gateway replica on that Redis. An entry is acknowledged only
     when its result is stored; a replica that dies leaves its entries pending, and another claims
@@ -42,7 +40,7 @@ class QueueConfig(_Strict):
     )
 
 
-class StoreConfig(_Strict):
+class StoreConfig(Strict):
     kind: Literal["memory", "redis"] = Field("memory", description="memory: this process only; redis: shared, survives restarts.")
     url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
     url_env: str | None = Field("JUDGE_GATEWAY_REDIS_URL", description="Environment variable that overrides `url`.")
@@ -93,7 +91,7 @@ class StoreConfig(_Strict):
 _SOURCE_RE = re.compile(r"^(reward|raw|details\.[A-Za-z0-9_.-]+)$")
 
 
-class TagSplit(_Strict):
+class TagSplit(Strict):
     """A per-tag legacy key: one list per tag; a sample's value goes in its own tag's list."""
 
     tag: str = Field(description="`details.<key>` holding the sample's tag.")
@@ -115,7 +113,7 @@ SENTINEL_VALUE = -1.0  # what the original service writes for a failed sample
 SENTINEL_LABEL = "Error"
 
 
-class LegacyKey(_Strict):
+class LegacyKey(Strict):
     """Where one legacy score key's value comes from in a JudgeScore."""
 
     source: str = Field(description="`reward`, `raw` or `details.<key>`.")
@@ -142,7 +140,7 @@ class LegacyKey(_Strict):
         return self
 
 
-class InvalidFill(_Strict):
+class InvalidFill(Strict):
     """One reward's resolved invalid-sample policy."""
 
     policy: InvalidPolicy
@@ -150,7 +148,7 @@ class InvalidFill(_Strict):
     label: str
 
 
-class CosmosReward(_Strict):
+class CosmosReward(Strict):
     judge: str = Field(description="The configured judge that scores this cosmos-rl reward.")
     keys: dict[str, LegacyKey] = Field(min_length=1, description="Legacy score key -> its source.")
     media: Literal["image", "video"] | None = Field(
@@ -206,7 +204,7 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
 }
 
 
-class WanVaeConfig(_Strict):
+class WanVaeConfig(Strict):
     """One Wan VAE (diffusers AutoencoderKLWan format): a local dir or a hub id, fetched on first use."""
 
     checkpoint: str = Field(description="AutoencoderKLWan checkpoint: a local dir or a hub id (downloaded on first use).")
@@ -237,7 +235,7 @@ WAN_CHANNELS: dict[int, str] = {16: "wan2_1", 48: "wan2_2"}
 WAN_NAMES = {"wan2_1": "Wan2.1 (16 channels, spatial x8)", "wan2_2": "Wan2.2 (48 channels, spatial x16)"}
 
 
-class LatentDecoderConfig(_Strict):
+class LatentDecoderConfig(Strict):
     python: str | None = Field(
         None, description="Interpreter with torch (+ diffusers to decode), e.g. .venv-latents/bin/python. "
         "Also loads torch-saved tensors (weights_only=True). Unset: latent and torch payloads get 400."
@@ -286,7 +284,7 @@ class LatentDecoderConfig(_Strict):
         return out
 
 
-class CosmosRLConfig(_Strict):
+class CosmosRLConfig(Strict):
     enabled: bool = True
     max_pending: int = Field(64, gt=0, description="Accepted-but-unfinished requests; beyond: 503.")
     request_timeout_s: float = Field(
@@ -344,7 +342,7 @@ class CosmosRLConfig(_Strict):
         return self
 
 
-class FlowFactoryProfile(_Strict):
+class FlowFactoryProfile(Strict):
     judges: dict[str, float] = Field(min_length=1, description="Judge name -> weight.")
     mode: Literal["pointwise", "groupwise"] = "pointwise"
     combine: Literal["weighted_mean", "sum"] = "weighted_mean"
@@ -369,7 +367,7 @@ class FlowFactoryProfile(_Strict):
         return v
 
 
-class FlowFactoryConfig(_Strict):
+class FlowFactoryConfig(Strict):
     enabled: bool = True
     path_prefix: str = Field("/flow-factory", description="Profiles are served at {path_prefix}/{name}.")
     profiles: dict[str, FlowFactoryProfile] = Field(default_factory=dict)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from .base import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RayAutoscaling(_Strict):
+class RayAutoscaling(Strict):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
     target_ongoing_requests: float = Field(
@@ -31,7 +29,7 @@ class RayAutoscaling(_Strict):
         return self
 
 
-class RayDeploymentConfig(_Strict):
+class RayDeploymentConfig(Strict):
     num_replicas: int | None = Field(None, ge=1, description="Fixed replica count (default 1; not with autoscaling).")
     autoscaling: RayAutoscaling | None = Field(None, description="Replica bounds for Serve's autoscaler.")
     num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves per replica.")
@@ -56,7 +54,7 @@ class RayDeploymentConfig(_Strict):
         return n, n
 
 
-class RayConfig(_Strict):
+class RayConfig(Strict):
     address: str = Field("auto", description="Ray cluster to deploy on (`auto`, `HOST:6379`, `ray://HOST:10001`).")
     namespace: str = Field("judge-gateway", description="Ray namespace of the deployment.")
     app_name: str = Field("judge-gateway", min_length=1, description="Serve application name.")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from .base import Strict
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class VLMOptions(_Strict):
+class VLMOptions(Strict):
     """Options every VLM judge kind takes."""
 
     shadow_template: str | None = Field(

@@ -7,16 +7,15 @@ version file plus a lock entry (`lock_new_templates()`). Configs pin `family@ver
 
 The package face: template.py (the object, rendering), parse.py (a file's TOML, validated),
 lock.py (the lock file's hashes), registry.py (lookup by family@version, the lock checks).
-The paths are read at call time from registry.py: a test points `registry.TEMPLATES_DIR` and
-`registry.LOCK_PATH` at a copy.
+The paths, TEMPLATES_DIR and LOCK_PATH, live in `prompts.registry` alone, whose functions read
+them at call time: a test points `registry.TEMPLATES_DIR` and `registry.LOCK_PATH` at a copy. This
+face does not re-export them, as setting a copy here would change nothing.
 """
 
 from __future__ import annotations
 
 from .parse import KINDS
 from .registry import (
-    LOCK_PATH,
-    TEMPLATES_DIR,
     list_templates,
     load_template,
     lock_new_templates,
@@ -28,9 +27,7 @@ from .template import MEDIA_SLOTS, Aspect, Template, TemplateError
 
 __all__ = [
     "KINDS",
-    "LOCK_PATH",
     "MEDIA_SLOTS",
-    "TEMPLATES_DIR",
     "Aspect",
     "Template",
     "TemplateError",

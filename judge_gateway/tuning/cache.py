@@ -76,7 +76,9 @@ def judge_identity(cfg: GatewayConfig, judge: str) -> tuple[str, str]:
     else:
         # As written in the config (a kind's default model is not filled in): cache files keyed
         # before options were typed keep matching.
-        model = str(jcfg.options.model_dump(exclude_unset=True).get("model") or jcfg.kind)
+        opts = jcfg.options
+        written = getattr(opts, "model", None) if "model" in opts.model_fields_set else None
+        model = str(written or jcfg.kind)
     return sha, model
 
 

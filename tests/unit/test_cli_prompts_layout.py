@@ -22,8 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "judge_gateway"
 
-# Every command path -> (argument, required, default), read from the parser before the split
-# (cli.py at d317846); `judge-gateway ... --help` printed the same text before and after.
+# Every command path -> its arguments as (flags or dest, required, default), in order, read from
+# the parser before the split (cli.py at d317846). The test checks these alone: commands, flags,
+# required-ness and defaults are unchanged; help texts, metavars and choices are not compared.
 COMMANDS = {
     '': [('-v/--verbose', False, False)],
     'browse': [('run_dirs', True, None), ('--host', False, '127.0.0.1'), ('--port', False, 8765),
@@ -144,12 +145,15 @@ def test_the_prompts_face_re_exports_the_submodules_objects():
     from judge_gateway import prompts
     from judge_gateway.prompts import parse, registry, template
 
-    homes = {"KINDS": parse, "LOCK_PATH": registry, "TEMPLATES_DIR": registry, "MEDIA_SLOTS": template,
+    homes = {"KINDS": parse, "MEDIA_SLOTS": template,
              "Aspect": template, "Template": template, "TemplateError": template, "list_templates": registry,
              "load_template": registry, "lock_new_templates": registry, "parse_ref": registry,
              "show_template": registry, "verify_lock": registry}
     assert sorted(prompts.__all__) == sorted(homes)
     for name, home in homes.items():
         assert getattr(prompts, name) is getattr(home, name), name
+    # The paths live in registry alone (its functions read them there): a copy on the face would
+    # take a setting and change nothing.
+    assert not hasattr(prompts, "TEMPLATES_DIR") and not hasattr(prompts, "LOCK_PATH")
     assert registry.LOCK_PATH == registry.TEMPLATES_DIR / "templates.lock" == PACKAGE / "prompts" / "templates.lock"
     assert prompts.load_template("vqa_alignment@1").ref == "vqa_alignment@1"

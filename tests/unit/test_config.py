@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judge_gateway.config import ConfigError, load_config, validate_config
+from judge_gateway.config import ConfigError, is_loopback, load_config, validate_config
 
 
 def base() -> dict:
@@ -47,6 +47,35 @@ def test_errors_name_the_key(mutate, key):
     assert key in str(err.value)
 
 
+def test_every_problem_is_reported_at_once():
+    # A judge's bad options or unknown kind fail its own section; the checks across sections still
+    # run over the other judges (they stopped at the section errors once).
+    data = base()
+    data["judges"] = {
+        "a": {"kind": "yes_no", "backend": "vlm", "template": "image_quality@1", "options": {"top_logprobs": 50}},
+        "b": {"kind": "yes_no", "backend": "nope", "template": "image_quality@1"},
+        "c": {"kind": "bogus"},
+    }
+    with pytest.raises(ConfigError) as err:
+        validate_config(data)
+    message = str(err.value)
+    assert "judges.a.options.top_logprobs: Input should be less than or equal to 20" in message
+    assert "judges.b.backend: unknown backend 'nope' (known: vlm)" in message
+    assert "judges.c.kind: unknown kind 'bogus'" in message
+
+
+def test_a_judge_whose_section_failed_still_counts_as_configured():
+    data = base()
+    data["judges"]["c"] = {"kind": "bogus"}
+    data["eval"] = {"thresholds": {"c": 0.4, "ghost": 0.5}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(data)
+    message = str(err.value)
+    assert "judges.c.kind: unknown kind 'bogus'" in message
+    assert "eval.thresholds.ghost: no such judge (configured: q, c)" in message
+    assert "eval.thresholds.c" not in message
+
+
 def test_unknown_template_lists_available_versions():
     data = base()
     data["judges"]["q"]["template"] = "image_quality@7"
@@ -66,6 +95,15 @@ def test_public_host_is_allowed_with_keys():
     data = base()
     data["server"] = {"host": "0.0.0.0", "api_keys": ["secret"]}
     assert validate_config(data).server.resolved_api_keys() == ["secret"]
+
+
+def test_loopback_hosts_need_no_keys():
+    # The one list the config check and the serve / browse commands share.
+    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.2", ""))
+    data = base()
+    data["server"] = {"host": "::1", "api_keys_env": None}
+    assert validate_config(data).server.host == "::1"
 
 
 def test_bad_toml_is_reported(tmp_path):

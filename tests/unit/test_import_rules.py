@@ -6,7 +6,9 @@
 - the bench imports nothing from tests/ (it runs the tiny-model builders as a command).
 
 Every import counts, at the top of a file or inside a function or `if TYPE_CHECKING:`: a lazy
-import is still a dependency of the module that writes it.
+import is still a dependency of the module that writes it. So do the kind table's imports by
+string (config/kinds.py: `module:Name`, imported by `import_named`): the table is the one module
+imported here, and each row is an import by the module that calls `import_named` with its field.
 `python tests/unit/test_import_rules.py` prints what the tests below read.
 """
 
@@ -16,6 +18,8 @@ import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "judge_gateway"
@@ -26,7 +30,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("media, prompts, parsers", (
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
-        "inputs",  # samples on disk (JSONL / folder readers): shared by score, eval and tune
+        "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
     )),
     ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
@@ -106,6 +110,37 @@ def import_edges(mods: dict[str, Path], prefix: str, root: Path = ROOT) -> list[
                 target = _existing(name, mods)
                 if target and target != mod:
                     edges.add(Edge(mod, target, where))
+    return sorted(edges, key=lambda e: (e.source, e.target, e.where))
+
+
+KIND_FIELDS = ("judge", "head_model")  # KindSpec's `module:Name` fields
+
+
+def kind_table_edges(mods: dict[str, Path], kinds: dict[str, Any] | None = None,
+                     root: Path = ROOT) -> list[Edge]:
+    """The imports by string: for each call `import_named(x.FIELD)` (registry: `.judge`, the head
+    worker: `.head_model`), an edge from its module to the module each row of the kind table names
+    in FIELD. A call whose argument is not `x.FIELD` is an Edge to "?" (the rule cannot read it)."""
+    if kinds is None:
+        from judge_gateway.config.kinds import KINDS as kinds  # the table: its strings are imports
+    edges: set[Edge] = set()
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            func = getattr(node, "func", None)
+            if not (isinstance(node, ast.Call) and (getattr(func, "id", None) == "import_named"
+                                                    or getattr(func, "attr", None) == "import_named")):
+                continue
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            arg = node.args[0] if node.args else None
+            if not (isinstance(arg, ast.Attribute) and arg.attr in KIND_FIELDS):
+                edges.add(Edge(mod, "?", where))
+                continue
+            for spec in kinds.values():
+                ref = getattr(spec, arg.attr)
+                target = ref and _existing(f"{PACKAGE}.{ref.partition(':')[0]}", mods)
+                if target and target != mod:
+                    edges.add(Edge(mod, target, f"{where} ({spec.name}.{arg.attr})"))
     return sorted(edges, key=lambda e: (e.source, e.target, e.where))
 
 
@@ -211,7 +246,7 @@ class PackageReport:
 
 def package_report() -> PackageReport:
     mods = module_files(ROOT / PACKAGE)
-    return PackageReport(mods, import_edges(mods, PACKAGE))
+    return PackageReport(mods, import_edges(mods, PACKAGE) + kind_table_edges(mods))
 
 
 def imports_of_test_modules() -> list[str]:
@@ -271,6 +306,16 @@ def test_floors_import_only_downward_beyond_the_allowlist():
     assert set(ALLOWED_UPWARD) <= set(report.upward), "stale ALLOWED_UPWARD entries"
 
 
+def test_the_kind_table_is_read_as_imports():
+    """registry imports each kind's judge class, the head worker each head kind's model: by string,
+    which ast alone would not see."""
+    edges = {(e.source, e.target) for e in package_report().edges}
+    assert (f"{PACKAGE}.registry", f"{PACKAGE}.judges.yes_no") in edges
+    assert (f"{PACKAGE}.registry", f"{PACKAGE}.heads.videoalign.judge") in edges
+    assert (f"{PACKAGE}.heads.factory", f"{PACKAGE}.heads.models.hpsv3") in edges
+    assert not any(e.target == "?" for e in package_report().edges), "an import_named call the rule cannot read"
+
+
 def test_no_test_module_imports_another():
     assert imports_of_test_modules() == []
 
@@ -325,6 +370,18 @@ def test_an_import_of_a_higher_floor_is_reported():
                            [Edge(f"{PACKAGE}.config", f"{PACKAGE}.server.app", "config.py:1"),
                             Edge(f"{PACKAGE}.server.app", f"{PACKAGE}.config", "server/app.py:1")])
     assert list(report.upward) == [f"{PACKAGE}.config -> {PACKAGE}.server.app"]
+
+
+def test_a_kind_row_naming_a_higher_floor_is_reported(tmp_path):
+    mods = _write(tmp_path, {
+        f"{PACKAGE}/__init__.py": "",
+        f"{PACKAGE}/registry.py": "def build(cfg):\n    return import_named(cfg.kind_spec.judge)\n",
+        f"{PACKAGE}/cli/__init__.py": "",
+        f"{PACKAGE}/cli/main.py": "class Judge: ...\n",
+    })
+    kinds = {"x": SimpleNamespace(name="x", judge="cli.main:Judge", head_model=None)}
+    report = PackageReport(mods, kind_table_edges(mods, kinds, root=tmp_path))
+    assert list(report.upward) == [f"{PACKAGE}.registry -> {PACKAGE}.cli.main"]
 
 
 if __name__ == "__main__":
