@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import time
 from pathlib import Path
@@ -73,7 +74,10 @@ class TorchWorker(WorkerSupervisor):
     def launch(self) -> Launch:
         assert self.cfg.python is not None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return Launch([self.cfg.python, str(WORKER_SCRIPT)], env)
+        # WARNING, so it shows by default (the CLI logs WARNING and up unless --verbose): VAE
+        # load messages, library warnings and tracebacks went straight to the gateway's stderr
+        # before the shared supervisor piped them, and should stay visible.
+        return Launch([self.cfg.python, str(WORKER_SCRIPT)], env, stderr_level=logging.WARNING)
 
     async def _call(self, header: dict[str, Any], payload: bytes, timeout: float) -> tuple[dict[str, Any], bytes]:
         async with self._lock:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -22,14 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeSupervisor(WorkerSupervisor):
-    def __init__(self, mode: str = "ok") -> None:
+    def __init__(self, mode: str = "ok", stderr_level: int = logging.INFO) -> None:
         super().__init__("fake worker", startup_timeout_s=20, restart_backoff_s=0.05, retry_failed_load_s=60)
         self.mode = mode
+        self.stderr_level = stderr_level
         self.exits = 0
 
     def launch(self) -> Launch:
         return Launch([sys.executable, "-I", str(ROOT / "tests" / "support" / "fake_framed_worker.py"), self.mode],
-                      dict(os.environ))
+                      dict(os.environ), stderr_level=self.stderr_level)
 
     def on_exit(self) -> None:
         self.exits += 1
@@ -99,6 +101,29 @@ async def test_a_stderr_line_over_the_reader_limit_neither_stops_supervision_nor
         assert sup.restarts == 1 and (await sup.request({"op": "echo"}, b"ok"))[1] == b"ok"
     finally:
         await sup.aclose()
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING])
+async def test_a_worker_stderr_line_is_logged_at_its_launch_level(caplog, level):
+    caplog.set_level(logging.DEBUG, logger=__name__)
+    sup = FakeSupervisor(stderr_level=level)
+    try:
+        await sup.wait_ready()
+        assert (await sup.request({"op": "shout", "n": 5}))[0]["ok"] is True
+        for _ in range(100):  # the stderr pump runs beside the reply
+            if any("xxxxx" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.02)
+        lines = [r for r in caplog.records if r.getMessage() == "fake worker worker: xxxxx"]
+        assert [(r.name, r.levelno) for r in lines] == [(__name__, level)]
+    finally:
+        await sup.aclose()
+
+
+def test_the_latent_decoder_stderr_is_logged_at_warning_so_it_shows_by_default():
+    # The CLI logs WARNING and up unless --verbose; the decoder's stderr (VAE load messages,
+    # warnings, tracebacks) went straight to the gateway's stderr before it was piped.
+    assert TorchWorker(LatentDecoderConfig(python=sys.executable)).launch().stderr_level == logging.WARNING
 
 
 async def test_a_request_past_its_timeout_kills_the_stuck_worker_which_restarts():
