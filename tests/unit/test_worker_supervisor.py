@@ -42,9 +42,27 @@ async def test_replies_go_to_their_request_by_id_with_their_payloads():
     try:
         await sup.wait_ready()
         assert sup.info == {"pid": sup.pid} and sup.state == "ready"
-        payloads = [bytes([i]) * (i * 1_000_003) for i in range(1, 5)]  # up to 4 MB, out of order
+        payloads = [bytes([i]) * (i * 1_000_003) for i in range(1, 5)]  # up to 4 MB, in flight together
         replies = await asyncio.gather(*(sup.request({"op": "echo"}, p) for p in payloads))
         assert [(h["n"], out) for h, out in replies] == [(len(p), p) for p in payloads]
+        assert sup._pending == {}
+    finally:
+        await sup.aclose()
+
+
+async def test_a_reply_that_overtakes_an_earlier_request_goes_to_its_own_caller():
+    """The worker answers the second request first: matching replies in order (FIFO) would give
+    each caller the other's payload."""
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        slow = asyncio.ensure_future(sup.request({"op": "later", "s": 0.5}, b"slow" * 1000))
+        await asyncio.sleep(0.05)  # its frame is written before the next one's
+        fast = asyncio.ensure_future(sup.request({"op": "echo"}, b"fast"))
+        done, _ = await asyncio.wait({slow, fast}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {fast} and fast.result()[1] == b"fast" and fast.result()[0]["n"] == 4
+        head, out = await asyncio.wait_for(slow, 10)
+        assert out == b"slow" * 1000 and head["n"] == 4000 and head["id"] < fast.result()[0]["id"]
         assert sup._pending == {}
     finally:
         await sup.aclose()
