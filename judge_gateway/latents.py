@@ -25,13 +25,10 @@ from typing import Any
 import numpy as np
 
 from .config import WAN_NAMES, LatentDecoderConfig
+from .workers.framing import MAX_LATENT_PAYLOAD_BYTES
 from .workers.supervisor import Launch, WorkerError, WorkerSupervisor
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "latent_worker.py"
-# Replies carry decoded uint8 pixels, about 12x the float32 latents they came from (Wan2.1:
-# 3 x 4 x 8 x 8 values per 16 latent values): past 4 GiB for large batches, so the frame's 64-bit
-# length is needed. This bound only refuses a corrupt length.
-MAX_REPLY_BYTES = 256 * 1024 * 1024 * 1024
 RESTART_BACKOFF_S = 0.5
 
 
@@ -47,7 +44,7 @@ class TorchWorker(WorkerSupervisor):
         if not cfg.python:
             raise TorchWorkerError("cosmos_rl.latents.python is not configured")
         super().__init__("torch worker", startup_timeout_s=cfg.start_timeout_s, restart_backoff_s=RESTART_BACKOFF_S,
-                         retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_REPLY_BYTES)
+                         retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_LATENT_PAYLOAD_BYTES)
         self.cfg = cfg
         self._lock = asyncio.Lock()
         self._load_failures: dict[str, tuple[float, str]] = {}  # decoder -> (when, why)

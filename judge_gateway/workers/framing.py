@@ -22,6 +22,11 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 # A reader's default payload limit: the heads' frames (a pipe frame holds at most 64 MiB, one
 # image stack a little more); readers that take larger payloads pass their own.
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024 * 1024
+# The latent decoder's limit, both ways (latents.py, latent_worker.py). Requests carry a cosmos-rl
+# body's latents or torch-saved tensor (bounded by the gateway's body limit); replies carry
+# decoded uint8 pixels, about 12x the float32 latents they came from (Wan2.1: 3 x 4 x 8 x 8 values
+# per 16 latent values), past 4 GiB for large batches. It only refuses a corrupt length.
+MAX_LATENT_PAYLOAD_BYTES = 256 * 1024 * 1024 * 1024
 # Payloads are read at most this much at a time and joined at the end: a peer that declares a
 # huge frame and stalls costs one chunk, not the declared size.
 READ_CHUNK_BYTES = 64 * 1024 * 1024
