@@ -119,7 +119,3 @@ class TorchWorker(WorkerSupervisor):
             raise
         self._load_failures.pop(name, None)
         return np.load(io.BytesIO(out), allow_pickle=False)
-
-    async def aclose(self, timeout_s: float = 5.0) -> None:
-        """End of stdin ends the worker; it is killed if it has not exited within `timeout_s`."""
-        await super().aclose(timeout_s)
