@@ -54,9 +54,6 @@ def _framing() -> ModuleType:
 
 
 framing = _framing()
-# Requests carry a cosmos-rl body's latents or torch-saved tensor (bounded by the gateway's body
-# limit); this bound only refuses a corrupt length, and needs the frame's 64-bit length.
-MAX_REQUEST_BYTES = 256 * 1024 * 1024 * 1024
 
 
 def _npy(arr: Any) -> bytes:
@@ -234,7 +231,7 @@ def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # library prints must not corrupt the frame stream
     while True:
-        frame = framing.read_frame(stdin, MAX_REQUEST_BYTES)
+        frame = framing.read_frame(stdin, framing.MAX_LATENT_PAYLOAD_BYTES)
         if frame is None:
             return
         header, payload = frame

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import time
 from pathlib import Path
@@ -24,13 +25,10 @@ from typing import Any
 import numpy as np
 
 from .config import WAN_NAMES, LatentDecoderConfig
+from .workers.framing import MAX_LATENT_PAYLOAD_BYTES
 from .workers.supervisor import Launch, WorkerError, WorkerSupervisor
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "latent_worker.py"
-# Replies carry decoded uint8 pixels, about 12x the float32 latents they came from (Wan2.1:
-# 3 x 4 x 8 x 8 values per 16 latent values): past 4 GiB for large batches, so the frame's 64-bit
-# length is needed. This bound only refuses a corrupt length.
-MAX_REPLY_BYTES = 256 * 1024 * 1024 * 1024
 RESTART_BACKOFF_S = 0.5
 
 
@@ -46,7 +44,7 @@ class TorchWorker(WorkerSupervisor):
         if not cfg.python:
             raise TorchWorkerError("cosmos_rl.latents.python is not configured")
         super().__init__("torch worker", startup_timeout_s=cfg.start_timeout_s, restart_backoff_s=RESTART_BACKOFF_S,
-                         retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_REPLY_BYTES)
+                         retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_LATENT_PAYLOAD_BYTES)
         self.cfg = cfg
         self._lock = asyncio.Lock()
         self._load_failures: dict[str, tuple[float, str]] = {}  # decoder -> (when, why)
@@ -73,7 +71,10 @@ class TorchWorker(WorkerSupervisor):
     def launch(self) -> Launch:
         assert self.cfg.python is not None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return Launch([self.cfg.python, str(WORKER_SCRIPT)], env)
+        # WARNING, so it shows by default (the CLI logs WARNING and up unless --verbose): VAE
+        # load messages, library warnings and tracebacks went straight to the gateway's stderr
+        # before the shared supervisor piped them, and should stay visible.
+        return Launch([self.cfg.python, str(WORKER_SCRIPT)], env, stderr_level=logging.WARNING)
 
     async def _call(self, header: dict[str, Any], payload: bytes, timeout: float) -> tuple[dict[str, Any], bytes]:
         async with self._lock:
@@ -118,7 +119,3 @@ class TorchWorker(WorkerSupervisor):
             raise
         self._load_failures.pop(name, None)
         return np.load(io.BytesIO(out), allow_pickle=False)
-
-    async def aclose(self, timeout_s: float = 5.0) -> None:
-        """End of stdin ends the worker; it is killed if it has not exited within `timeout_s`."""
-        await super().aclose(timeout_s)

@@ -89,9 +89,8 @@ class HeadWorker(WorkerSupervisor):
         """Per-frame outputs of the model for uint8 [n, H, W, 3] frames and one prompt."""
         await self.wait_ready()
         images_header(frames)  # refuse anything but uint8 [n, H, W, 3] here, not in the worker
-        self.running()
-        if self._wake is None:
-            raise HeadError(f"head {self.name!r} worker is not running ({self.state}: {self.reason})")
+        self.running()  # ready: on_ready set _wake before the state became ready
+        assert self._wake is not None
         msg_id, fut = self.new_request()
         # The sender wakes after the other ready tasks of this loop turn: a request's samples
         # that reach this point together go out in one frame.

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from ..workers.framing import ProtocolError, encode_frame, read_frame
+from ..workers.framing import ProtocolError, read_frame, write_frame
 from .batcher import Control, Job, MicroBatcher, Staged
 from .factory import build_head
 from .models.base import HeadLoadError
@@ -50,10 +50,8 @@ class _Writer:
         self.lock = threading.Lock()
 
     def send(self, header: dict[str, Any]) -> None:
-        data = encode_frame(header)
-        with self.lock:
-            self.stream.write(data)
-            self.stream.flush()
+        with self.lock:  # several threads answer on the one stream
+            write_frame(self.stream, header)
 
 
 def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:

@@ -22,8 +22,13 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 # A reader's default payload limit: the heads' frames (a pipe frame holds at most 64 MiB, one
 # image stack a little more); readers that take larger payloads pass their own.
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024 * 1024
-# Payloads above this are read in pieces into one buffer that is allocated only once the first
-# piece has arrived: a peer that declares a huge frame and stalls costs nothing.
+# The latent decoder's limit, both ways (latents.py, latent_worker.py). Requests carry a cosmos-rl
+# body's latents or torch-saved tensor (bounded by the gateway's body limit); replies carry
+# decoded uint8 pixels, about 12x the float32 latents they came from (Wan2.1: 3 x 4 x 8 x 8 values
+# per 16 latent values), past 4 GiB for large batches. It only refuses a corrupt length.
+MAX_LATENT_PAYLOAD_BYTES = 256 * 1024 * 1024 * 1024
+# Payloads are read at most this much at a time and joined at the end: a peer that declares a
+# huge frame and stalls costs one chunk, not the declared size.
 READ_CHUNK_BYTES = 64 * 1024 * 1024
 
 
@@ -73,49 +78,37 @@ def decode_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
-def _read_exact(stream: BinaryIO, n: int) -> tuple[bytes | bytearray | None, int]:
-    """(n bytes, n) from a blocking stream, or (None, bytes got) when it ended first. A payload
-    over one chunk gets its buffer only after a full chunk came (a declared length costs nothing)."""
-    first_len = min(n, READ_CHUNK_BYTES)
+def _read_exact(stream: BinaryIO, n: int) -> tuple[bytes | None, int]:
+    """(n bytes, n) from a blocking stream, or (None, bytes got) when it ended first. Read a chunk
+    at a time, so memory grows with what arrived, not with what a prefix declared; the pieces are
+    joined once into `bytes` (a bytearray would be copied again by every io.BytesIO wrapping it)."""
     pieces: list[bytes] = []
     got = 0
-    while got < first_len:
-        piece = stream.read(first_len - got)
+    while got < n:
+        piece = stream.read(min(n - got, READ_CHUNK_BYTES))
         if not piece:
             return None, got
         pieces.append(piece)
         got += len(piece)
-    first = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-    if n == first_len:
-        return first, n  # the common case: one read, no copy
-    buf = bytearray(n)
-    view = memoryview(buf)
-    view[:got] = first
-    while got < n:
-        k = stream.readinto(view[got: got + READ_CHUNK_BYTES])  # type: ignore[attr-defined]
-        if not k:
-            return None, got
-        got += k
-    return buf, n
+    return (pieces[0] if len(pieces) == 1 else b"".join(pieces)), n  # one read: no copy
 
 
 def read_frame(stream: BinaryIO, max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes] | None:
     """One frame from a blocking binary stream; None when the stream ends between frames. Raises
-    ProtocolError on a malformed or oversized frame, or one the stream ends inside. The payload is
-    bytes, or a bytearray when it came in several reads."""
+    ProtocolError on a malformed or oversized frame, or one the stream ends inside."""
     prefix, got = _read_exact(stream, PREFIX.size)
     if prefix is None:
         if got:
             raise ProtocolError(f"stream ended inside a frame prefix ({got} of {PREFIX.size} B)")
         return None
-    head_len, payload_len = decode_prefix(bytes(prefix), max_payload)
+    head_len, payload_len = decode_prefix(prefix, max_payload)
     head, got = _read_exact(stream, head_len) if head_len else (b"", 0)
     if head is None:
         raise ProtocolError(f"stream ended inside a frame header ({got} of {head_len} B)")
     payload, got = _read_exact(stream, payload_len) if payload_len else (b"", 0)
     if payload is None:
         raise ProtocolError(f"stream ended inside a frame payload ({got} of {payload_len} B)")
-    return decode_header(bytes(head)), payload  # type: ignore[return-value]
+    return decode_header(head), payload
 
 
 def write_frame(stream: BinaryIO, header: dict[str, Any], payload: bytes | bytearray | memoryview = b"") -> None:

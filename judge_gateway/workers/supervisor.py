@@ -58,6 +58,8 @@ class Launch:
     env: dict[str, str]
     init: dict[str, Any] = field(default_factory=dict)  # the init frame's fields ("op" is added)
     pass_fds: tuple[int, ...] = ()
+    # The level its stderr lines are logged at (on the subclass's module logger).
+    stderr_level: int = logging.INFO
 
 
 class WorkerSupervisor:
@@ -275,7 +277,7 @@ class WorkerSupervisor:
             self.reason = f"cannot start {self.label} {spec.command[0]!r}: {exc}"
             return "fatal"
         self._proc = proc
-        stderr_task = asyncio.create_task(self._pump_stderr(proc))
+        stderr_task = asyncio.create_task(self._pump_stderr(proc, spec.stderr_level))
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(encode_frame({**spec.init, "op": "init"}))
@@ -319,7 +321,7 @@ class WorkerSupervisor:
         self.fail_pending(f"{self.crash_why} ({self.reason})", crashed=True)
         return "exited"
 
-    async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
+    async def _pump_stderr(self, proc: asyncio.subprocess.Process, level: int) -> None:
         assert proc.stderr is not None
         while True:
             try:
@@ -330,7 +332,7 @@ class WorkerSupervisor:
                 return
             text = line[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip()
             self._stderr_tail.append(text)
-            self.log.info("%s worker: %s", self.label, text)
+            self.log.log(level, "%s worker: %s", self.label, text)
 
     def _tail(self) -> str:
         lines = [line for line in self._stderr_tail if line.strip()][-3:]

@@ -3,10 +3,11 @@
 loads the framing module by its path (no judge_gateway import: it starts in a blink).
 
 Handshake: `init` -> `ready` (info: its pid), or `fatal` ("fatal"), or exit 3 before answering
-("exit"). Requests ({"op", "id"}): "echo" replies with the payload and its length; "sleep" sleeps
-`s` seconds, then replies; "shout" writes one `n`-byte line to stderr, then replies; "die" exits
-with code 7 without replying. "shutdown" or the end of
-stdin ends it.
+("exit"). Requests ({"op", "id"}): "echo" replies with the payload and its length; "later" does
+the same `s` seconds later from a thread of its own, while the worker reads and answers the
+requests after it (its reply overtaken by theirs); "sleep" sleeps `s` seconds, then replies (the
+worker answers nothing meanwhile); "shout" writes one `n`-byte line to stderr, then replies;
+"die" exits with code 7 without replying. "shutdown" or the end of stdin ends it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +24,18 @@ _spec = importlib.util.spec_from_file_location(
 assert _spec is not None and _spec.loader is not None
 framing = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(framing)
-read_frame, write_frame = framing.read_frame, framing.write_frame
+read_frame = framing.read_frame
+_write_lock = threading.Lock()  # "later" replies come from their own threads
+
+
+def write_frame(stream, header, payload=b""):
+    with _write_lock:
+        framing.write_frame(stream, header, payload)
+
+
+def _later(stdout, header, payload):
+    time.sleep(float(header["s"]))
+    write_frame(stdout, {"id": header["id"], "ok": True, "n": len(payload)}, payload)
 
 
 def main(mode: str) -> int:
@@ -42,6 +55,8 @@ def main(mode: str) -> int:
             return 0
         elif op == "echo":
             write_frame(stdout, {"id": header["id"], "ok": True, "n": len(payload)}, payload)
+        elif op == "later":
+            threading.Thread(target=_later, args=(stdout, header, payload), daemon=True).start()
         elif op == "sleep":
             time.sleep(float(header["s"]))
             write_frame(stdout, {"id": header["id"], "ok": True})

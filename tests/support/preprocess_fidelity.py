@@ -23,6 +23,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from judge_gateway.heads.factory import build_head
+from judge_gateway.heads.models.clip import PreparedBatch
 from tests.support.heads_env import head_judges, load_test_images
 
 PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello"']
@@ -69,8 +70,8 @@ def compare(dev, ref, images: list[np.ndarray]) -> dict:
         cos = (e_dev * e_ref).sum(-1)
         raws = []
         for prompt in PROMPTS:
-            a = ref.infer(images, [prompt] * len(images), p_dev)
-            b = ref.infer(images, [prompt] * len(images), p_ref)
+            a = ref.infer(images, [prompt] * len(images), PreparedBatch(p_dev, None))
+            b = ref.infer(images, [prompt] * len(images), PreparedBatch(p_ref, None))
             raws += [abs(x["raw"] - y["raw"]) for x, y in zip(a, b)]
     return {"images": len(images), "max_pixel_diff": float((p_dev.float() - p_ref.float()).abs().max()),
             "min_cosine": float(cos.min()), "max_abs_delta_raw": max(raws)}
@@ -86,7 +87,7 @@ def prepared_text(head, images: list[np.ndarray]) -> dict:
     a = head.infer(images, prompts, prepared)
     in_infer = head.text_cache.encode_calls - before - in_prepare
     head.text_cache = type(head.text_cache)(head.text_cache.capacity)  # empty: infer encodes again
-    b = head.infer(images, prompts, head.stage.prepare(images))
+    b = head.infer(images, prompts, PreparedBatch(head.stage.prepare(images), None))
     return {"encodes_in_prepare": in_prepare, "encodes_in_infer": in_infer,
             "max_abs_delta_raw": max(abs(x["raw"] - y["raw"]) for x, y in zip(a, b))}
 

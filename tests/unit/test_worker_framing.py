@@ -133,6 +133,15 @@ def test_a_payload_over_one_chunk_is_read_whole_from_short_reads(monkeypatch):
         read_frame(cut)
 
 
+def test_a_payload_over_one_chunk_comes_back_as_bytes(monkeypatch):
+    # bytes, not a bytearray: io.BytesIO shares bytes but copies a bytearray, and the latent
+    # worker wraps every payload in one (a multi-GiB torch payload was copied twice more).
+    monkeypatch.setattr(framing, "READ_CHUNK_BYTES", 1000)
+    payload = bytes(range(256)) * 40
+    header, got = read_frame(io.BytesIO(encode_frame({"op": "decode"}, payload)))
+    assert header == {"op": "decode"} and type(got) is bytes and got == payload
+
+
 @pytest.mark.parametrize("raw, why", [(b"[1, 2]", "not a JSON object"), (b"{nope", "not JSON"),
                                       (b"\xff\xfe", "not JSON")])
 def test_a_header_must_be_a_json_object(raw, why):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -22,14 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeSupervisor(WorkerSupervisor):
-    def __init__(self, mode: str = "ok") -> None:
+    def __init__(self, mode: str = "ok", stderr_level: int = logging.INFO) -> None:
         super().__init__("fake worker", startup_timeout_s=20, restart_backoff_s=0.05, retry_failed_load_s=60)
         self.mode = mode
+        self.stderr_level = stderr_level
         self.exits = 0
 
     def launch(self) -> Launch:
         return Launch([sys.executable, "-I", str(ROOT / "tests" / "support" / "fake_framed_worker.py"), self.mode],
-                      dict(os.environ))
+                      dict(os.environ), stderr_level=self.stderr_level)
 
     def on_exit(self) -> None:
         self.exits += 1
@@ -40,9 +42,27 @@ async def test_replies_go_to_their_request_by_id_with_their_payloads():
     try:
         await sup.wait_ready()
         assert sup.info == {"pid": sup.pid} and sup.state == "ready"
-        payloads = [bytes([i]) * (i * 1_000_003) for i in range(1, 5)]  # up to 4 MB, out of order
+        payloads = [bytes([i]) * (i * 1_000_003) for i in range(1, 5)]  # up to 4 MB, in flight together
         replies = await asyncio.gather(*(sup.request({"op": "echo"}, p) for p in payloads))
         assert [(h["n"], out) for h, out in replies] == [(len(p), p) for p in payloads]
+        assert sup._pending == {}
+    finally:
+        await sup.aclose()
+
+
+async def test_a_reply_that_overtakes_an_earlier_request_goes_to_its_own_caller():
+    """The worker answers the second request first: matching replies in order (FIFO) would give
+    each caller the other's payload."""
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        slow = asyncio.ensure_future(sup.request({"op": "later", "s": 0.5}, b"slow" * 1000))
+        await asyncio.sleep(0.05)  # its frame is written before the next one's
+        fast = asyncio.ensure_future(sup.request({"op": "echo"}, b"fast"))
+        done, _ = await asyncio.wait({slow, fast}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {fast} and fast.result()[1] == b"fast" and fast.result()[0]["n"] == 4
+        head, out = await asyncio.wait_for(slow, 10)
+        assert out == b"slow" * 1000 and head["n"] == 4000 and head["id"] < fast.result()[0]["id"]
         assert sup._pending == {}
     finally:
         await sup.aclose()
@@ -99,6 +119,29 @@ async def test_a_stderr_line_over_the_reader_limit_neither_stops_supervision_nor
         assert sup.restarts == 1 and (await sup.request({"op": "echo"}, b"ok"))[1] == b"ok"
     finally:
         await sup.aclose()
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING])
+async def test_a_worker_stderr_line_is_logged_at_its_launch_level(caplog, level):
+    caplog.set_level(logging.DEBUG, logger=__name__)
+    sup = FakeSupervisor(stderr_level=level)
+    try:
+        await sup.wait_ready()
+        assert (await sup.request({"op": "shout", "n": 5}))[0]["ok"] is True
+        for _ in range(100):  # the stderr pump runs beside the reply
+            if any("xxxxx" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.02)
+        lines = [r for r in caplog.records if r.getMessage() == "fake worker worker: xxxxx"]
+        assert [(r.name, r.levelno) for r in lines] == [(__name__, level)]
+    finally:
+        await sup.aclose()
+
+
+def test_the_latent_decoder_stderr_is_logged_at_warning_so_it_shows_by_default():
+    # The CLI logs WARNING and up unless --verbose; the decoder's stderr (VAE load messages,
+    # warnings, tracebacks) went straight to the gateway's stderr before it was piped.
+    assert TorchWorker(LatentDecoderConfig(python=sys.executable)).launch().stderr_level == logging.WARNING
 
 
 async def test_a_request_past_its_timeout_kills_the_stuck_worker_which_restarts():

@@ -171,12 +171,12 @@ class ClipFamilyHead(HeadModel):
         return emb / emb.norm(dim=-1, keepdim=True)
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str],
-              prepared: Any = None) -> list[dict[str, Any]]:
-        # `prepared`: what `prepare` returned, or the image stage's own output (no text rows)
-        staged, text = (prepared.staged, prepared.text) if isinstance(prepared, PreparedBatch) else (prepared, None)
+              prepared: PreparedBatch | None = None) -> list[dict[str, Any]]:
+        # `prepared`: what `prepare` returned for these images and prompts
+        staged, text = (prepared.staged, prepared.text) if prepared is not None else (None, None)
         timer = _GpuTimer(self.device)
         with torch.inference_mode():
-            if text is None or len(text.rows) != len(images):
+            if text is None:
                 text = self._text(prompts)
             timer.start()
             img = self.embed_images(images, staged)

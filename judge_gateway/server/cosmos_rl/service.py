@@ -462,7 +462,7 @@ class CosmosRLService:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self.worker is not None:
-            await self.worker.aclose()
+            await self.worker.aclose(timeout_s=5.0)  # killed if it has not exited by then
 
 
 def _is_uuid(text: str) -> bool:
