@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -71,6 +74,23 @@ class Metrics:
             ["api", "reason"], registry=self.registry,
         )
 
+    def watch_media_budget(self, budget: Any) -> None:
+        """Export the process-wide decoded-media budget (media/budget.py), read at each scrape."""
+        for name, doc, read in (
+            ("judge_gateway_media_budget_limit_pixels", "Decoded pixels all requests scoring at once may hold "
+             "(media.max_process_pixels).", lambda: budget.limit),
+            ("judge_gateway_media_budget_in_use_pixels", "Decoded pixels reserved by the requests scoring now.",
+             lambda: budget.in_use),
+            ("judge_gateway_media_budget_waiting", "Requests waiting for room in the decoded-media budget.",
+             lambda: budget.waiting),
+        ):
+            Gauge(name, doc, registry=self.registry).set_function(read)
+
+    def watch_queues(self, queues: dict[str, Any]) -> None:
+        """Export each bounded judge queue (judges/queue.py): what it holds and its bounds."""
+        if queues:
+            self.registry.register(_QueueCollector(queues))
+
     def observe_media(self, encodes: dict[str, int], hits: dict[str, int]) -> None:
         for kind, n in encodes.items():
             self.media_encodes.labels(kind).inc(n)
@@ -79,3 +99,24 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _QueueCollector:
+    """judge_gateway_judge_queue{judge, measure, state}: items / pixels queued now and their bound."""
+
+    def __init__(self, queues: dict[str, Any]) -> None:
+        self.queues = queues
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # collected at each scrape only (no fixed sample set to describe)
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily("judge_gateway_judge_queue", "Items (images or frames) and pixels a head judge "
+                                   "has accepted and not answered (state=queued), and its bounds (state=limit).",
+                                   labels=["judge", "measure", "state"])
+        for judge, q in self.queues.items():
+            family.add_metric([judge, "items", "queued"], q.items)
+            family.add_metric([judge, "items", "limit"], q.max_items)
+            family.add_metric([judge, "pixels", "queued"], q.pixels)
+            family.add_metric([judge, "pixels", "limit"], q.max_pixels)
+        return [family]

@@ -52,6 +52,7 @@ from .limits import (
     request_limits,
 )
 from .limits import current_limits as current_limits
+from .limits import request_pixels
 from .sampling import VideoSampling, sample_frame_indices
 from .sampling import fit_pixels as fit_pixels
 from .video import VideoMedia
@@ -77,5 +78,6 @@ __all__ = [
     "encode_image",
     "encode_video",
     "request_limits",
+    "request_pixels",
     "sample_frame_indices",
 ]

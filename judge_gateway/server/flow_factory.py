@@ -27,10 +27,11 @@ from ..combine import combine_sample, group_transform
 from ..config import CombineConfig
 from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
-from ..media import ImageMedia, MediaError, VideoMedia
+from ..judges.queue import QueueFull
+from ..media import ImageMedia, MediaError, VideoMedia, request_pixels
 from ..config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
-from .admission import Refused
+from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .metered import metered
 from .state import AdmissionDep
@@ -141,7 +142,8 @@ class FlowFactoryService:
                         raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
 
-    async def compute(self, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def compute(self, name: str, body: bytes, admission: Admission) -> tuple[int, dict[str, Any]]:
+        """Parse, reserve (decoded-media budget, head queues: Refused when spent), score, answer."""
         profile = self.cfg.profiles[name]
         try:
             samples = await run_in_threadpool(parse_compute, body, profile,
@@ -151,9 +153,12 @@ class FlowFactoryService:
             return 200, {"error": str(err)}
         judges = list(profile.judges)
         try:
-            response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
+            async with admission.media("flow_factory", request_pixels()):
+                response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
         except RequestTooLargeError as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
+        except QueueFull as err:  # 503 + Retry-After: the client retries
+            raise admission.busy("flow_factory", err) from None
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
         problems: list[tuple[int, str, ErrorCode]] = []
@@ -223,7 +228,7 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
             raw = await request.body()
             async with admission.slot("flow_factory", until=lambda wait: unless_disconnected(request, wait)):
                 # The client gives up after its timeout and retries: stop scoring the abandoned copy.
-                code, body = await unless_disconnected(request, service.compute(profile, raw))
+                code, body = await unless_disconnected(request, service.compute(profile, raw, admission))
             outcome.status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
             return JSONResponse(body, status_code=code)
         except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)

@@ -13,7 +13,9 @@ from pydantic import BaseModel, ValidationError
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
-from .admission import Refused
+from ..judges.queue import QueueFull
+from ..media import request_pixels
+from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .errors import error_response, invalid_request
 from .metered import Outcome, metered
@@ -51,8 +53,10 @@ REWARD_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def score_body(request: Request, gateway: Gateway, body: bytes, outcome: Outcome) -> Response:
-    """One admitted reward request: validate the body, score it while the client waits."""
+async def score_body(request: Request, gateway: Gateway, admission: Admission, body: bytes,
+                     outcome: Outcome) -> Response:
+    """One admitted reward request: validate the body, reserve what its media decode to (the
+    process-wide budget) and its heads' queue room, score it while the client waits."""
     try:
         reward_request = await run_in_threadpool(parse_reward_request, body)
     except ValidationError as err:
@@ -61,9 +65,17 @@ async def score_body(request: Request, gateway: Gateway, body: bytes, outcome: O
     except JSONBodyError as err:
         outcome.status = "invalid"
         return error_response("invalid_request", str(err), 422)
+
+    async def scored() -> RewardResponse:
+        async with admission.media("native", request_pixels()):
+            try:
+                return await gateway.score(reward_request)
+            except QueueFull as err:
+                raise admission.busy("native", err) from None
+
     try:
         # A client that leaves (its timeout) takes its judge calls with it.
-        response = await unless_disconnected(request, gateway.score(reward_request))
+        response = await unless_disconnected(request, scored())
     except UnknownJudgeError as err:
         outcome.status = "invalid"
         return error_response("unknown_judge", str(err), 400, field="judges")
@@ -97,7 +109,7 @@ async def create_rewards(request: Request, gateway: GatewayDep, admission: Admis
         try:
             body = await request.body()  # before the slot: a slow upload never holds one
             async with admission.slot("native", until=lambda wait: unless_disconnected(request, wait)):
-                return await score_body(request, gateway, body, outcome)
+                return await score_body(request, gateway, admission, body, outcome)
         except ClientDisconnected:  # while waiting for a slot, or while scoring
             outcome.cancelled()
             return Response(status_code=CLIENT_CLOSED)
