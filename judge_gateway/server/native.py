@@ -130,11 +130,13 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="Readiness: every judge's backend reachable and serving its model",
             responses={503: {"description": "some judge is not ready; the body says which and why"}})
-async def readyz(gateway: GatewayDep) -> JSONResponse:
+async def readyz(gateway: GatewayDep, admission: AdmissionDep) -> JSONResponse:
     ready = await gateway.readiness()
     judges = {name: {"ready": ok, "reason": reason} for name, (ok, reason) in ready.items()}
     all_ready = all(ok for ok, _ in ready.values())
-    return JSONResponse({"ready": all_ready, "judges": judges}, status_code=200 if all_ready else 503)
+    # The overload bounds in force (derived from the judges' capacity unless configured).
+    return JSONResponse({"ready": all_ready, "judges": judges, "admission": admission.describe()},
+                        status_code=200 if all_ready else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics")
