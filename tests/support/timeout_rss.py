@@ -4,7 +4,7 @@ decoded, to a fresh gateway app in this process (in-process ASGI, fake VLM backe
 JSON {"cells": [error codes], "rss_after_mb": [VmRSS growth over a warmed-up baseline, 1 s after
 each request], "rss_peak_mb": peak growth}.
 
-Before: the decode thread went on after the deadline and its frames stayed held (+1.2 GB per
+Before: the decode thread went on after the deadline and its frames stayed held (+444 MB after one
 request of 60 frames of 1080p, +937 MB after two); a subprocess, so nothing else counts.
 """
 
