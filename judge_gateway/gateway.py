@@ -94,12 +94,13 @@ class Gateway:
         return list(names)
 
     async def score(self, request: RewardRequest, *, deadline: float | None = None,
-                    when_busy: Literal["refuse", "wait"] = "refuse") -> RewardResponse:
+                    when_busy: Literal["refuse", "wait"] = "wait") -> RewardResponse:
         """Score every sample with every requested judge; failures stay in their cell.
 
         `deadline` (time.monotonic()): backend retries of transient faults stop before it
         (backends.deadline_at). `when_busy`: a head judge whose queue has no room for the
-        request raises QueueFull ("refuse") or is waited for ("wait": accepted work). When the
+        request is waited for ("wait": library callers, accepted work) or raises QueueFull
+        ("refuse": the synchronous APIs answer 429 / 503 with Retry-After). When the
         request ends, however it ends, its decode/encode threads stop at their next frame and
         are waited for (media/scope.py), so what it decoded is released before this returns."""
         started = time.perf_counter()

@@ -154,7 +154,8 @@ class FlowFactoryService:
         judges = list(profile.judges)
         try:
             async with admission.media("flow_factory", request_pixels()):
-                response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
+                response = await self.gateway.score(RewardRequest(samples=samples, judges=judges),
+                                                    when_busy="refuse")
         except RequestTooLargeError as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
         except QueueFull as err:  # 503 + Retry-After: the client retries

@@ -69,7 +69,7 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
     async def scored() -> RewardResponse:
         async with admission.media("native", request_pixels()):
             try:
-                return await gateway.score(reward_request)
+                return await gateway.score(reward_request, when_busy="refuse")
             except QueueFull as err:
                 raise admission.busy("native", err) from None
 
