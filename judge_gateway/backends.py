@@ -219,12 +219,14 @@ class BackendPool:
 
         `params` are the OpenAI chat parameters; `extra_body` entries are merged into the body.
         Transient faults are retried with back-off until the call's deadline (`call_deadline`),
-        else for `retry_for_s`; `max_retries`, when set, caps the attempts too. The caller owns
-        the overall deadline (asyncio.timeout around this call)."""
+        else for `retry_for_s`: no attempt starts after it; `max_retries`, when set, caps the
+        attempts too. An attempt in flight is the caller's to end (asyncio.timeout around this
+        call: the judge's deadline_s, a cosmos-rl request's timeout, which fails it as a whole)."""
         extra = params.pop("extra_body", None) or {}
         body = {"model": self.model, **params, **extra}
-        explicit = call_deadline()
-        deadline = explicit if explicit is not None else time.monotonic() + self.cfg.retry_for_s
+        deadline = call_deadline()
+        if deadline is None:
+            deadline = time.monotonic() + self.cfg.retry_for_s
         cap = self.cfg.max_retries
 
         def give_up(state: RetryCallState) -> bool:
@@ -241,13 +243,7 @@ class BackendPool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    if explicit is None:
-                        return await self._attempt(body)
-                    try:  # an attempt in flight ends at the deadline too
-                        async with asyncio.timeout(max(0.0, explicit - time.monotonic())):
-                            return await self._attempt(body)
-                    except TimeoutError:
-                        raise BackendTimeout(f"backend {self.name!r}: no answer before the call's deadline") from None
+                    return await self._attempt(body)
         except BackendFault:
             raise
         except openai.OpenAIError as exc:

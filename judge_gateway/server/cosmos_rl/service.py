@@ -283,11 +283,8 @@ class CosmosRLService:
     async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
         # Latents decode to pixels here: their share of the process-wide decoded-media budget is
         # waited for (accepted work is never refused; _run's deadline bounds the wait).
-        decoded = 0
-        if p.latents is not None:
-            b, t, h, w = decoded_video_shape(p.latents.shape)
-            decoded = b * (1 if p.medium == "image" else t) * h * w
-        async with self.gateway.media_budget.reserve(decoded, wait_s=None):
+        b, t, h, w = decoded_video_shape(p.latents.shape) if p.latents is not None else (0, 0, 0, 0)
+        async with self.gateway.media_budget.reserve(b * (1 if p.medium == "image" else t) * h * w, wait_s=None):
             return await self._decode_and_score(uid, p, deadline)
 
     async def _decode_and_score(self, uid: str, p: Prepared, deadline: float | None) -> dict[str, Any]:
