@@ -114,8 +114,8 @@ def call_deadline() -> float | None:
 
 @contextmanager
 def deadline_at(when: float | None) -> Iterator[None]:
-    """Calls made inside (and in tasks started inside) end by `when` at the latest: their retries
-    stop before it. Nested deadlines keep the earlier one; None adds none."""
+    """Calls made inside (and in tasks started inside) retry transient faults only while a retry
+    can start before `when`. Nested deadlines keep the earlier one; None adds none."""
     outer = _DEADLINE.get()
     token = _DEADLINE.set(when if outer is None else outer if when is None else min(outer, when))
     try:

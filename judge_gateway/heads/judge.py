@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import HeadOptions, JudgeConfig, NormalizeConfig
-from ..media import VideoSampling, sample_frame_indices
+from ..media import MediaError, VideoSampling, sample_frame_indices
 from ..schema import ErrorCode
 from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
 from ..judges.queue import JudgeQueue
@@ -44,7 +44,10 @@ class HeadJudge(Judge):
             return 1, sample.image.width * sample.image.height
         if sample.video is not None:
             video = sample.video
-            n = len(sample_frame_indices(video.num_frames, video.fps, self.sampling)[0])
+            try:
+                n = len(sample_frame_indices(video.num_frames, video.fps, self.sampling)[0])
+            except MediaError:  # the cell says why; it sends nothing
+                return 0, 0
             return n, n * video.width * video.height
         return 0, 0
 
