@@ -23,17 +23,10 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.support.fake_openai import FakeOpenAIServer
+from tests.support.fuzz_run import rss_mb
 from tests.support.hostile_media import mp4_of_black_frames
 
 IDLE_S = 1.0
-
-
-def rss_now_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def rss_peak_mb() -> float:
@@ -54,7 +47,7 @@ async def main(n: int) -> None:
             mp4_of_black_frames(2, 64, 64)).decode()}}]}
         assert (await client.post("/v1/rewards", json=short)).status_code == 200  # warm: imports, codecs
         gc.collect()
-        baseline = rss_now_mb()
+        baseline = rss_mb()
         peak_base = rss_peak_mb()
         for _ in range(n):
             r = await client.post("/v1/rewards", json={"samples": [{"prompt": "a car", "video": {"mp4": mp4}}]})
@@ -62,7 +55,7 @@ async def main(n: int) -> None:
             cells.append(cell["error"]["code"] if cell.get("error") else "valid")
             await asyncio.sleep(IDLE_S)  # an idle gateway between training steps
             gc.collect()
-            after.append(round(rss_now_mb() - baseline, 1))
+            after.append(round(rss_mb() - baseline, 1))
     await gw.aclose()
     server.stop()
     print(json.dumps({"cells": cells, "rss_after_mb": after, "rss_peak_mb": round(rss_peak_mb() - peak_base, 1)}))

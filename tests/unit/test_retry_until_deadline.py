@@ -17,8 +17,8 @@ from judge_gateway.config import BackendConfig, validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
-from tests.support.cosmos_client import HEADERS, enqueue_body, image_batch, poll
 from tests.support.fake_openai import FakeOpenAIServer, free_port
+from tests.support.reliability import enqueue, lost, resolve_all
 
 YES_NO = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 1, "logprobs": True, "top_logprobs": 5}
 DOWN_S = 4.0  # longer than the old fixed retries (~2 s of back-off in all), far shorter than any deadline
@@ -60,26 +60,19 @@ async def test_cosmos_rl_request_through_a_short_fault_comes_back_with_real_scor
     settings, a 4 s fault is waited out: every sample scored, none filled."""
     server = FakeOpenAIServer(down_s=DOWN_S).start()
     cfg = {"backends": {"b": {"model": "fake-down", "base_urls": [server.base_url]}},
-           "judges": {"q": {"kind": "yes_no", "backend": "b", "template": "image_quality@1"}},
+           "judges": {"slow": {"kind": "yes_no", "backend": "b", "template": "image_quality@1"}},
            "cosmos_rl": {"request_timeout_s": 60}}
     gw = Gateway(validate_config(cfg))
     app = create_app(gw)
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
-            meta = {"reward_fn": {"q": 1.0}, "prompts": ["a", "b"], "media_type": "image"}
-            uids = []
-            for _ in range(3):
-                r = await c.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2)), headers=HEADERS)
-                assert r.status_code == 200, r.text
-                uids.append(r.json()["uuid"])
-            bodies = [(await poll(c, uid, "q", timeout=50)).json() for uid in uids]
+            uids = await enqueue(c, 3)
+            results = await resolve_all(c, uids, timeout=50)
     finally:
         await app.state.cosmos_rl.aclose()
         await gw.aclose()
         server.stop()
-    for body in bodies:
-        assert body["status"] == "done" and body["valid"] == [True, True], body
-        assert body["filled_by"] == [None, None], body
+    assert lost(uids, results) == [], results  # done, every sample valid, none filled
 
 
 async def test_scores_and_readiness_never_show_backend_urls_or_bodies():
