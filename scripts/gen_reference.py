@@ -3,8 +3,8 @@
 
     docs/reference/configuration.md    every config key: type, default, constraint, description (pydantic models)
     docs/reference/cli.md              every command and flag (the argparse parsers)
-    docs/reference/score-schema.md     the score schema's models (+ schema/*.json, their JSON Schema)
-    docs/reference/http-api.md         every route (+ openapi.json, the app's OpenAPI document)
+    docs/reference/score-schema.md     the score schema's models (their JSON Schema)
+    docs/reference/http-api.md         every route (the app's OpenAPI document)
     docs/reference/metrics.md          every Prometheus metric (judge_gateway.metrics.Metrics)
 
 Usage (from anywhere; the checkout's own package is imported):
@@ -177,8 +177,9 @@ class ConfigPage:
         self.seen: dict[type[BaseModel], str] = {}
 
     def section(self, path: str, model: type[BaseModel], level: int, inherited: type[BaseModel] | None = None,
-                title: str | None = None, note: str = "") -> None:
-        self.parts.append(f"{'#' * level} {title or f'`[{path}]`'} {{#{anchor(path)}}}\n")
+                title: str | None = None, note: str = "", anchor_path: str | None = None) -> None:
+        """`path` is the TOML key of the section; `anchor_path` (default: path) makes its anchor."""
+        self.parts.append(f"{'#' * level} {title or f'`[{path}]`'} {{#{anchor(anchor_path or path)}}}\n")
         if note:
             self.parts.append(note + "\n")
         if model in self.seen and inherited is None:
@@ -230,13 +231,13 @@ class ConfigPage:
         self.parts.append("The keys depend on the judge's `kind`: the keys every VLM kind or every head kind "
                           "takes, then each kind's own (where a kind changes a shared key's default, it is "
                           "listed again).\n")
-        self.section(path + ".vlm", VLMOptions, level + 1, title="Every VLM kind")
-        self.section(path + ".head", HeadOptions, level + 1, title="Every head kind")
+        self.section(path, VLMOptions, level + 1, title="Every VLM kind", anchor_path=path + ".vlm")
+        self.section(path, HeadOptions, level + 1, title="Every head kind", anchor_path=path + ".head")
         for name, spec in KINDS.items():
             base = VLMOptions if spec.runs_on == "vlm" else HeadOptions
             where = "a VLM judge on a backend, through a prompt template of its kind" if spec.runs_on == "vlm" \
                 else "a local head in a worker process (media: " + ", ".join(spec.media) + ")"
-            self.section(f"{path}.{name}", spec.options, level + 1, inherited=base,
+            self.section(path, spec.options, level + 1, inherited=base, anchor_path=f"{path}.{name}",
                          title=f'`kind = "{name}"`', note=f"Runs as {where}; options model `{spec.options.__name__}`.")
 
 
@@ -430,8 +431,7 @@ def schema_page() -> str:
              f"Score schema version {SCHEMA_VERSION}: the pydantic models of `judge_gateway.schema`, shared by "
              "the native API, the Python client, the cosmos-rl envelope's `judge_scores` and the `score` "
              "command's output. `judge-gateway schema` prints the response's JSON Schema "
-             "(`--request`: the request's). The same, as files: "
-             + ", ".join(f"[`{f}`](schema/{f})" for f in files) + ".\n"]
+             "(`--request`: the request's); a running gateway serves both inside `/openapi.json`.\n"]
     parts += [model_table(n, defs[n], 2) for n in names]
     return "\n".join(parts)
 
@@ -450,9 +450,8 @@ def http_page(openapi: dict[str, Any]) -> str:
              "Every route of a gateway serving the embedded default config (the cosmos-rl and Flow-Factory "
              "routes are there while `cosmos_rl.enabled` / `flow_factory.enabled`; Flow-Factory's "
              "`{profile}` is a `[flow_factory.profiles.NAME]`). With API keys configured, every route needs "
-             "`Authorization: Bearer KEY` (or `X-API-Key: KEY`). The OpenAPI document itself: "
-             "[`openapi.json`](openapi.json); a running gateway also serves it at `/openapi.json` "
-             "(and Swagger UI at `/docs`). Request and response models are in the "
+             "`Authorization: Bearer KEY` (or `X-API-Key: KEY`). A running gateway serves the OpenAPI "
+             "document this page is made from at `/openapi.json` (and Swagger UI at `/docs`). Request and response models are in the "
              "[score schema reference](score-schema.md) or below.\n"]
     components = openapi.get("components", {}).get("schemas", {})
     in_schema_page = set(_defs(*schema_files().values()))
@@ -534,10 +533,7 @@ def render_all() -> dict[Path, str]:
         REF / "score-schema.md": schema_page(),
         REF / "http-api.md": http_page(openapi),
         REF / "metrics.md": metrics_page(),
-        REF / "openapi.json": json.dumps(openapi, indent=2, sort_keys=True) + "\n",
     }
-    for name, schema in schema_files().items():
-        pages[REF / "schema" / name] = json.dumps(schema, indent=2) + "\n"
     return {path: text.rstrip("\n") + "\n" for path, text in pages.items()}
 
 

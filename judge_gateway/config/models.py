@@ -227,7 +227,7 @@ class JudgeConfig(Strict):
     )
     options: JudgeOptions = Field(
         default_factory=dict, validate_default=True,  # type: ignore[arg-type]  # {} -> the kind's defaults
-        description="Kind-specific options: the kind's options model (kinds.py), validated here."
+        description="Options of the judge's kind (each kind's keys are listed per kind), validated at load."
     )
     bands: dict[str, StrictFloat] | None = Field(
         None, description="Score bands, label -> lower bound of the reward (the lowest band is open "
