@@ -13,12 +13,14 @@ Usage (from anywhere; the checkout's own package is imported):
     .venv/bin/python scripts/gen_reference.py --check   # exit 1 naming each stale page
 
 Deterministic: same code, same bytes (no dates, no machine facts). `tests/unit/test_reference_docs.py`
-fails when a committed page differs from what this writes.
+fails when a committed page differs from what this writes. One file over 500 lines: the five
+renderers share the table helpers, and the test loads this script by its path.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import types
@@ -31,10 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # this checkout's judge_gateway, not an installed one
 
-from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen  # noqa: E402  (pydantic's own dependency)
-from pydantic import BaseModel  # noqa: E402
-from pydantic.fields import FieldInfo  # noqa: E402
-from pydantic_core import PydanticUndefined  # noqa: E402
+from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen  # pydantic's own dependency
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 COMMAND = "python scripts/gen_reference.py"
 REF = Path("docs/reference")
@@ -188,7 +189,7 @@ class ConfigPage:
         self.seen.setdefault(model, path)
         try:  # a section that can stand alone shows its effective defaults (validators fill some)
             instance: BaseModel | None = model()
-        except Exception:
+        except ValidationError:  # a section with required keys has no standalone defaults
             instance = None
         doc = " ".join((model.__doc__ or "").split())
         if doc and model.__doc__ != BaseModel.__doc__:
@@ -314,9 +315,9 @@ def cli_page() -> str:
 
     parser = build_parser()
     parts = [banner("the argparse parsers of judge_gateway/cli/") + "# CLI reference\n",
-             "The `judge-gateway` command (also `python -m judge_gateway.cli`). Exit codes: 0 done, 1 the "
-             "command ran and found a problem (e.g. `prompts verify`), 2 a usage or config error "
-             "(the message names the flag or key).\n"]
+             ("The `judge-gateway` command (also `python -m judge_gateway.cli`). Exit codes: 0 done, 1 the "
+              "command ran and found a problem (e.g. `prompts verify`), 2 a usage or config error "
+              "(the message names the flag or key).\n")]
     globals_ = [a for a in parser._actions if a.option_strings and a.dest != "help"]
     parts.append("Global options, before the command: " +
                  ", ".join(f"`{_flag(a)}` ({a.help or a.dest})" for a in globals_) + ".\n")
@@ -428,10 +429,10 @@ def schema_page() -> str:
              "RewardRequest", "SampleInput"]
     names = [n for n in order if n in defs] + sorted(n for n in defs if n not in order)
     parts = [banner("judge_gateway/schema.py (its JSON Schema)") + "# Score schema reference\n",
-             f"Score schema version {SCHEMA_VERSION}: the pydantic models of `judge_gateway.schema`, shared by "
-             "the native API, the Python client, the cosmos-rl envelope's `judge_scores` and the `score` "
-             "command's output. `judge-gateway schema` prints the response's JSON Schema "
-             "(`--request`: the request's); a running gateway serves both inside `/openapi.json`.\n"]
+             (f"Score schema version {SCHEMA_VERSION}: the pydantic models of `judge_gateway.schema`, shared by "
+              "the native API, the Python client, the cosmos-rl envelope's `judge_scores` and the `score` "
+              "command's output. `judge-gateway schema` prints the response's JSON Schema "
+              "(`--request`: the request's); a running gateway serves both inside `/openapi.json`.\n")]
     parts += [model_table(n, defs[n], 2) for n in names]
     return "\n".join(parts)
 
@@ -441,18 +442,22 @@ def app_openapi() -> dict[str, Any]:
     from judge_gateway.server.app import create_app
 
     # The embedded default config: its protocol adapters are enabled, so every route is there.
-    return create_app(Gateway(load_config(None)), api_keys=[]).openapi()
+    gateway = Gateway(load_config(None))
+    try:
+        return create_app(gateway, api_keys=[]).openapi()
+    finally:
+        asyncio.run(gateway.aclose())  # nothing was started; closes the backend clients it made
 
 
 def http_page(openapi: dict[str, Any]) -> str:
     parts = [banner("the FastAPI app's OpenAPI document (judge_gateway/server/)") + "# HTTP API reference\n",
              " ".join(openapi["info"].get("description", "").split()) + "\n",
-             "Every route of a gateway serving the embedded default config (the cosmos-rl and Flow-Factory "
-             "routes are there while `cosmos_rl.enabled` / `flow_factory.enabled`; Flow-Factory's "
-             "`{profile}` is a `[flow_factory.profiles.NAME]`). With API keys configured, every route needs "
-             "`Authorization: Bearer KEY` (or `X-API-Key: KEY`). A running gateway serves the OpenAPI "
-             "document this page is made from at `/openapi.json` (and Swagger UI at `/docs`). Request and response models are in the "
-             "[score schema reference](score-schema.md) or below.\n"]
+             ("Every route of a gateway serving the embedded default config (the cosmos-rl and Flow-Factory "
+              "routes are there while `cosmos_rl.enabled` / `flow_factory.enabled`; Flow-Factory's "
+              "`{profile}` is a `[flow_factory.profiles.NAME]`). With API keys configured, every route needs "
+              "`Authorization: Bearer KEY` (or `X-API-Key: KEY`). A running gateway serves the OpenAPI "
+              "document this page is made from at `/openapi.json` (and Swagger UI at `/docs`). Request and "
+              "response models are in the [score schema reference](score-schema.md) or below.\n")]
     components = openapi.get("components", {}).get("schemas", {})
     in_schema_page = set(_defs(*schema_files().values()))
 
@@ -510,9 +515,9 @@ def metrics_page() -> str:
         if not isinstance(metric, MetricWrapperBase):
             continue
         # Counters are exposed with `_total`; prometheus_client keeps the name without it.
-        name = metric._name + ("_total" if metric._type == "counter" else "")  # noqa: SLF001
-        labels = ", ".join(f"`{label}`" for label in metric._labelnames)  # noqa: SLF001
-        rows.append(f"| `{name}` | {metric._type} | {labels} | {cell(metric._documentation)} |")  # noqa: SLF001
+        name = metric._name + ("_total" if metric._type == "counter" else "")
+        labels = ", ".join(f"`{label}`" for label in metric._labelnames)
+        rows.append(f"| `{name}` | {metric._type} | {labels} | {cell(metric._documentation)} |")
     return (banner("judge_gateway/metrics.py") + "# Metrics reference\n\n"
             "`GET /metrics` serves these in the Prometheus text format (one registry per gateway; in Ray mode, "
             "per gateway replica). Histograms also expose `_bucket`, `_sum` and `_count` series (and prometheus_client adds a `_created` timestamp per counter and histogram); their latency "
