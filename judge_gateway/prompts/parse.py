@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from .template import (
-    _MARKER_LIKE_RE,
     MEDIA_SLOTS,
     PROMPT_PLACEHOLDER,
     Aspect,
     Template,
     TemplateError,
-    _segments,
+    marker_like,
+    split_at_markers,
 )
-
 
 _COMMON_FIELDS = {"id", "version", "description", "kind", "system", "user", "source"}
 _KIND_FIELDS: dict[str, set[str]] = {
@@ -77,20 +76,20 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
 
     system = _get_str(raw, "system", fail, required=False, allow_empty=False)
     if system is not None:
-        marker = _MARKER_LIKE_RE.search(system)
-        if marker:
-            raise fail("system", f"media markers belong in 'user', found {marker.group(0)!r}")
+        markers = marker_like(system)
+        if markers:
+            raise fail("system", f"media markers belong in 'user', found {markers[0]!r}")
         if PROMPT_PLACEHOLDER in system:
             raise fail("system", "{prompt} is only substituted in 'user'")
     user = _get_str(raw, "user", fail)
-    for match in _MARKER_LIKE_RE.finditer(user):
-        if match.group(1) not in MEDIA_SLOTS:
+    for marker in marker_like(user):
+        if marker[1:-1] not in MEDIA_SLOTS:
             raise fail(
                 "user",
-                f"unknown media marker {match.group(0)!r}; "
+                f"unknown media marker {marker!r}; "
                 f"known: {', '.join(f'<{s}>' for s in MEDIA_SLOTS)}",
             )
-    if not any(is_media for is_media, _ in _segments(user)):
+    if not any(is_media for is_media, _ in split_at_markers(user)):
         raise fail("user", "has no media marker: a judge template must show the sample")
 
     positive: str | None = None
@@ -114,7 +113,7 @@ def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> T
     elif kind == "yes_no":
         positive, yes_words, no_words = _parse_answer(raw, fail)
         # One question: the judge reads the first answer token, so it must be unambiguous.
-        text = "".join(value for is_media, value in _segments(user) if not is_media)
+        text = "".join(value for is_media, value in split_at_markers(user) if not is_media)
         if not text.strip():
             raise fail("user", "a yes_no template needs a question in the user text")
         verbatim = raw.get("verbatim", False)
