@@ -76,14 +76,13 @@ class AnswerTable(_Table):
     """`[answer]` of a yes_no template: which answer is the good one, and the words of each."""
 
     positive: Literal["yes", "no"] = Field(
-        description='the answer that scores 1: "yes" or "no"')
-    # The yes/no parser sums every case and space variant of each word.
+        description='the good answer, whose probability is the score: "yes" or "no"')
+    # The defaults are the yes/no parser's; it sums every case and space variant of each word.
     yes_words: list[Text] = Field(
         default_factory=lambda: ["yes"], min_length=1,
-        description='the reply tokens read as yes (every case and space variant counts)')
+        description="the answer words read as yes (the parser counts their case and space variants)")
     no_words: list[Text] = Field(
-        default_factory=lambda: ["no"], min_length=1,
-        description='the reply tokens read as no')
+        default_factory=lambda: ["no"], min_length=1, description="the answer words read as no")
 
     @model_validator(mode="after")
     def _words_apart(self) -> AnswerTable:
@@ -126,7 +125,8 @@ class TemplateFile(_Table):
     id: Text = Field(description="the family: the name of the template's folder")
     version: Text = Field(description="the version: the stem of the file's name")
     description: Text = Field(description="one line on what the template asks")
-    kind: str = Field(description="the template kind, which says the keys it takes")
+    kind: str = Field(description="the template kind: yes_no, rubric, final_score or critic; it "
+                      "says which other keys the file takes")
     system: Text | None = Field(None, description="the system message (no media, no {prompt})")
     user: Text = Field(
         description="the user message: text with {prompt} and media markers "
@@ -177,7 +177,6 @@ class TemplateFile(_Table):
 class YesNoFile(TemplateFile):
     """A yes_no template: one question, read from the logprobs of the reply's first token."""
 
-    kind: Literal["yes_no"]
     answer: AnswerTable = Field(
         description='the [answer] table: positive = "yes" | "no", optionally yes_words, no_words')
     verbatim: bool = Field(
@@ -218,11 +217,19 @@ class _GenerativeFile(TemplateFile):
                                  temperature=self.temperature, **kind_fields)
 
 
-class RubricFile(_GenerativeFile):
+class _ScoredFile(_GenerativeFile):
+    """A template whose reply gives scores on a scale."""
+
+    scale: ScaleTable = Field(description="the [scale] table: min and max of the scores asked for")
+
+    def _template(self, path: Path, sha256: str, **kind_fields: Any) -> Template:
+        return super()._template(path, sha256, scale=(self.scale.min, self.scale.max),
+                                 **kind_fields)
+
+
+class RubricFile(_ScoredFile):
     """A rubric template: the reply scores each aspect on the scale; the reward is their mean."""
 
-    kind: Literal["rubric"]
-    scale: ScaleTable = Field(description="the [scale] table: min and max of an aspect's score")
     aspects: list[AspectTable] = Field(
         min_length=1, description="at least one [[aspects]] entry: name, weight, na_allowed")
     missing_policy: Literal["invalid", "skip"] | None = Field(
@@ -245,15 +252,12 @@ class RubricFile(_GenerativeFile):
 
     def template(self, path: Path, sha256: str) -> Template:
         aspects = tuple(Aspect(a.name, a.weight, a.na_allowed) for a in self.aspects)
-        return self._template(path, sha256, scale=(self.scale.min, self.scale.max),
-                              aspects=aspects, missing_policy=self.missing_policy)
+        return self._template(path, sha256, aspects=aspects, missing_policy=self.missing_policy)
 
 
-class FinalScoreFile(_GenerativeFile):
+class FinalScoreFile(_ScoredFile):
     """A final_score template: the reply ends in `<label>: <score>` on the scale."""
 
-    kind: Literal["final_score"]
-    scale: ScaleTable = Field(description="the [scale] table: min and max of the score")
     label: Text = Field(description="the label the score follows, as the user text asks for it")
 
     @model_validator(mode="after")
@@ -263,15 +267,13 @@ class FinalScoreFile(_GenerativeFile):
         return self
 
     def template(self, path: Path, sha256: str) -> Template:
-        return self._template(path, sha256, scale=(self.scale.min, self.scale.max),
-                              label=self.label)
+        return self._template(path, sha256, label=self.label)
 
 
 class CriticFile(_GenerativeFile):
     """A critic template: the reply is one JSON object, held to `json_schema` (vLLM's structured
     outputs enforce it, and the reply is checked against it), with a list of violations."""
 
-    kind: Literal["critic"]
     json_schema: Text = Field(
         description="the reply's JSON schema, as JSON text: an object, in the subset this "
         "gateway checks")
@@ -293,7 +295,7 @@ class CriticFile(_GenerativeFile):
     @model_validator(mode="after")
     def _violations_are_listed(self) -> CriticFile:
         path = self.violations_field
-        node = subschema(self.schema(), path)
+        node = subschema(self.reply_schema(), path)
         item = node.get("items") if node is not None and node.get("type") == "array" else None
         props = (item or {}).get("properties") or {}
         needed = {"label", "t_s"}
@@ -305,13 +307,13 @@ class CriticFile(_GenerativeFile):
                               "'label' must be a string and 't_s' a number (or null)")
         return self
 
-    def schema(self) -> dict[str, Any]:
+    def reply_schema(self) -> dict[str, Any]:
         """The reply's JSON schema, parsed."""
         schema: dict[str, Any] = json.loads(self.json_schema)
         return schema
 
     def template(self, path: Path, sha256: str) -> Template:
-        return self._template(path, sha256, json_schema=self.schema(),
+        return self._template(path, sha256, json_schema=self.reply_schema(),
                               violations_field=self.violations_field)
 
 
@@ -320,11 +322,13 @@ def _schema_types(schema: dict[str, Any]) -> list[str]:
     return [t] if isinstance(t, str) else list(t or [])
 
 
-# The model of each template kind, by the kind its `kind` key names; a VLM judge kind pins a
+# The model of each template kind, by the value of the file's `kind`; a VLM judge kind pins a
 # template of its own kind.
 TEMPLATE_FILES: dict[str, type[TemplateFile]] = {
-    get_args(model.model_fields["kind"].annotation)[0]: model
-    for model in (YesNoFile, RubricFile, FinalScoreFile, CriticFile)
+    "yes_no": YesNoFile,
+    "rubric": RubricFile,
+    "final_score": FinalScoreFile,
+    "critic": CriticFile,
 }
 KINDS = tuple(TEMPLATE_FILES)  # the template kinds
 
@@ -403,6 +407,9 @@ def _problem(error: ErrorDetails, model: type[TemplateFile], kind: str) -> str:
         allowed = sorted(_table_at(model, loc).model_fields)
         where = f" for kind {kind!r}" if len(loc) == 1 else ""
         message = f"unknown{where}; allowed: {allowed}"
+        if len(loc) > 1 and loc[-1] in model.model_fields:
+            message += (f" ({loc[-1]!r} is a top-level key: in TOML the keys below a [table] header "
+                        "belong to that table, so put it above the first table)")
     elif isinstance(cause, ValueError):
         message = str(cause)
     elif error["type"] in _MUST_BE:
@@ -434,8 +441,12 @@ def _key_name(loc: tuple[int | str, ...]) -> str:
     return name
 
 
+_TOML_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "list": "array", "dict": "table"}
+
+
 def _shown(value: Any) -> str:
-    """A value as a message shows it: its TOML-ish type and a short repr."""
+    """A value as a message shows it: its TOML type and a short repr."""
     text = repr(value)
     text = text if len(text) <= 80 else text[:77] + "..."
-    return f"{type(value).__name__} {text}"
+    name = type(value).__name__
+    return f"{_TOML_TYPES.get(name, name)} {text}"
