@@ -71,8 +71,8 @@ async def test_a_spent_budget_is_waited_for_then_refused_with_retry_after(slow_b
             if r.status_code == refused:
                 assert r.headers["Retry-After"] == "4"
                 assert "media.max_process_pixels = 2000000" in r.text, r.text
-        assert "judge_gateway_media_budget_limit_pixels 2e+06" in metrics
-        assert "judge_gateway_media_budget_in_use_pixels 0.0" in metrics  # all given back
+        assert 'judge_gateway_media_budget_pixels{state="limit"} 2e+06' in metrics
+        assert 'judge_gateway_media_budget_pixels{state="in_use"} 0.0' in metrics  # all given back
         if expect[1] == refused:
             assert f'judge_gateway_admission_refused_total{{api="{api}",reason="media_budget"}} 1.0' in metrics
 
