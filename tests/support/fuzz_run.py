@@ -14,6 +14,7 @@ import ctypes
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -33,6 +34,7 @@ from tests.support.io_watch import FileOpens, PortWatch
 from tests.support.media_files import write_video
 
 HANG_S = 60.0  # a request without a reply after this is a hang
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rss_mb() -> float:
@@ -153,6 +155,10 @@ async def run(n: int, seed: int, concurrency: int, kind: str = "requests") -> di
         await app.state.cosmos_rl.aclose()
         await gw.aclose()
         backend.stop()
+        if canary is not None:
+            canary[0].close()
+            os.chdir(ROOT)
+            shutil.rmtree(workdir, ignore_errors=True)
     return {"cases": n, "seed": seed, "status": {str(k): v for k, v in sorted(codes.items())},
             "families": {f: {str(k): v for k, v in sorted(c.items())} for f, c in sorted(by_family.items())},
             "server_errors": server_errors[:20], "n_5xx": len(server_errors),
