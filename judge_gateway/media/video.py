@@ -353,15 +353,18 @@ class VideoMedia:
         before allocating them. Between frames it stops when its request has ended
         (`MediaCancelled`, media/scope.py).
         """
-        idx = sorted({int(i) for i in indices})
-        for i in idx:
-            if not 0 <= i < self._num_frames:
-                raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
+        idx = self._checked(sorted({int(i) for i in indices}))
         if not idx:
             return
         with working():
             for i, frame in self._source_frames(idx):
                 yield i, frame if transform is None else transform(frame)
+
+    def _checked(self, idx: list[int]) -> list[int]:
+        for i in idx:
+            if not 0 <= i < self._num_frames:
+                raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
+        return idx
 
     def _source_frames(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
         if self._bytes is not None:
@@ -384,10 +387,7 @@ class VideoMedia:
         if not idx:
             return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
         if transform is None and self._array is not None:
-            for i in idx:
-                if not 0 <= i < self._num_frames:
-                    raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
-            return self._array[idx]
+            return self._array[self._checked(idx)]
         slots: dict[int, list[int]] = {}
         for pos, i in enumerate(idx):
             slots.setdefault(i, []).append(pos)
