@@ -7,7 +7,6 @@ never kept: whoever asked holds what it keeps.
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 

@@ -19,9 +19,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..config import AdmissionConfig
+from ..gateway import Gateway
 from ..judges.queue import QueueFull
+from ..media import request_pixels
 from ..media.budget import BudgetSpent, MediaBudget
 from ..metrics import Metrics
+from ..schema import RewardRequest, RewardResponse
 
 
 class Refused(Exception):
@@ -64,9 +67,14 @@ class Admission:
         self.metrics.admission_refused.labels(api, reason).inc()
         return Refused(message, self.cfg.retry_after_s)
 
-    def busy(self, api: str, err: QueueFull) -> Refused:
-        """A head judge's queue had no room for the request (Gateway.score)."""
-        return self._refuse(api, "judge_queue", f"{err}; retry after {self.cfg.retry_after_s} s")
+    async def scored(self, api: str, gateway: Gateway, request: RewardRequest) -> RewardResponse:
+        """Score an admitted, validated request: what its media decode to held in the process-wide
+        budget while it scores, room in its heads' queues taken (or Refused)."""
+        async with self.media(api, request_pixels()):
+            try:
+                return await gateway.score(request, when_busy="refuse")
+            except QueueFull as err:
+                raise self._refuse(api, "judge_queue", f"{err}; retry after {self.cfg.retry_after_s} s") from None
 
     @asynccontextmanager
     async def media(self, api: str, pixels: int) -> AsyncIterator[None]:

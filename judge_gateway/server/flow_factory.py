@@ -27,8 +27,7 @@ from ..combine import combine_sample, group_transform
 from ..config import CombineConfig
 from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
-from ..judges.queue import QueueFull
-from ..media import ImageMedia, MediaError, VideoMedia, request_pixels
+from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
 from .admission import Admission, Refused
@@ -152,14 +151,10 @@ class FlowFactoryService:
         except BadInput as err:
             return 200, {"error": str(err)}
         judges = list(profile.judges)
-        try:
-            async with admission.media("flow_factory", request_pixels()):
-                response = await self.gateway.score(RewardRequest(samples=samples, judges=judges),
-                                                    when_busy="refuse")
+        try:  # Refused (media budget, head queues) is the route's 503 + Retry-After: the client retries
+            response = await admission.scored("flow_factory", self.gateway, RewardRequest(samples=samples, judges=judges))
         except RequestTooLargeError as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
-        except QueueFull as err:  # 503 + Retry-After: the client retries
-            raise admission.busy("flow_factory", err) from None
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
         problems: list[tuple[int, str, ErrorCode]] = []

@@ -13,8 +13,6 @@ from pydantic import BaseModel, ValidationError
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
-from ..judges.queue import QueueFull
-from ..media import request_pixels
 from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .errors import error_response, invalid_request
@@ -65,17 +63,9 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
     except JSONBodyError as err:
         outcome.status = "invalid"
         return error_response("invalid_request", str(err), 422)
-
-    async def scored() -> RewardResponse:
-        async with admission.media("native", request_pixels()):
-            try:
-                return await gateway.score(reward_request, when_busy="refuse")
-            except QueueFull as err:
-                raise admission.busy("native", err) from None
-
     try:
         # A client that leaves (its timeout) takes its judge calls with it.
-        response = await unless_disconnected(request, scored())
+        response = await unless_disconnected(request, admission.scored("native", gateway, reward_request))
     except UnknownJudgeError as err:
         outcome.status = "invalid"
         return error_response("unknown_judge", str(err), 400, field="judges")

@@ -4,7 +4,6 @@ it ends at the deadline, never after. Scores never carry a backend's URL or its 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import time
 
