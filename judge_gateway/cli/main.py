@@ -8,6 +8,7 @@ import sys
 
 from ..config import ConfigError
 from .browse import register_browse
+from .env import register_env
 from .eval import register_eval
 from .info import register_judges, register_schema
 from .prompts import register_prompts
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_score(sub)
     register_browse(sub)
     register_eval(sub)
+    register_env(sub)
     return p
 
 
