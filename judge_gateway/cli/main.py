@@ -15,6 +15,7 @@ from .prompts import register_prompts
 from .score import register_score
 from .serve import register_serve
 from .tune import register_tune
+from .up import register_up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_score(sub)
     register_browse(sub)
     register_eval(sub)
+    register_up(sub)
     register_env(sub)
     return p
 
