@@ -177,34 +177,38 @@ def check_all_weights(cfg: GatewayConfig, names: list[str], rows: dict[str, Row]
 
 
 async def _check(cfg: GatewayConfig, rows: dict[str, Row], opts: Options) -> None:
+    """Load and probe every judge that got this far. A launched backend that already answers is
+    probed as it is; one that does not is started for the probe with --start, else its judges
+    stop at "weights present" (what `up` needs)."""
     ready = [n for n, r in rows.items() if r.ok and n in cfg.judges]
     vlm = [n for n in ready if cfg.judges[n].kind_spec.runs_on == "vlm"]
-    heads = [n for n in ready if n not in vlm]
-    to_check = list(heads)
+    to_check = [n for n in ready if n not in vlm]
+    gw = Gateway(cfg)
     servers: list[Child] = []
-    if vlm:
-        launched = {cfg.judges[n].backend for n in vlm if cfg.backends[cfg.judges[n].backend or ""].launch}
-        if opts.start and launched:
-            sub = cfg.model_copy(update={"backends": {k: v for k, v in cfg.backends.items() if k in launched}})
+    stop = asyncio.Event()
+    results = {}
+    try:
+        launched = {cfg.judges[n].backend or "" for n in vlm if cfg.backends[cfg.judges[n].backend or ""].launch}
+        down = {b for b in launched if not (await gw.pools[b].probe())[0]}
+        if opts.start and down:
+            sub = cfg.model_copy(update={"backends": {k: v for k, v in cfg.backends.items() if k in down}})
             plan = plan_up(sub, None, run_dir=opts.run_dir.absolute(), gateway=False)
             servers = [Child(p, plan.run_dir, lambda m: print(f"[prepare] {m}", file=sys.stderr, flush=True))
                        for p in plan.servers]
-        for n in vlm:
-            if cfg.judges[n].backend in launched and not opts.start:
-                rows[n].load = "not started (--start starts it)"
-            else:
-                to_check.append(n)
-    gw = Gateway(cfg)
-    stop = asyncio.Event()
-    try:
-        if servers:
             try:
                 await start_servers(servers, stop)
+                down = set()
             except StartFailed as exc:
                 for n in vlm:
-                    rows[n].load = "failed to start"
-                    rows[n].problems.append(f"load: {exc}")
-                to_check = heads
+                    if cfg.judges[n].backend in down:
+                        rows[n].load = "failed to start"
+                        rows[n].problems.append(f"load: {exc}")
+        for n in vlm:
+            if cfg.judges[n].backend in down:
+                if not rows[n].problems:
+                    rows[n].load = "not started (--start starts it)"
+            else:
+                to_check.append(n)
         results = await check_judges(gw, to_check)
     finally:
         await gw.aclose()
@@ -237,7 +241,7 @@ def run_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, op
     if unknown:
         raise ValueError(f"unknown judge(s) {', '.join(unknown)}; configured: {', '.join(cfg.judges)}")
     rows = {n: Row(n, cfg.judges[n].kind) for n in names}
-    if opts.judges is None and cfg.cosmos_rl.latents is not None:
+    if opts.judges is None and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         rows[LATENTS] = Row(LATENTS, "latents")
     print(f"[prepare] {choice.describe()}", file=sys.stderr, flush=True)
     needs = environment_needs(cfg, names, builder.specs, rows)
