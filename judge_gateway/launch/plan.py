@@ -38,6 +38,7 @@ class ProcessPlan:
     startup_timeout_s: float = 1800.0
     restart_backoff_s: float = 2.0
     restart_backoff_max_s: float = 120.0
+    address: str = ""  # where it listens, as configured (e.g. "0.0.0.0:8080")
 
 
 @dataclass
@@ -61,7 +62,7 @@ class UpPlan:
             lines.append(f"backend {name}: no launch table, an external server (not started)")
         if self.gateway is not None:
             g = self.gateway
-            lines.append(f"gateway: {g.health_url.removesuffix('/healthz')}, GPUs "
+            lines.append(f"gateway: http://{g.address}, GPUs "
                          f"{','.join(g.gpus) if g.gpus else 'none'} (its head workers' cuda devices)")
             lines.append("  cmd: " + shlex.join(g.argv))
         lines += [f"note: {n}" for n in self.notes]
@@ -181,7 +182,7 @@ def plan_up(cfg: GatewayConfig, config_path: str | None, *, run_dir: Path, visib
                 *(["--config", str(Path(config_path).absolute())] if config_path else []), *(serve_args or [])]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(gateway_gpus)} if gpus else {}
         gateway_plan = ProcessPlan("gateway", argv, env, f"http://{_url_host(_connect_host(ghost))}:{gport}/healthz",
-                                   gateway_gpus if gpus else [], None, 600.0)
+                                   gateway_gpus if gpus else [], None, 600.0, address=f"{_url_host(ghost)}:{gport}")
     return UpPlan(servers, gateway_plan, gpus, run_dir, external, notes)
 
 

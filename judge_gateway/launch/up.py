@@ -59,7 +59,7 @@ async def run_up(plan: UpPlan, *, grace_s: float = 30.0, say: Say = _say) -> int
             say(f"starting {len(servers)} vLLM server(s): {', '.join(c.plan.name for c in servers)}")
             await start_servers(servers, stop)
         if gateway and not stop.is_set():
-            say(f"starting the gateway: {plan.gateway.health_url.removesuffix('/healthz')}")
+            say(f"starting the gateway: http://{plan.gateway.address}")
             await start_servers(gateway, stop)
         if not stop.is_set():
             write_state(plan, everyone)

@@ -85,7 +85,7 @@ def test_up_serves_restarts_a_dead_vllm_and_stops_everything(tiny_model_dir, tmp
                 pil = Image.open(io.BytesIO(image)).convert("RGB")
                 meta = {"reward_fn": {"ocr": 1.0}, "prompts": [PROMPT], "media_type": "image"}
                 pulled = await cosmos_score(client, meta, np.asarray(pil)[None], "ocr", timeout=120)
-                assert pulled["scores"]["ocr"] == [1.0], pulled
+                assert pulled["scores"]["ocr_reward"] == [pytest.approx(native["ocr"]["reward"])], pulled
                 rewards = await ff_compute(client, f"http://127.0.0.1:{port}/flow-factory/t2i",
                                            ff_payload([PROMPT], image=[pil]))
                 assert len(rewards) == 1 and np.isfinite(rewards[0])

@@ -175,3 +175,24 @@ async def test_a_child_that_exits_at_start_says_why(tmp_path):
     with pytest.raises(StartFailed, match=r"(?s)bad exited with code 4 before answering.*no model here"):
         await child.wait_healthy(asyncio.Event())
     await child.stop(grace_s=1)
+
+
+def _guide_configs() -> list[dict]:
+    import tomllib
+
+    text = (ROOT / "docs" / "guides" / "gpu-node.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    return [tomllib.loads(b) for b in blocks if "[judges." in b]
+
+
+def test_the_gpu_node_guide_configs_load_and_plan_as_it_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUDGE_GATEWAY_API_KEYS", "a-token")  # as the guide says to, before prepare / up
+    cosmos, flow = _guide_configs()
+    plan = plan_up(validate_config(cosmos), None, run_dir=tmp_path, visible=EIGHT)
+    assert [(p.name, p.gpus) for p in plan.servers] == [
+        ("vllm-cosmos_reason1-8001", ["0"]), ("vllm-cosmos_reason1-8011", ["1"]), ("vllm-unified_reward-8004", ["2"])]
+    assert plan.gateway is not None and plan.gateway.gpus == ["3", "4", "5", "6", "7"]
+    assert "gateway: http://0.0.0.0:8080, GPUs 3,4,5,6,7" in plan.describe()
+    plan = plan_up(validate_config(flow), None, run_dir=tmp_path, visible=EIGHT)
+    assert [p.gpus for p in plan.servers] == [["0"], ["1"], ["2"], ["3"]]
+    assert plan.gateway is not None and plan.gateway.gpus == ["4", "5", "6", "7"]
