@@ -1,10 +1,15 @@
 """mmcv with its compiled ops (mmdet's detectors import `mmcv.ops`), which PyPI has no wheel of.
 
 Built from the sdist once per (mmcv version, Python, torch version, torch build, CUDA archs) and
-kept in the wheel cache; later environments install the cached wheel in seconds. The build runs
-without debug info (`-g0`: the ops' code is the same, the compile takes about a quarter less
-CPU than with Python's default `-g`). CUDA builds need nvcc (`CUDA_HOME`) and compile for the
-compute capabilities nvidia-smi reports (or `TORCH_CUDA_ARCH_LIST`).
+kept in the wheel cache; later environments install the cached wheel in seconds. Two things make
+the build lighter, neither changing the code compiled:
+- mmcv's op wrappers (`csrc/pytorch/*.cpp`, ~57 thin files) each parse the torch headers, which
+  is ~85% of their compile time; they are compiled as UNITY_PARTS translation units that include
+  them (a unity build; they share no file-local names, unlike the CPU kernels in `cpu/`, which
+  stay one unit each);
+- no debug info (`-g0`, where Python's own flags say `-g`): about a quarter less CPU per unit.
+CUDA builds need nvcc (`CUDA_HOME`) and compile for the compute capabilities nvidia-smi reports
+(or `TORCH_CUDA_ARCH_LIST`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,28 @@ from .torch_build import TorchChoice
 # is there for the build only and the new one comes back after.
 BUILD_SETUPTOOLS = "setuptools<70"
 RUNTIME_SETUPTOOLS = "setuptools>=77.0.3"
+
+
+UNITY_PARTS = 2  # one per core of a 2-core CI machine; ninja runs them side by side
+UNITY_SUFFIX = ".unity-part"
+
+
+def unity_sources(src: Path, parts: int = UNITY_PARTS) -> int:
+    """Turn the sdist's op wrappers into `parts` units: each `X.cpp` becomes `X.cpp.unity-part`
+    (in place, so its relative includes resolve as before), included by `jg_unity_ops_N.cpp`,
+    which mmcv's setup.py globs instead. Returns how many files were folded."""
+    folder = src / "mmcv" / "ops" / "csrc" / "pytorch"
+    files = sorted(folder.glob("*.cpp"))
+    if not files:
+        raise RuntimeError(f"no op wrappers in {folder}: not the mmcv sdist layout this build knows")
+    for f in files:
+        f.rename(f.with_name(f.name + UNITY_SUFFIX))
+    for i in range(parts):
+        chunk = files[i::parts]
+        (folder / f"jg_unity_ops_{i}.cpp").write_text(
+            "// judge-gateway's unity build of mmcv's op wrappers (judge_gateway/envs/mmcv.py)\n"
+            + "".join(f'#include "{f.name}{UNITY_SUFFIX}"\n' for f in chunk))
+    return len(files)
 
 
 def _arch_list(choice: TorchChoice) -> str:
@@ -50,7 +77,18 @@ def build_env(choice: TorchChoice) -> dict[str, str]:
 def mmcv_plan(version: str, choice: TorchChoice, wheel_cache: Path) -> str:
     env = " ".join(f"{k}={v}" for k, v in build_env(choice).items())
     return (f"mmcv=={version}: the cached wheel under {cache_folder(version, choice, wheel_cache, choice.version)}, "
-            f"else pip wheel --no-build-isolation mmcv=={version} with {env}")
+            f"else its sdist built as a wheel (unity build of the op wrappers) with {env}")
+
+
+def _unpack(sdists: Path, dest: Path, version: str) -> Path:
+    import tarfile
+
+    archives = sorted(sdists.glob(f"mmcv-{version}.tar.gz"))
+    if not archives:
+        raise RuntimeError(f"pip download left no mmcv-{version}.tar.gz in {sdists}")
+    with tarfile.open(archives[0]) as tar:
+        tar.extractall(dest, filter="data")
+    return dest / f"mmcv-{version}"
 
 
 def install_mmcv(venv: Path, version: str, choice: TorchChoice, wheel_cache: Path, constraints: Path, *,
@@ -74,10 +112,15 @@ def install_mmcv(venv: Path, version: str, choice: TorchChoice, wheel_cache: Pat
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
         try:
             run([python, "-m", "pip", "install", *quiet, BUILD_SETUPTOOLS], "install the build's setuptools")
+            run([python, "-m", "pip", "download", *quiet, "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+                 "-d", str(tmp / "sdist"), f"mmcv=={version}"], f"download the mmcv=={version} sdist")
+            src = _unpack(tmp / "sdist", tmp / "src", version)
+            folded = unity_sources(src)
+            log(f"[{tag}] unity build: {folded} op wrappers in {UNITY_PARTS} units, the CPU kernels one unit each")
             run([python, "-m", "pip", "wheel", *quiet, "--no-build-isolation", "--no-deps", "-c", str(constraints),
-                 "-w", str(tmp), f"mmcv=={version}"], f"build mmcv=={version}", env=env)
+                 "-w", str(tmp / "wheel"), str(src)], f"build mmcv=={version}", env=env)
             run([python, "-m", "pip", "install", *quiet, RUNTIME_SETUPTOOLS], "restore setuptools")
-            for built in tmp.glob("mmcv-*.whl"):
+            for built in (tmp / "wheel").glob("mmcv-*.whl"):
                 os.replace(built, folder / built.name)  # whole, or not at all: never a half wheel in the cache
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
