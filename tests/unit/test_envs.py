@@ -160,3 +160,24 @@ def test_a_broken_venv_fails_with_the_step_and_the_reason(tmp_path):
         builder.ensure("tiny", python.parent.parent)
     assert "this interpreter is broken" in str(err.value)
     assert os.access(python, os.X_OK)
+
+
+def test_the_unity_build_folds_the_op_wrappers_and_keeps_the_kernels(tmp_path):
+    from judge_gateway.envs.mmcv import UNITY_SUFFIX, build_env, unity_sources
+
+    ops = tmp_path / "mmcv" / "ops" / "csrc" / "pytorch"
+    (ops / "cpu").mkdir(parents=True)
+    for name in ("nms", "pybind", "roi_align"):
+        (ops / f"{name}.cpp").write_text(f'#include "pytorch_cpp_helper.hpp"\n// {name}\n')
+    (ops / "cpu" / "nms.cpp").write_text("// kernel\n")
+    assert unity_sources(tmp_path, parts=2) == 3
+    assert sorted(p.name for p in ops.glob("*.cpp")) == ["jg_unity_ops_0.cpp", "jg_unity_ops_1.cpp"]
+    included = [line.split('"')[1] for p in sorted(ops.glob("jg_unity_ops_*.cpp")) for line in p.read_text().splitlines()
+                if line.startswith("#include")]
+    assert sorted(included) == [f"{n}.cpp{UNITY_SUFFIX}" for n in ("nms", "pybind", "roi_align")]
+    assert all((ops / name).is_file() for name in included)  # beside the unit: relative includes still resolve
+    assert (ops / "cpu" / "nms.cpp").read_text() == "// kernel\n"
+    cpu = build_env(choose_torch("cpu", load_specs().torch, gpus=NO_GPU, find_links=[]))
+    assert cpu["FORCE_CUDA"] == "0" and cpu["MMCV_WITH_OPS"] == "1" and cpu["CFLAGS"].endswith("-g0")
+    cuda = build_env(choose_torch("cuda", load_specs().torch, gpus=EIGHT_GPUS, find_links=[]))
+    assert cuda["FORCE_CUDA"] == "1" and cuda["TORCH_CUDA_ARCH_LIST"] == "9.0"
