@@ -7,12 +7,16 @@ the output is a terminal (then its own progress bars show); every step logs its 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,8 +237,9 @@ class EnvBuilder:
             self._run(name, [*pip, "install", *quiet, "-c", str(constraints), *(["--no-deps"] if step.no_deps else []),
                              *self._index_for(spec), *step.packages], "pip install")
         elif step.kind == "self":
-            self._run(name, [*pip, "install", *quiet, "-c", str(constraints), *self._index_for(spec),
-                             *self_requirement(step.extras)], "install judge-gateway")
+            with _checkout_lock():
+                self._run(name, [*pip, "install", *quiet, "-c", str(constraints), *self._index_for(spec),
+                                 *self_requirement(step.extras)], "install judge-gateway")
         elif step.kind == "remove":
             self._run(name, [*pip, "uninstall", "-q", "-y", *step.packages], "uninstall")
         elif step.kind == "patch":
@@ -261,6 +266,23 @@ class EnvBuilder:
         if code != 0:
             raise EnvBuildError(f"environment {name!r}: {what} failed (exit {code}): {' '.join(args)}"
                                 + (f"\n{tail}" if tail else ""))
+
+
+@contextlib.contextmanager
+def _checkout_lock() -> Iterator[None]:
+    """One editable install of the checkout at a time: each writes the checkout's egg-info, and
+    environments built side by side (the test command's lanes) would race on it."""
+    root = source_checkout()
+    if root is None:
+        yield
+        return
+    tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"judge-gateway-editable-{tag}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _torch_text(state: EnvState) -> str:
