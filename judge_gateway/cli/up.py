@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..config import DEFAULT_CONFIG_PATH, load_config
 from ..launch import LaunchError, plan_up, run_up
+from .serve import add_gateway_options
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -29,10 +30,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 def register_up(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("up", help="start the config's vLLM servers and the gateway; Ctrl-C stops them all")
-    s.add_argument("--config", help="TOML config (default: the embedded configs/default.toml)")
-    s.add_argument("--host", help="the gateway's address (override server.host)")
-    s.add_argument("--port", type=int, help="the gateway's port (override server.port)")
-    s.add_argument("--api-key", action="append", help="accepted Bearer token of the gateway (repeatable)")
+    add_gateway_options(s)
     s.add_argument("--run-dir", default="run/up", help="logs, pid files and up.json (default run/up)")
     s.add_argument("--stop-timeout", type=float, default=30.0,
                    help="seconds a process gets after SIGTERM before SIGKILL (default 30)")

@@ -11,6 +11,7 @@ its progress bars) into `--download-dir` or the hub cache; offline, only the cac
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -43,46 +44,54 @@ def _looks_local(ref: str) -> bool:
     return ref.startswith((".", "/", "~")) or Path(ref).expanduser().exists()
 
 
+# A rule reads one option: (its form, its value), or no value when the option names no weight there.
+Rule = Callable[[Any, Any], tuple[Form, Any]]
+
+
+def _as(form: Form) -> Rule:
+    return lambda o, v: (form, v)
+
+
+def _transformers(form: Form) -> Rule:
+    # open_clip's `model` is an architecture name, not a weight.
+    return lambda o, v: (form, v if o.library == "transformers" else None)
+
+
+def _tag_or_path(o: Any, v: Any) -> tuple[Form, Any]:
+    return ("path" if v and _looks_local(v) else "library"), v
+
+
+def _url_or_file(o: Any, v: Any) -> tuple[Form, Any]:
+    return ("library" if v.startswith(("http://", "https://")) else "file"), v
+
+
+def _hpsv3_base(o: Any, v: Any) -> tuple[Form, Any]:
+    return "repo", v or (None if o.config else HPSV3_DEFAULT_BASE)
+
+
+# Per head kind, the options that name weights, read as its loader reads them.
+WEIGHT_OPTIONS: dict[str, tuple[tuple[str, Rule], ...]] = {
+    "clip": (("model", _transformers("repo")), ("processor", _transformers("repo")), ("pretrained", _tag_or_path),
+             ("model_config_file", _as("path"))),
+    "pickscore": (("model", _as("repo")), ("processor", _as("repo"))),
+    "hpsv2": (("checkpoint", _as("file")), ("model_config_file", _as("path"))),
+    "hpsv3": (("checkpoint", _as("file")), ("base_model", _hpsv3_base), ("config", _as("path"))),
+    "gen_eval": (("detector_checkpoint", _url_or_file), ("clip_pretrained", _tag_or_path),
+                 ("clip_model_config_file", _as("path"))),
+    "videoalign": (("checkpoint", _as("repo")), ("base_model", _as("repo"))),
+    "image_reward": (("checkpoint", _as("file")), ("med_config", _as("file")), ("tokenizer", _as("repo"))),
+    "ocr": (),  # RapidOCR's models ship in its wheel
+}
+
+
 def judge_weights(cfg: JudgeConfig) -> list[WeightRef]:
     """The weights a head judge's options name (VLM judges: their backend's, see backend_weights)."""
-    o: Any = cfg.options
-    kind = cfg.kind
-    refs: list[WeightRef] = []
-
-    def add(option: str, value: str | None, form: Form) -> None:
+    refs = []
+    for option, rule in WEIGHT_OPTIONS.get(cfg.kind, ()):
+        form, value = rule(cfg.options, getattr(cfg.options, option))
         if value:
-            refs.append(WeightRef(f"options.{option}", value, "path" if form != "library" and value.startswith(
-                (".", "/", "~")) else form))
-
-    if kind == "clip":
-        if o.library == "transformers":
-            add("model", o.model, "repo")
-            add("processor", o.processor, "repo")
-        else:
-            add("pretrained", o.pretrained, "path" if o.pretrained and _looks_local(o.pretrained) else "library")
-            add("model_config_file", o.model_config_file, "path")
-    elif kind == "pickscore":
-        add("model", o.model, "repo")
-        add("processor", o.processor, "repo")
-    elif kind == "hpsv2":
-        add("checkpoint", o.checkpoint, "file")
-        add("model_config_file", o.model_config_file, "path")
-    elif kind == "hpsv3":
-        add("checkpoint", o.checkpoint, "file")
-        add("base_model", o.base_model or (None if o.config else HPSV3_DEFAULT_BASE), "repo")
-        add("config", o.config, "path")
-    elif kind == "gen_eval":
-        url = o.detector_checkpoint.startswith(("http://", "https://"))
-        add("detector_checkpoint", o.detector_checkpoint, "library" if url else "file")
-        add("clip_pretrained", o.clip_pretrained, "path" if _looks_local(o.clip_pretrained) else "library")
-        add("clip_model_config_file", o.clip_model_config_file, "path")
-    elif kind == "videoalign":
-        add("checkpoint", o.checkpoint, "repo")
-        add("base_model", o.base_model, "repo")
-    elif kind == "image_reward":
-        add("checkpoint", o.checkpoint, "file")
-        add("med_config", o.med_config, "file")
-        add("tokenizer", o.tokenizer, "repo")
+            local = form != "library" and value.startswith((".", "/", "~"))
+            refs.append(WeightRef(f"options.{option}", value, "path" if local else form))
     return refs
 
 
