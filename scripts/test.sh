@@ -79,7 +79,8 @@ apt_tools() {
     command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
     [[ ${#missing[@]} -eq 0 ]] && { echo "redis-server, chromium and chromedriver are installed"; return 0; }
     echo "installing ${missing[*]} (Debian)"
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+    # Another apt on the machine (a second test run) holds its lock: wait for it, up to 10 min.
+    apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 }
 
 stage "set-up: .venv (bootstrap)" scripts/bootstrap.sh  # the gateway (no torch): dev, tune, redis, ocr, browse extras
