@@ -69,7 +69,8 @@ def test_the_table_has_a_row_per_judge():
     assert lines[2].split()[-1] == "-"
 
 
-def test_prepare_torch_cuda_dry_run_prints_the_index_and_pins(tmp_path, capsys):
+def test_prepare_torch_cuda_dry_run_prints_the_index_and_pins(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the venvs are relative to it: a dry run must create none
     config = tmp_path / "c.toml"
     config.write_text('[judges.pick]\nkind = "pickscore"\noptions = { python = ".venv-heads/bin/python" }\n'
                       '[judges.h3]\nkind = "hpsv3"\noptions = { python = ".venv-hpsv3/bin/python" }\n')
@@ -80,7 +81,7 @@ def test_prepare_torch_cuda_dry_run_prints_the_index_and_pins(tmp_path, capsys):
     assert "constraints: torch==2.13.0 torchvision==0.28.0 transformers==4.45.2" in out
     assert "pip install torch==2.13.0   # cuda build" in out
     assert "judge pick (pickscore): weights options.model=yuvalkirstain/PickScore_v1 (repo)" in out
-    assert not (tmp_path / ".venv-heads").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["c.toml"]
     main(["prepare", "--config", str(config), "--torch", "cuda", "--torch-index",
           "https://download.pytorch.org/whl/cu126", "--dry-run"])
     assert "pip install --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.13.0" in capsys.readouterr().out
