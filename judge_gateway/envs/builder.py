@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .mmcv import install_mmcv, mmcv_plan
-from .spec import EnvSpec, Specs, Step, load_specs
+from .spec import EnvBuildError, EnvSpec, Specs, Step, load_specs
 from .torch_build import TorchChoice
 
 STAMP = ".judge-gateway-env.json"
@@ -30,10 +30,6 @@ PATCH_SCRIPT = Path(__file__).with_name("patch_torchvision.py")
 _PIP_NOISE = ("Location", "is ignored")
 
 Log = Callable[[str], None]
-
-
-class EnvBuildError(RuntimeError):
-    """A step failed, or the environment still does not import what it needs: says which and why."""
 
 
 @dataclass
@@ -202,6 +198,9 @@ class EnvBuilder:
         self.log(f"[env {name}] {self.choice.describe()}")
         result = BuildResult(name, venv, "built")
         if not venv_python(venv).exists():
+            if not Path(self.base_python).exists():
+                raise EnvBuildError(f"environment {name!r}: no interpreter at {self.base_python} to create {venv} "
+                                    "with (JG_PYTHON names another)")
             self._run(name, [self.base_python, "-m", "venv", str(venv)], "create the venv")
         constraints = venv / "judge-gateway-constraints.txt"
         constraints.write_text("".join(f"{pin}\n" for pin in self.constraints(spec)))

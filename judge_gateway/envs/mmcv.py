@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .spec import EnvBuildError
 from .torch_build import TorchChoice
 
 # mmcv 2.1's setup.py needs setuptools < 70; torch 2.13 declares setuptools >= 77, so the old one
@@ -41,7 +42,7 @@ def unity_sources(src: Path, parts: int = UNITY_PARTS) -> int:
     folder = src / "mmcv" / "ops" / "csrc" / "pytorch"
     files = sorted(folder.glob("*.cpp"))
     if not files:
-        raise RuntimeError(f"no op wrappers in {folder}: not the mmcv sdist layout this build knows")
+        raise EnvBuildError(f"no op wrappers in {folder}: not the mmcv sdist layout this build knows")
     for f in files:
         f.rename(f.with_name(f.name + UNITY_SUFFIX))
     for i in range(parts):
@@ -85,7 +86,7 @@ def _unpack(sdists: Path, dest: Path, version: str) -> Path:
 
     archives = sorted(sdists.glob(f"mmcv-{version}.tar.gz"))
     if not archives:
-        raise RuntimeError(f"pip download left no mmcv-{version}.tar.gz in {sdists}")
+        raise EnvBuildError(f"pip download left no mmcv-{version}.tar.gz in {sdists}")
     with tarfile.open(archives[0]) as tar:
         tar.extractall(dest, filter="data")
     return dest / f"mmcv-{version}"
@@ -103,7 +104,7 @@ def install_mmcv(venv: Path, version: str, choice: TorchChoice, wheel_cache: Pat
     wheels = sorted(folder.glob(f"mmcv-{version}-{pyver}-*.whl"))
     if not wheels:
         if choice.build == "cuda" and not (os.environ.get("CUDA_HOME") or shutil.which("nvcc")):
-            raise RuntimeError("mmcv's CUDA ops need the CUDA compiler: set CUDA_HOME or put nvcc on PATH "
+            raise EnvBuildError("mmcv's CUDA ops need the CUDA compiler: set CUDA_HOME or put nvcc on PATH "
                                "(a CUDA toolkit matching the torch build)")
         env = build_env(choice)
         log(f"[{tag}] building mmcv=={version} into {folder} ({' '.join(f'{k}={v}' for k, v in env.items())}); "
@@ -126,7 +127,7 @@ def install_mmcv(venv: Path, version: str, choice: TorchChoice, wheel_cache: Pat
             shutil.rmtree(tmp, ignore_errors=True)
         wheels = sorted(folder.glob(f"mmcv-{version}-{pyver}-*.whl"))
         if not wheels:
-            raise RuntimeError(f"the mmcv build left no wheel for {pyver} in {folder}")
+            raise EnvBuildError(f"the mmcv build left no wheel for {pyver} in {folder}")
         log(f"[{tag}] built {wheels[0].name} in {time.monotonic() - started:.0f} s")
     else:
         log(f"[{tag}] using the cached {wheels[0]}")

@@ -24,6 +24,10 @@ class SpecError(ValueError):
     """specs.toml does not say what the code reads (a packaging mistake, caught by the tests)."""
 
 
+class EnvBuildError(RuntimeError):
+    """A step failed, or the environment still does not import what it needs: says which and why."""
+
+
 @dataclass(frozen=True)
 class Step:
     kind: str  # one of STEP_KINDS

@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..config import GatewayConfig
 from ..envs import EnvBuilder, EnvBuildError, Specs, TorchChoice, inspect_env, reusable
@@ -142,11 +143,10 @@ def preset_model(backend_name: str, cfg: GatewayConfig, run_dir: Path) -> str | 
     from ..launch.plan import vllm_command
 
     backend = cfg.backends[backend_name]
-    url = backend.base_urls[0]
+    port = urlsplit(backend.base_urls[0]).port or 8000
     try:
-        argv, _ = vllm_command(f"vllm-{backend_name}", backend, "127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0]),
-                               run_dir)
-    except (LaunchError, ValueError, IndexError):
+        argv, _ = vllm_command(f"vllm-{backend_name}", backend, "127.0.0.1", port, run_dir)
+    except LaunchError:
         return None
     return argv[argv.index("--model") + 1] if "--model" in argv else None
 
