@@ -157,11 +157,11 @@ class Child:
             if stop.is_set():
                 return
             self.restarts += 1
-            await self.start()
             try:
+                await self.start()
                 await self.wait_healthy(stop)
                 backoff = self.plan.restart_backoff_s
-            except StartFailed as exc:
+            except (StartFailed, OSError) as exc:
                 self.say(f"restart of {self.plan.name} failed: {str(exc).splitlines()[0]}")
                 backoff = min(backoff * 2, self.plan.restart_backoff_max_s)
                 await self._signal(signal.SIGKILL)
