@@ -25,8 +25,10 @@ from pathlib import Path
 def compile_cpu_s(args: list[str]) -> float:
     """CPU seconds (user + system) the compiler's processes used for one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(args, check=True)
+    done = subprocess.run(args, capture_output=True, text=True, check=False)  # torch's headers warn a lot
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"g++ failed on {args[-1]}:\n{done.stderr[-3000:]}")
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
