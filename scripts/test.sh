@@ -53,17 +53,18 @@ stage() {
 }
 
 # A background stage: its output goes to run/test-logs/NAME.log, shown when it is waited for.
+log_of() { local slug="${1//[^A-Za-z0-9.-]/_}"; echo "$LOGS/${slug}.log"; }
 background() {
     local name="$1"
     shift
-    ( stage "$name" "$@" ) > "$LOGS/$name.log" 2>&1 &
+    ( stage "$name" "$@" ) > "$(log_of "$name")" 2>&1 &
     BG_PID[$name]=$!
 }
 wait_for() {
     local name="$1" status=0
     wait "${BG_PID[$name]}" || status=$?
     echo "== output of $name (background):"
-    cat "$LOGS/$name.log"
+    cat "$(log_of "$name")"
     [[ $status -eq 0 ]] || { echo "== $name FAILED ($status)"; exit "$status"; }
 }
 
