@@ -23,8 +23,8 @@ T0=$SECONDS
 
 print_stages() {
     echo "== stage times (s since start: begin -> end, duration)"
-    awk -F'\t' '{ printf "   %-34s %6d -> %6d  %6d s  %s\n", $1, $2, $3, $3 - $2, $4 }' "$STAGES"
-    echo "   total                              $((SECONDS - T0)) s"
+    awk -F'\t' '{ printf "   %-56s %6d -> %6d  %6d s  %s\n", $1, $2, $3, $3 - $2, $4 }' "$STAGES"
+    printf "   %-56s %23d s\n" total "$((SECONDS - T0))"
 }
 # Background stages still running when the command ends (a stage failed) end with it.
 kill_tree() {
