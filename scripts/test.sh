@@ -98,14 +98,15 @@ wait_for "set-up: apt (redis-server, chromium)"
 # at the end. A failing set-up stage stops it at once: nothing after it could run.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 failed=0
-stage "unit tests" .venv/bin/python -m pytest tests/unit -q "$@" || failed=1
+stage "unit tests" .venv/bin/python -m pytest tests/unit -q --durations=10 "$@" || failed=1
 # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
 # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
 # process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.
 stage "reliability suite" .venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@" || failed=1
 wait_for "set-up: .venv-geneval (mmcv build, low priority)"
-stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q "$@" \
-    || failed=1
+# --durations: the slowest tests, where CI time goes.
+stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q \
+    --durations=25 "$@" || failed=1
 stage "Ray mode tests (.venv-ray; two-node local Ray cluster)" \
     .venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@" || failed=1
 exit "$failed"
