@@ -210,6 +210,7 @@ class EnvBuilder:
             self.log(f"[env {name}] step {i}/{len(steps)}: {step.describe()}")
             self._step(name, spec, venv, step, constraints, state)
             result.step_seconds.append((step.describe(), time.monotonic() - t0))
+            self.log(f"[env {name}] step {i}/{len(steps)} took {time.monotonic() - t0:.0f} s")
         final = inspect_env(spec, venv)
         ok, why = reusable(spec, final, self.choice)
         if not ok:
