@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: set up what the tests need on a fresh machine, then run unit tests, the
-# reliability suite, the integration tests against a real vLLM OpenAI server on the CPU (a tiny
+# The test command: set up what the tests need on a fresh machine, then run unit tests, build the
+# docs site (mkdocs --strict), run the reliability suite, the integration tests against a real vLLM OpenAI server on the CPU (a tiny
 # Qwen2.5-VL the tests build) and the local heads (worker processes under their own venvs, tiny
 # models the tests build), and the Ray mode tests. Prints each stage's time, and a table of them
 # at the end (also in run/test-stages.tsv).
@@ -99,6 +99,13 @@ wait_for "set-up: apt (redis-server, chromium)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 failed=0
 stage "unit tests" .venv/bin/python -m pytest tests/unit -q --durations=10 "$@" || failed=1
+# The docs site: a broken link, anchor or page fails (the reference pages' staleness is a unit
+# test). No --quiet: it hides the warnings that --strict counts, so a broken link would pass.
+docs_site() {
+    .venv/bin/python -m pip install -q -e ".[docs]" &&  # the docs extra (mkdocs-material, mkdocstrings) into .venv
+        NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
+}
+stage "docs site (mkdocs build --strict)" docs_site || failed=1
 # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
 # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
 # process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.

@@ -38,7 +38,7 @@ class LaunchConfig(Strict):
     startup_timeout_s: float = Field(1800.0, gt=0, description="Longest wait for GET /health = 200 after a start.")
     restart_backoff_s: float = Field(2.0, gt=0, description="First delay before restarting a server that died; "
                                      "doubles per failure, at most restart_backoff_max_s.")
-    restart_backoff_max_s: float = Field(120.0, gt=0)
+    restart_backoff_max_s: float = Field(120.0, gt=0, description="Longest delay between restarts of a server that keeps dying.")
 
     @field_validator("preset")
     @classmethod

@@ -182,13 +182,14 @@ def _guide_configs() -> list[dict]:
 
     text = (ROOT / "docs" / "guides" / "gpu-node.md").read_text()
     blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
-    return [tomllib.loads(b) for b in blocks if "[judges." in b]
+    return [tomllib.loads(b) for b in blocks if "[backends." in b]
 
 
-def test_the_gpu_node_guide_configs_load_and_plan_as_it_says(tmp_path, monkeypatch):
-    monkeypatch.setenv("JUDGE_GATEWAY_API_KEYS", "a-token")  # as the guide says to, before prepare / up
-    cosmos, flow = _guide_configs()
-    plan = plan_up(validate_config(cosmos), None, run_dir=tmp_path, visible=EIGHT)
+def test_the_gpu_node_guide_configs_load_and_plan_as_it_says(tmp_path):
+    launch, cosmos, flow = _guide_configs()
+    assert [p.name for p in plan_up(validate_config(launch), None, run_dir=tmp_path, visible=EIGHT).servers] == [
+        "vllm-my_judge-8101", "vllm-my_judge-8102"]
+    plan = plan_up(validate_config(cosmos), None, run_dir=tmp_path, visible=EIGHT, host="0.0.0.0")
     assert [(p.name, p.gpus) for p in plan.servers] == [
         ("vllm-cosmos_reason1-8001", ["0"]), ("vllm-cosmos_reason1-8011", ["1"]), ("vllm-unified_reward-8004", ["2"])]
     assert plan.gateway is not None and plan.gateway.gpus == ["3", "4", "5", "6", "7"]
