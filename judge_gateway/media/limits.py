@@ -87,6 +87,13 @@ def request_limits(limits: MediaLimits) -> Iterator[None]:
         _LIMITS.reset(t_limits)
 
 
+def request_pixels() -> int:
+    """Decoded pixels charged so far in the current request (0 outside `request_limits`): what it
+    reserves of the process-wide budget (media/budget.py) before it scores."""
+    budget = _BUDGET.get()
+    return budget.used if budget is not None else 0
+
+
 def _charge(pixels: int, what: str) -> None:
     """Count a compressed medium's decoded size against the request (raw arrays are as large as
     the body that carried them, so only compression can amplify)."""
