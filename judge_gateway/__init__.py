@@ -1,5 +1,6 @@
 """judge-gateway: rewards for RL of image and video generators, in one score schema."""
 
+from ._version import __version__
 from .client import AsyncRewardClient, RewardAPIError, RewardClient
 from .config import ConfigError, GatewayConfig, load_config
 from .gateway import Gateway, UnknownJudgeError
@@ -15,8 +16,6 @@ from .schema import (
     ScoreError,
     TemplateRef,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncRewardClient", "RewardClient", "RewardAPIError", "ConfigError", "GatewayConfig", "load_config",

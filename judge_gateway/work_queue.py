@@ -184,14 +184,6 @@ class RedisWorkQueue:
             await self._call("XGROUP DELCONSUMER", self._redis.xgroup_delconsumer(self.stream, self.group, name))
         return dead
 
-    async def pending_of(self, consumer: str) -> int:
-        """Entries delivered to `consumer` and not acknowledged (for tests and `status`)."""
-        info = await self._call("XPENDING", self._redis.xpending(self.stream, self.group))
-        for c in info.get("consumers", []):
-            if _text(c["name"]) == consumer:
-                return int(c["pending"])
-        return 0
-
 
 def make_work_queue(store: Any, cfg: QueueConfig, consumer: str) -> RedisWorkQueue | None:
     if not cfg.enabled:

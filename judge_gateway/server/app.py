@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._version import __version__
 from ..config import check_api_key
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
@@ -106,7 +107,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
 
     app = FastAPI(
         title="judge-gateway",
-        version="0.1.0",
+        version=__version__,
         description=(
             "Rewards for RL of image and video generators: VLM judges over vLLM and local scorer "
             "heads, one score schema. Invalid scores are explicit (`valid=false` with an error "
