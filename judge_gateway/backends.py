@@ -19,11 +19,12 @@ from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from .config import BackendConfig
+from .exceptions import Unavailable
 
 log = logging.getLogger(__name__)
 
 
-class BackendFault(Exception):
+class BackendFault(Unavailable):
     """A backend call failed; `code` is the score schema's error code."""
 
     code = "backend_error"

@@ -12,6 +12,7 @@ from pathlib import Path
 from .backends import BackendPool
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
+from .exceptions import InvalidInput
 from .judges import Judge, ScoreContext
 from .media import MediaCache
 from .metrics import Metrics
@@ -29,11 +30,11 @@ from .schema import (
 log = logging.getLogger(__name__)
 
 
-class UnknownJudgeError(ValueError):
+class UnknownJudgeError(InvalidInput):
     """A request named a judge that is not configured."""
 
 
-class RequestTooLargeError(ValueError):
+class RequestTooLargeError(InvalidInput):
     """A request holds more samples than server.max_samples_per_request."""
 
 

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import QueueConfig
+from .exceptions import Overloaded
 from .store import RedisStore, StoreError
 
 log = logging.getLogger(__name__)
 
 
-class BacklogFull(RuntimeError):
+class BacklogFull(Overloaded):
     pass
 
 
@@ -183,6 +184,14 @@ class RedisWorkQueue:
         for name in dead:
             await self._call("XGROUP DELCONSUMER", self._redis.xgroup_delconsumer(self.stream, self.group, name))
         return dead
+
+    async def pending_of(self, consumer: str) -> int:
+        """Entries delivered to `consumer` and not acknowledged (for tests and `status`)."""
+        info = await self._call("XPENDING", self._redis.xpending(self.stream, self.group))
+        for c in info.get("consumers", []):
+            if _text(c["name"]) == consumer:
+                return int(c["pending"])
+        return 0
 
 
 def make_work_queue(store: Any, cfg: QueueConfig, consumer: str) -> RedisWorkQueue | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..exceptions import ConfigurationError
 from .models import GatewayConfig, JudgeConfig, is_loopback
 from .protocols import check_protocols
 from .ray import check_ray
@@ -18,7 +19,7 @@ from .vlm_options import CriticOptions, RubricOptions, VLMOptions
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigurationError):
     """A configuration that cannot be used; the message names the key."""
 
 

@@ -14,10 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from ..config import AdmissionConfig
+from ..exceptions import Overloaded
 from ..metrics import Metrics
 
 
-class Refused(Exception):
+class Refused(Overloaded):
     """No slot now; `retry_after_s` says when to come back."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:

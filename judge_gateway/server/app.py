@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
 from ..config import check_api_key
+from ..exceptions import InvalidInput
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
 from ..work_queue import make_work_queue
@@ -74,7 +75,7 @@ class BodyLimitMiddleware:
         await response({"type": "http"}, _empty_receive, send)
 
 
-class _TooLarge(Exception):
+class _TooLarge(InvalidInput):
     pass
 
 
