@@ -28,12 +28,13 @@ from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from .config import BackendConfig
+from .exceptions import Unavailable
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 10.0  # a backend's failures are logged at most this often per kind
 
 
-class BackendFault(Exception):
+class BackendFault(Unavailable):
     """A backend call failed; `code` is the score schema's error code."""
 
     code = "backend_error"

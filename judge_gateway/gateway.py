@@ -13,6 +13,7 @@ from typing import Literal
 from .backends import BackendPool, deadline_at
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
+from .exceptions import InvalidInput
 from .judges import Judge, ScoreContext
 from .judges.queue import hold_queues
 from .media import MediaCache
@@ -34,11 +35,11 @@ log = logging.getLogger(__name__)
 MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
 
 
-class UnknownJudgeError(ValueError):
+class UnknownJudgeError(InvalidInput):
     """A request named a judge that is not configured."""
 
 
-class RequestTooLargeError(ValueError):
+class RequestTooLargeError(InvalidInput):
     """A request holds more samples than server.max_samples_per_request."""
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bands import band_of
 from ..config import JudgeConfig, NormalizeConfig
+from ..exceptions import ScoringFailed
 from ..schema import ErrorCode, JudgeInfo, JudgeScore, TemplateRef
 from .queue import JudgeQueue
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class JudgeFailure(Exception):
+class JudgeFailure(ScoringFailed):
     """Raised inside a judge to end one (sample, judge) cell with an invalid score."""
 
     def __init__(self, code: ErrorCode | str, message: str, *, details: dict[str, Any] | None = None,

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from ..exceptions import Overloaded
 
-class QueueFull(Exception):
+
+class QueueFull(Overloaded):
     """A judge's queue has no room for the request now; come back later."""
 
 

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from ..exceptions import Overloaded
+
 BYTES_PER_PIXEL = 3  # RGB uint8: what a decoded pixel holds
 AUTO_SHARE_OF_MEMORY = 0.25  # the auto budget: this share of the machine's (or cgroup's) memory
 
@@ -52,7 +54,7 @@ def auto_process_pixels(max_request_pixels: int) -> int:
     return max(max_request_pixels, int(memory * AUTO_SHARE_OF_MEMORY) // BYTES_PER_PIXEL)
 
 
-class BudgetSpent(Exception):
+class BudgetSpent(Overloaded):
     """The budget had no room within the wait; `retry_after_s` says when to come back."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:

@@ -19,15 +19,19 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..config import AdmissionConfig
+<<<<<<< HEAD
 from ..gateway import Gateway
 from ..judges.queue import QueueFull
 from ..media import request_pixels
 from ..media.budget import BudgetSpent, MediaBudget
+=======
+from ..exceptions import Overloaded
+>>>>>>> wt-rooms
 from ..metrics import Metrics
 from ..schema import RewardRequest, RewardResponse
 
 
-class Refused(Exception):
+class Refused(Overloaded):
     """No slot now; `retry_after_s` says when to come back."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:

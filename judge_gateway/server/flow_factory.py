@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from ..combine import combine_sample, group_transform
 from ..config import CombineConfig
+from ..exceptions import InvalidInput
 from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
@@ -41,7 +42,7 @@ MEDIA_FIELD = {"image": "image", "video": "video", "condition_image": "condition
                "condition_video": "condition_videos"}
 
 
-class BadInput(ValueError):
+class BadInput(InvalidInput):
     """The request cannot be scored as sent; the message is the `error` the client raises."""
 
 

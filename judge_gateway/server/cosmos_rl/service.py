@@ -26,6 +26,7 @@ import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...exceptions import Overloaded
 from ...gateway import Gateway
 from ...latents import TorchWorker, TorchWorkerError
 from ...config import CosmosReward, CosmosRLConfig
@@ -485,7 +486,7 @@ def _is_uuid(text: str) -> bool:
         return False
 
 
-class QueueFull(RuntimeError):
+class QueueFull(Overloaded):
     pass
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ...exceptions import InvalidInput
 from ...json_body import JSONBodyError, parse_json
 from ...media import MediaLimits
 from ...schema import MAX_PROMPT_CHARS
@@ -29,7 +30,7 @@ WAN_TEMPORAL_SCALE = 4
 WAN_SPATIAL_SCALE = {16: 8, 48: 16}
 
 
-class PayloadError(ValueError):
+class PayloadError(InvalidInput):
     """A malformed enqueue body; the message is the 400's reason."""
 
 
