@@ -19,14 +19,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..config import AdmissionConfig
-<<<<<<< HEAD
+from ..exceptions import Overloaded
 from ..gateway import Gateway
 from ..judges.queue import QueueFull
 from ..media import request_pixels
 from ..media.budget import BudgetSpent, MediaBudget
-=======
-from ..exceptions import Overloaded
->>>>>>> wt-rooms
 from ..metrics import Metrics
 from ..schema import RewardRequest, RewardResponse
 
