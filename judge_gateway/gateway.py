@@ -79,7 +79,8 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
-        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex)
+        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex,
+                           samples=request.samples)
 
         async def cell(sample_index: int, name: str) -> JudgeScore:
             try:
