@@ -108,6 +108,8 @@ class HeadWorker(WorkerSupervisor):
 
     async def infer_items(self, items: list[HeadItem]) -> list[dict[str, Any]]:
         """A brought head's outputs, one per item (a groupwise head's items are one group)."""
+        if not items:
+            return []
         await self.wait_ready()
         for item in items:
             for arr in item.arrays():

@@ -39,7 +39,9 @@ from .loading import class_names, import_class
 from .model import CustomHeadModel, plain
 
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-_MEDIA_FIELDS = ("prompt", "image", "video", "condition_images", "condition_videos")
+# Keywords the adapter fills itself; a metadata key of one of these names is not passed ("audio":
+# Flow-Factory's audio input, which no gateway request carries).
+_MEDIA_FIELDS = ("prompt", "image", "video", "audio", "condition_images", "condition_videos")
 
 
 class FlowFactoryArgs:
