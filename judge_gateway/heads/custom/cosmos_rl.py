@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,7 +30,7 @@ import numpy as np
 from ...config.custom_heads import cosmos_dtype
 from ..models.base import HeadLoadError
 from .api import HeadContext, Item, ItemScore
-from .loading import import_class
+from .loading import import_class, require_torch
 from .model import CustomHeadModel, plain
 
 _batch_ids = itertools.count(1)
@@ -171,10 +170,7 @@ def build_cosmos_rl_head(kind: str, options: dict[str, Any]) -> CustomHeadModel:
     ref = str(options["handler"])
 
     def make(context: HeadContext) -> CosmosHandlerScorer:
-        try:
-            import torch  # noqa: F401  (cosmos-rl handlers take torch tensors)
-        except ImportError:
-            raise HeadLoadError(f"cosmos_rl_handler needs torch in the head's venv ({sys.executable})") from None
+        require_torch("cosmos_rl_handler")
         cls = import_class(ref, options.get("pythonpath", ()))
         if not callable(getattr(cls, "calculate_reward", None)) or not callable(getattr(cls, "set_up", None)):
             raise HeadLoadError(f"{ref} is not a cosmos-rl reward handler (it needs set_up() and "

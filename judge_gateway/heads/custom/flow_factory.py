@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..models.base import HeadLoadError
 from .api import HeadContext, Item, ItemScore
-from .loading import class_names, import_class
+from .loading import class_names, import_class, require_torch
 from .model import CustomHeadModel, plain
 
 _TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -237,10 +236,7 @@ def build_flow_factory_head(kind: str, options: dict[str, Any]) -> CustomHeadMod
     ref = str(options["reward_model"])
 
     def make(context: HeadContext) -> FlowFactoryScorer:
-        try:
-            import torch  # noqa: F401  (Flow-Factory's models are torch models)
-        except ImportError:
-            raise HeadLoadError(f"flow_factory_model needs torch in the head's venv ({sys.executable})") from None
+        require_torch("flow_factory_model")
         cls = import_class(ref, options.get("pythonpath", ()))
         return FlowFactoryScorer(cls, ref, context, dict(options.get("params") or {}))
 

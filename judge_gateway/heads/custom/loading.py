@@ -60,3 +60,12 @@ def class_names(cls: type) -> list[str]:
     """The names of a class and its bases (the peers' base classes are recognised by name, so a
     class works whether its base is the peer's installed one or a stand-in with its signatures)."""
     return [c.__name__ for c in cls.__mro__]
+
+
+def require_torch(kind: str) -> None:
+    """The peers' classes take torch tensors and models: say so plainly when the venv has no torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise HeadLoadError(f"{kind} needs torch in the head's venv ({sys.executable}); name a venv "
+                            "with it in options.python") from None
