@@ -13,6 +13,7 @@ the worker's reason; the next request after `retry_failed_load_s` tries again.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..config import HeadOptions
-from ..workers.framing import encode_frame, encode_head
+from ..workers.framing import MAX_HEADER_BYTES, encode_frame, encode_head
 from ..workers.supervisor import Launch, WorkerError, WorkerSupervisor
 from .protocol import HeadItem, ItemsJob, images_header, jobs_header
 from .shm import Arena, memfd_supported
@@ -45,6 +46,7 @@ class _Outgoing:
     frames: np.ndarray  # C-contiguous uint8 [n, H, W, 3]
     fut: asyncio.Future[Any]
     items: list[HeadItem] | None = None
+    header_bytes: int = 0  # what its description adds to a frame's JSON header (items: their metadata)
 
     @property
     def arrays(self) -> list[np.ndarray]:
@@ -62,6 +64,10 @@ class _Outgoing:
 
 # The pipe carries at most this much per frame; bigger batches go as several frames.
 PIPE_FRAME_BYTES = 64 * 1024 * 1024
+# A frame's jobs describe themselves in its JSON header (a brought head's items with their
+# metadata): jobs whose descriptions would pass this go in the next frame.
+HEADER_BUDGET_BYTES = MAX_HEADER_BYTES // 2
+ITEM_HEADER_BYTES = 512  # an item's description besides its metadata, at most
 # Frames at least this large are written into the arena on a thread (pwritev drops the GIL).
 THREAD_WRITE_BYTES = 8 * 1024 * 1024
 
@@ -115,16 +121,17 @@ class HeadWorker(WorkerSupervisor):
             for arr in item.arrays():
                 images_header(arr)
         items = [_contiguous(item) for item in items]
-        return await self._submit("", items[0].frames, items, len(items))
+        described = sum(ITEM_HEADER_BYTES + len(json.dumps(item.metadata)) for item in items)
+        return await self._submit("", items[0].frames, items, len(items), described)
 
     async def _submit(self, prompt: str, frames: np.ndarray, items: list[HeadItem] | None,
-                      expected: int) -> list[dict[str, Any]]:
+                      expected: int, header_bytes: int = 0) -> list[dict[str, Any]]:
         self.running()  # ready: on_ready set _wake before the state became ready
         assert self._wake is not None
         msg_id, fut = self.new_request()
         # The sender wakes after the other ready tasks of this loop turn: a request's samples
         # that reach this point together go out in one frame.
-        self._outbox.append(_Outgoing(msg_id, prompt, frames, fut, items))
+        self._outbox.append(_Outgoing(msg_id, prompt, frames, fut, items, header_bytes))
         self._wake.set()
         try:
             reply, _ = await fut
@@ -207,14 +214,15 @@ class HeadWorker(WorkerSupervisor):
     def _chunks(self, items: list[_Outgoing]) -> list[list[_Outgoing]]:
         limit = self._arena.size // 4 if self._arena is not None else PIPE_FRAME_BYTES
         chunks: list[list[_Outgoing]] = []
-        size = 0
+        size = described = 0
         for item in items:
-            if chunks and size + item.nbytes <= limit:
+            if chunks and size + item.nbytes <= limit and described + item.header_bytes <= HEADER_BUDGET_BYTES:
                 chunks[-1].append(item)
                 size += item.nbytes
+                described += item.header_bytes
             else:
                 chunks.append([item])
-                size = item.nbytes
+                size, described = item.nbytes, item.header_bytes
         return chunks
 
     async def _send_frame(self, proc: asyncio.subprocess.Process, items: list[_Outgoing]) -> None:

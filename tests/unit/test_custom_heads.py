@@ -127,6 +127,18 @@ def test_a_malformed_items_job_is_refused_alone(bad):
     assert [j.msg_id for j in got] == [2] and [i for i, _ in refused] == [1]
 
 
+def test_frames_are_split_before_their_headers_pass_the_budget(monkeypatch):
+    from judge_gateway.heads import supervisor
+    from judge_gateway.heads.supervisor import HeadWorker, _Outgoing
+
+    monkeypatch.setattr(supervisor, "HEADER_BUDGET_BYTES", 10_000)
+    worker = HeadWorker("w", "custom", CustomHeadOptions(head="m:C", transport="pipe"))
+    small = np.zeros((1, 2, 2, 3), np.uint8)
+    outs = [_Outgoing(i, "", small, None, [HeadItem("p", "image", small)], header_bytes=4_000)  # type: ignore[arg-type]
+            for i in range(5)]
+    assert [len(c) for c in worker._chunks(outs)] == [2, 2, 1]
+
+
 # ---- the batcher of whole samples ------------------------------------------------------------
 
 

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
     from ...media import VideoMedia
     from ...schema import SampleInput
 
-# A sample's metadata travels in the frame header: bounded, so one sample cannot stall the pipe.
+# A sample's metadata travels in a frame's JSON header (heads/supervisor.py splits frames before
+# their headers pass HEADER_BUDGET_BYTES): bounded per sample, so one always fits.
 MAX_METADATA_BYTES = 1 << 20
+MAX_GROUP_METADATA_BYTES = 6 << 20  # a group is one job: its description must fit one header
 
 
 class CustomJudge(HeadJudge):
@@ -152,6 +154,11 @@ class CustomJudge(HeadJudge):
                                        "groups") from None
             return prepared
 
+        described = sum(len(json.dumps(m.metadata)) for m in members)
+        if described > MAX_GROUP_METADATA_BYTES:
+            raise JudgeFailure(ErrorCode.bad_input, f"group {members[0].group_id!r}: its samples' metadata is "
+                               f"{described} B of JSON; a group sent to a groupwise head takes at most "
+                               f"{MAX_GROUP_METADATA_BYTES} B")
         prepared = await asyncio.to_thread(prepare)
         outputs = await self._infer([item for item, _ in prepared])
         return outputs, [facts for _, facts in prepared]
