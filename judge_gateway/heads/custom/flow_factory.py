@@ -10,7 +10,8 @@ model as `cls(config, accelerator)` and calls it with a batch's fields as keywor
   per group (the samples of a request that share a group_id), as its RewardProcessor does;
 - media as PIL images (`image`: list of RGB images, `video`: list of frame lists), or with
   `use_tensor_inputs = True` as float32 tensors in [0, 1] on the model's device (`image`: [C, H, W]
-  each, `video`: [T, C, H, W] each, condition images stacked [N, C, H, W] when of one size);
+  each, `video`: [T, C, H, W] each, a sample's condition images / videos stacked [N, C, H, W] /
+  [N, T, C, H, W] when of one size);
 - the keyword lists it gets are those its `__call__` accepts (all, with `**kwargs`), of the fields
   every sample of the call has: prompt, the medium, condition media, and each key of the samples'
   metadata (Flow-Factory's "additional fields from Sample");
@@ -163,7 +164,7 @@ class FlowFactoryScorer:
         if "condition_images" in self.inputs and all(it.condition_images for it in batch):
             fields["condition_images"] = [self._images(it.condition_images) for it in batch]
         if "condition_videos" in self.inputs and all(it.condition_videos for it in batch):
-            fields["condition_videos"] = [[self._video(v) for v in it.condition_videos] for it in batch]
+            fields["condition_videos"] = [self._stacked([self._video(v) for v in it.condition_videos]) for it in batch]
         keys = set.intersection(*(set(it.metadata) for it in batch)) - set(_MEDIA_FIELDS)
         for key in sorted(keys):
             if all(it.metadata[key] is not None for it in batch):
@@ -187,9 +188,13 @@ class FlowFactoryScorer:
         return t.to(self.device)
 
     def _images(self, images: tuple[Any, ...]) -> Any:
-        converted = [self._image(im) for im in images]
+        return self._stacked([self._image(im) for im in images])
+
+    def _stacked(self, converted: list[Any]) -> Any:
+        """A sample's condition media: tensors of one size stacked ([N, C, H, W] / [N, T, C, H, W]),
+        as Flow-Factory stacks them; else the list."""
         if self.tensors and len({tuple(t.shape) for t in converted}) == 1:
-            return self.torch.stack(converted)  # [N, C, H, W], as Flow-Factory stacks same-size conditions
+            return self.torch.stack(converted)
         return converted
 
 
