@@ -34,7 +34,7 @@ from tests.support.served_gateway import ServedGateway
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 APPROX = {"rel": 1e-5, "abs": 1e-6}
-HEADS = ("sharpness", "colorful", "brightness_rank", "contrast", "prompt_length")
+HEADS = ("sharpness", "colorful", "brightness_rank", "contrast", "prompt_length", "source_distance")
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +76,9 @@ def guide_config(built, vllm_url: str) -> dict:
                                        "options": {"head": "tests.support.byo_heads:PromptLength", "python": python}}
     data["judges"]["missing"] = {"kind": "custom", "default": False,
                                  "options": {"head": "no_such_rewards.scorers:Nope", "python": python}}
+    data["judges"]["source_distance"] = {"kind": "flow_factory_model", "default": False, "options": {
+        "reward_model": "tests.support.byo_peer_heads:SourceDistance", "python": python, "pythonpath": [str(PEERS)],
+        "media": ["image", "condition_image"]}}
     data["server"] = {"readiness_interval_s": 0.1}
     return data
 
@@ -242,6 +245,21 @@ async def test_an_item_that_raises_fails_alone(served, ready, images):
         else:
             assert s["valid"] and s["raw"] == len(p), s
     assert all(scores[i]["sharpness"]["valid"] for i in range(3))
+
+
+async def test_condition_images_reach_a_flow_factory_model_as_tensors(served, ready, images):
+    samples = [image_sample("make it brighter", images[i], condition_images=[b64png(images[j]) for j in sources])
+               for i, sources in ((0, (1,)), (2, (2, 5)), (4, (3, 0)))]
+    samples.append(image_sample("no source", images[1]))
+    async with httpx.AsyncClient(base_url=served.url, timeout=120) as http:
+        scores = await rewards(http, samples, ["source_distance"])
+    for (i, sources), s in zip(((0, (1,)), (2, (2, 5)), (4, (3, 0))), scores):
+        s = s["source_distance"]
+        expected = -np.abs(images[i].astype(np.float32) / 255 - images[sources[0]].astype(np.float32) / 255).mean()
+        assert s["valid"] and s["raw"] == pytest.approx(float(expected), rel=1e-5), s
+        assert s["details"]["extra_info"] == {"sources": len(sources)} and s["details"]["conditions"]["images"] == len(sources)
+    missing = scores[3]["source_distance"]
+    assert missing["error"]["code"] == "bad_input" and "condition_images" in missing["error"]["message"], missing
 
 
 async def test_a_template_from_the_users_folder_scores_on_vllm(served, ready, images):

@@ -376,3 +376,31 @@ async def test_a_pointwise_head_sends_one_item_per_sample_with_its_metadata():
     video = await judge.score(SampleInput(prompt="p", video={"array": np.zeros((2, 4, 4, 3), np.uint8), "fps": 2}),
                               ScoreContext(MediaCache(), "r"))
     assert video.error is not None and "scores a sample's image; this sample has a video" in video.error.message
+
+
+async def test_condition_media_go_with_the_item_when_listed_or_wanted():
+    cfg = validate_config({"judges": {
+        "edit": {"kind": "custom", "options": {"head": "m:C", "media": ["image", "condition_image"]}},
+        "wants": {"kind": "flow_factory_model", "options": {"reward_model": "m:C"}}}})
+    judges = build_judges(cfg, {})
+    sent: list[HeadItem] = []
+
+    async def capture(items):
+        sent.extend(items)
+        return [{"raw": 1.0}] * len(items)
+
+    for name, conditions in (("edit", []), ("wants", ["condition_images"])):
+        judges[name].worker = StandInWorker(groupwise=False)  # type: ignore[assignment]
+        judges[name].worker.info["conditions"] = conditions
+        judges[name].worker.infer_items = capture  # type: ignore[method-assign]
+    source = np.full((3, 5, 3), 9, np.uint8)
+    edited = SampleInput(prompt="p", image=_png(), condition_images=[source, source])
+    ctx = ScoreContext(MediaCache(), "r")
+    assert (await judges["edit"].score(edited, ctx)).details["conditions"] == {"images": 2, "videos": 0}
+    assert [a.shape for a in sent[0].condition_images] == [(1, 3, 5, 3)] * 2  # [1, H, W, 3] each
+    missing = await judges["edit"].score(SampleInput(prompt="p", image=_png()), ctx)
+    assert missing.error is not None and "needs the sample's condition_images" in missing.error.message
+    plain = await judges["wants"].score(SampleInput(prompt="p", image=_png()), ctx)  # wanted, not required
+    assert plain.valid and sent[-1].condition_images == []
+    await judges["wants"].score(edited, ctx)
+    assert len(sent[-1].condition_images) == 2
