@@ -404,3 +404,43 @@ async def test_condition_media_go_with_the_item_when_listed_or_wanted():
     assert plain.valid and sent[-1].condition_images == []
     await judges["wants"].score(edited, ctx)
     assert len(sent[-1].condition_images) == 2
+
+
+# ---- a real worker process (the gateway's own interpreter: the class needs no torch) -----------------
+
+
+async def test_a_custom_class_in_a_real_worker_batches_fails_alone_and_reports_unimportable():
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.schema import RewardRequest
+
+    cfg = validate_config({"judges": {
+        "len": {"kind": "custom", "options": {"head": "tests.support.byo_heads:PromptLength", "max_wait_ms": 300}},
+        "gone": {"kind": "custom", "default": False, "options": {"head": "no_such_rewards.scorers:Nope"}}}})
+    gw = Gateway(cfg)
+    try:
+        ready = await gw.readiness(fresh=True)
+        for _ in range(200):
+            ready = await gw.readiness(fresh=True)
+            if ready["len"][0] and "failed" in (ready["gone"][1] or ""):
+                break
+            await asyncio.sleep(0.05)
+        assert ready["len"] == (True, None) and "ModuleNotFoundError" in ready["gone"][1]
+        image = np.zeros((4, 4, 3), np.uint8)
+
+        async def score(*batches: list[str]) -> list[dict]:
+            responses = await asyncio.gather(*(gw.score(RewardRequest(
+                samples=[{"prompt": p, "image": image} for p in ps], judges=["len", "gone"])) for ps in batches))
+            return [r.scores for resp in responses for r in resp.results]
+
+        scores = await score(["a", "bb"], ["ccc"], ["dddd", "eeeee"])
+        assert [s["len"].raw for s in scores] == [1.0, 2.0, 3.0, 4.0, 5.0]
+        assert {s["len"].details["batch_size"] for s in scores} == {5}  # one call across the three requests
+        assert all(s["gone"].error.code.value == "head_error" and "no_such_rewards" in s["gone"].error.message
+                   for s in scores)
+        scores = await score(["ok", "boom"], ["fine", "skip it"], ["last one"])
+        assert [s["len"].raw for s in scores] == [2.0, None, 4.0, None, 8.0]  # the raise fails its own item
+        assert "ValueError: cannot score 'boom'" in scores[1]["len"].error.message
+        assert "asks to be skipped" in scores[3]["len"].error.message
+        assert (await gw.judges["len"].worker.stats())["batch_sizes"]["5"] == 1
+    finally:
+        await gw.aclose()
