@@ -8,17 +8,20 @@ import sys
 
 from ..config import ConfigError
 from .browse import register_browse
+from .env import register_env
 from .eval import register_eval
 from .info import register_judges, register_schema
+from .prepare import register_prepare
 from .prompts import register_prompts
 from .score import register_score
 from .serve import register_serve
 from .tune import register_tune
+from .up import register_up
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-gateway", description=__doc__)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="log DEBUG and INFO messages too (the head workers' output among them); default: warnings")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     # The order here is the order `--help` lists the commands in.
@@ -30,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_score(sub)
     register_browse(sub)
     register_eval(sub)
+    register_prepare(sub)
+    register_up(sub)
+    register_env(sub)
     return p
 
 

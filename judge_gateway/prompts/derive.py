@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from .lock import _sha256
-from .parse import _parse_cached
+from .parse import parse_template
 from .registry import TemplateDirs, _folder_of, family_versions, load_template, parse_ref
 from .template import TemplateError
 
@@ -65,7 +65,7 @@ def new_template(family: str, source_ref: str, folder: str | Path, dirs: Templat
         handle.write(text)
     data = path.read_bytes()
     try:  # the written file parses as a template (a draft: no lock to check yet)
-        _parse_cached(str(path), family, version, _sha256(data), data)
+        parse_template(str(path), family, version, _sha256(data), data)
     except TemplateError:
         path.unlink()
         raise

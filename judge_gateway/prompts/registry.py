@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .lock import _read_lock, _sha256, _write_lock
-from .parse import _parse_cached
+from .parse import parse_template
 from .template import Template, TemplateError
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def load_template(ref: str, dirs: TemplateDirs = ()) -> Template:
             "version."
         )
     # Parsing is cached by content hash, so an edited file is never served from the cache.
-    return _parse_cached(str(path), family, version, digest, data)
+    return parse_template(str(path), family, version, digest, data)
 
 
 def list_templates(dirs: TemplateDirs = ()) -> list[Template]:
@@ -207,7 +207,7 @@ def lock_new_templates(folder: str | Path | None = None) -> list[str]:
             continue
         family, version = parse_ref(ref)
         data = files[ref].read_bytes()
-        _parse_cached(str(files[ref]), family, version, _sha256(data), data)  # validate
+        parse_template(str(files[ref]), family, version, _sha256(data), data)  # validate
         lock[ref] = _sha256(data)
         added.append(ref)
     if added or not target.lock.exists():
