@@ -113,7 +113,8 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
-        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex)
+        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex,
+                           samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
                   for name in names if (judge := self.judges[name]).queue is not None}
         held = await hold_queues(demand, wait=when_busy == "wait")

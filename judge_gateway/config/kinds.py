@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .custom_heads import CosmosRLHandlerOptions, CustomHeadOptions, FlowFactoryModelOptions
 from .head_options import (
     ClipOptions,
     GenEvalOptions,
@@ -79,6 +80,14 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
     _head("gen_eval", GenEvalOptions, "heads.geneval.model:GenEvalDetectorHead",
           judge="heads.geneval.judge:GenEvalJudge", media=("image",)),
     _head("image_reward", ImageRewardOptions, "heads.models.image_reward:ImageRewardHead"),
+    # Classes you bring, named in the judge's options (config/custom_heads.py); the media a judge of
+    # these kinds takes is its `options.media`.
+    _head("custom", CustomHeadOptions, "heads.custom.model:build_custom_head",
+          judge="heads.custom.judge:CustomJudge"),
+    _head("flow_factory_model", FlowFactoryModelOptions, "heads.custom.flow_factory:build_flow_factory_head",
+          judge="heads.custom.judge:CustomJudge"),
+    _head("cosmos_rl_handler", CosmosRLHandlerOptions, "heads.custom.cosmos_rl:build_cosmos_rl_head",
+          judge="heads.custom.judge:CustomJudge"),
 )}
 
 # Views of the table, by the names callers use.

@@ -35,9 +35,12 @@ def _format_validation(err: ValidationError, prefix: tuple[Any, ...] = ()) -> st
 
 
 def validate_config(data: dict[str, Any], *, source: str = "<config>") -> GatewayConfig:
-    """Validate a parsed TOML document; raise ConfigError naming every offending key."""
+    """Validate a parsed TOML document; raise ConfigError naming every offending key. Relative
+    paths of your own folders ([prompts] dirs, a brought head's pythonpath) are taken from the
+    folder of `source` when it is a file, else from the working directory."""
+    context = {"base_dir": str(Path(source).resolve().parent) if Path(source).is_file() else None}
     try:
-        cfg = GatewayConfig.model_validate(data)
+        cfg = GatewayConfig.model_validate(data, context=context)
     except ValidationError as err:
         # A judge's kind and options are checked inside its section. When only judge sections
         # failed, the checks across sections still run over the other judges, so that every
@@ -49,7 +52,7 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
         broken = {loc[1] for loc in locs}
         rest = {**data, "judges": {n: j for n, j in data["judges"].items() if n not in broken}}
         try:
-            cfg = GatewayConfig.model_validate(rest)
+            cfg = GatewayConfig.model_validate(rest, context=context)
         except ValidationError:  # no section spans judges; kept for safety
             raise ConfigError(f"{source}: {section}") from None
         problems = [section] + _check_across(cfg, list(data["judges"]), source)
@@ -107,7 +110,7 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
     if not judge.template:
         return problems + [f"{key}.template: required for kind {judge.kind!r} (pin `family@version`)"]
     try:
-        template = load_template(judge.template)
+        template = load_template(judge.template, judge.template_dirs)
     except TemplateError as err:
         return problems + [f"{key}.template: {err}"]
     opts = judge.options
@@ -164,7 +167,7 @@ def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any)
         return []
     where = f"{key}.options.shadow_template"
     try:
-        shadow = load_template(ref)
+        shadow = load_template(ref, judge.template_dirs)
     except TemplateError as err:
         return [f"{where}: {err}"]
     if shadow.kind != template.kind:

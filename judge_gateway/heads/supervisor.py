@@ -13,6 +13,7 @@ the worker's reason; the next request after `retry_failed_load_s` tries again.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -22,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..config import HeadOptions
-from ..workers.framing import encode_frame, encode_head
+from ..workers.framing import MAX_HEADER_BYTES, encode_frame, encode_head
 from ..workers.supervisor import Launch, WorkerError, WorkerSupervisor
-from .protocol import images_header, jobs_header
+from .protocol import HeadItem, ItemsJob, images_header, jobs_header
 from .shm import Arena, memfd_supported
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +38,36 @@ class HeadError(WorkerError):
 
 @dataclass
 class _Outgoing:
-    """A scoring job waiting for the sender: one `infer` call."""
+    """A scoring job waiting for the sender: one `infer` call (frames and a prompt) or one
+    `infer_items` call (a brought head's samples)."""
 
     msg_id: int
     prompt: str
     frames: np.ndarray  # C-contiguous uint8 [n, H, W, 3]
     fut: asyncio.Future[Any]
+    items: list[HeadItem] | None = None
+    header_bytes: int = 0  # what its description adds to a frame's JSON header (items: their metadata)
+
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        return [a for item in self.items for a in item.arrays()] if self.items is not None else [self.frames]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+    def described(self) -> tuple[int, str, tuple[int, ...]] | ItemsJob:
+        if self.items is not None:
+            return ItemsJob.of(self.msg_id, self.items)
+        return self.msg_id, self.prompt, self.frames.shape
 
 
 # The pipe carries at most this much per frame; bigger batches go as several frames.
 PIPE_FRAME_BYTES = 64 * 1024 * 1024
+# A frame's jobs describe themselves in its JSON header (a brought head's items with their
+# metadata): jobs whose descriptions would pass this go in the next frame.
+HEADER_BUDGET_BYTES = MAX_HEADER_BYTES // 2
+ITEM_HEADER_BYTES = 512  # an item's description besides its metadata, at most
 # Frames at least this large are written into the arena on a thread (pwritev drops the GIL).
 THREAD_WRITE_BYTES = 8 * 1024 * 1024
 
@@ -89,12 +110,28 @@ class HeadWorker(WorkerSupervisor):
         """Per-frame outputs of the model for uint8 [n, H, W, 3] frames and one prompt."""
         await self.wait_ready()
         images_header(frames)  # refuse anything but uint8 [n, H, W, 3] here, not in the worker
+        return await self._submit(prompt, np.ascontiguousarray(frames), None, len(frames))
+
+    async def infer_items(self, items: list[HeadItem]) -> list[dict[str, Any]]:
+        """A brought head's outputs, one per item (a groupwise head's items are one group)."""
+        if not items:
+            return []
+        await self.wait_ready()
+        for item in items:
+            for arr in item.arrays():
+                images_header(arr)
+        items = [_contiguous(item) for item in items]
+        described = sum(ITEM_HEADER_BYTES + len(json.dumps(item.metadata)) for item in items)
+        return await self._submit("", items[0].frames, items, len(items), described)
+
+    async def _submit(self, prompt: str, frames: np.ndarray, items: list[HeadItem] | None,
+                      expected: int, header_bytes: int = 0) -> list[dict[str, Any]]:
         self.running()  # ready: on_ready set _wake before the state became ready
         assert self._wake is not None
         msg_id, fut = self.new_request()
         # The sender wakes after the other ready tasks of this loop turn: a request's samples
         # that reach this point together go out in one frame.
-        self._outbox.append(_Outgoing(msg_id, prompt, np.ascontiguousarray(frames), fut))
+        self._outbox.append(_Outgoing(msg_id, prompt, frames, fut, items, header_bytes))
         self._wake.set()
         try:
             reply, _ = await fut
@@ -106,7 +143,7 @@ class HeadWorker(WorkerSupervisor):
         if not reply.get("ok"):
             raise HeadError(f"head {self.name!r}: {reply.get('error', 'unknown error')}")
         outputs = reply.get("outputs")
-        if not isinstance(outputs, list) or len(outputs) != len(frames):
+        if not isinstance(outputs, list) or len(outputs) != expected:
             raise HeadError(f"head {self.name!r} returned a malformed result")
         return outputs
 
@@ -177,25 +214,26 @@ class HeadWorker(WorkerSupervisor):
     def _chunks(self, items: list[_Outgoing]) -> list[list[_Outgoing]]:
         limit = self._arena.size // 4 if self._arena is not None else PIPE_FRAME_BYTES
         chunks: list[list[_Outgoing]] = []
-        size = 0
+        size = described = 0
         for item in items:
-            if chunks and size + item.frames.nbytes <= limit:
+            if chunks and size + item.nbytes <= limit and described + item.header_bytes <= HEADER_BUDGET_BYTES:
                 chunks[-1].append(item)
-                size += item.frames.nbytes
+                size += item.nbytes
+                described += item.header_bytes
             else:
                 chunks.append([item])
-                size = item.frames.nbytes
+                size, described = item.nbytes, item.header_bytes
         return chunks
 
     async def _send_frame(self, proc: asyncio.subprocess.Process, items: list[_Outgoing]) -> None:
         arena = self._arena
         try:
             assert proc.stdin is not None
-            described = [(o.msg_id, o.prompt, o.frames.shape) for o in items]
-            if arena is not None and sum(o.frames.nbytes for o in items) <= arena.size:
+            described = [o.described() for o in items]
+            if arena is not None and sum(o.nbytes for o in items) <= arena.size:
                 header, total = jobs_header(described, "shm")
                 start = await self._alloc(arena, total)
-                arrays = [o.frames for o in items]
+                arrays = [a for o in items for a in o.arrays]
                 try:
                     if total >= THREAD_WRITE_BYTES:  # keep the loop serving while pages are copied
                         wrote = await asyncio.to_thread(arena.write_on_own_fd(start, arrays)[1])
@@ -220,7 +258,8 @@ class HeadWorker(WorkerSupervisor):
                 header, total = jobs_header(described, "pipe")
                 proc.stdin.write(encode_head(header, total))
                 for o in items:  # no await in between: frames never interleave
-                    proc.stdin.write(memoryview(o.frames).cast("B"))
+                    for arr in o.arrays:
+                        proc.stdin.write(memoryview(arr).cast("B"))
                 self.transport_counts["frames_pipe"] += 1
                 self.transport_counts["bytes_pipe"] += total
             await proc.stdin.drain()
@@ -273,3 +312,10 @@ class HeadWorker(WorkerSupervisor):
             if arena.released is not None:
                 arena.released.set()  # wake a sender waiting for space: it sees the arena is gone
             arena.close()
+
+
+def _contiguous(item: HeadItem) -> HeadItem:
+    """The item with C-contiguous arrays (what the arena and the pipe write byte for byte)."""
+    c = np.ascontiguousarray
+    return HeadItem(item.prompt, item.medium, c(item.frames), item.fps, item.metadata, item.group_id,
+                    [c(a) for a in item.condition_images], [c(a) for a in item.condition_videos])

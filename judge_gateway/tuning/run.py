@@ -150,7 +150,7 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     options = jcfg.options
     if not isinstance(options, RubricOptions):
         raise ValueError(f"judge {judge!r} is a {jcfg.kind!r} judge; `tune rubric` needs a rubric judge")
-    template = load_template(jcfg.template)
+    template = load_template(jcfg.template, jcfg.template_dirs)
     scale = options.scale or template.scale
     assert scale is not None
     lo, hi = float(scale[0]), float(scale[1])
