@@ -25,7 +25,15 @@ from .head_options import (
     VideoAlignOptions,
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
-from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
+from .loading import (
+    DEFAULT_CONFIG_PATH,
+    SHIPPED_CONFIGS_DIR,
+    ConfigError,
+    load_config,
+    resolve_config_path,
+    shipped_configs,
+    validate_config,
+)
 from .models import (
     AdmissionConfig,
     BackendConfig,
@@ -65,7 +73,8 @@ from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOpt
 
 __all__ = [
     # loading
-    "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
+    "ConfigError", "DEFAULT_CONFIG_PATH", "SHIPPED_CONFIGS_DIR", "load_config", "resolve_config_path",
+    "shipped_configs", "validate_config",
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig",
