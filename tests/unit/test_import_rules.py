@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
+        "extras",  # the pip extras and the check that names a missing one
     )),
     ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
@@ -45,6 +46,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
         "tuning", "evaluation", "browse", "runs",
+        "preflight",  # which of a command's judges can score here, through a client
     )),
     ("cli", ("cli",)),
 ]
