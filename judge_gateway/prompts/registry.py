@@ -67,7 +67,8 @@ def load_template(ref: str) -> Template:
     digest = _sha256(data)
     locked = _read_lock(LOCK_PATH).get(f"{family}@{version}")
     if locked is None:
-        log.warning("template %s (%s) is not in %s: unreleased draft", ref, path, LOCK_PATH)
+        log.warning("template %s (%s) is not in %s: unreleased draft (`judge-gateway prompts lock` "
+                    "releases it)", ref, path, LOCK_PATH)
     elif locked != digest:
         raise TemplateError(
             f"released template {path} changed: lock has sha256 {locked}, file has {digest}. "
@@ -109,7 +110,7 @@ def verify_lock() -> list[str]:
         if ref not in lock:
             problems.append(
                 f"unlocked template {path} ({ref}, sha256 {digest}): "
-                "release it with lock_new_templates()"
+                "release it with `judge-gateway prompts lock`"
             )
         elif lock[ref] != digest:
             problems.append(
