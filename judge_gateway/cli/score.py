@@ -52,7 +52,8 @@ def error_text(err: Exception) -> str:
     """The whole reason, on one line: every field and message of a validation error (as the API
     reports them), else the error's text."""
     if isinstance(err, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'sample'}: {e['msg']}" for e in err.errors())
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'sample'}: {e['msg'].removeprefix('Value error, ')}"
+                         for e in err.errors())
     return " ".join(str(err).split()) or type(err).__name__
 
 
