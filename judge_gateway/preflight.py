@@ -9,7 +9,9 @@ its judges itself, and a head it is still loading counts as loading, not as unav
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -64,11 +66,24 @@ def classify(info: JudgeInfo, cfg: GatewayConfig | None) -> JudgeReadiness:
     return JudgeReadiness(info, "unavailable", start_hint(info, cfg))
 
 
-async def check_judges(client: Any, names: Sequence[str], cfg: GatewayConfig | None) -> list[JudgeReadiness]:
-    """Readiness of the named judges through an AsyncRewardClient (in-process: probed now,
-    heads loaded; through a server: as it reports them)."""
-    infos = await client.judges.list(list(names), wait=True)
-    return [classify(info, cfg) for info in infos]
+async def check_judges(client: Any, names: Sequence[str], cfg: GatewayConfig | None, *,
+                       load_timeout_s: float = 600.0, poll_s: float = 1.0,
+                       say: Callable[[str], None] | None = None) -> list[JudgeReadiness]:
+    """Readiness of the named judges through an AsyncRewardClient. In-process they are probed
+    now and their heads loaded; a server reports them itself, and while it is still loading one
+    of their heads (its model names it once loaded, and the run records that name) this asks
+    again, up to `load_timeout_s`, saying once what it waits for."""
+    deadline = time.monotonic() + load_timeout_s
+    waited = False
+    while True:
+        checks = [classify(info, cfg) for info in await client.judges.list(list(names), wait=True)]
+        loading = [c.name for c in checks if c.state == "loading"]
+        if not loading or time.monotonic() > deadline:
+            return checks
+        if not waited and say is not None:
+            say(f"waiting for the service to load {', '.join(loading)} (up to {load_timeout_s:.0f} s)")
+        waited = True
+        await asyncio.sleep(poll_s)
 
 
 def report(checks: Sequence[JudgeReadiness], *, other_heads: Sequence[str] = ()) -> str | None:

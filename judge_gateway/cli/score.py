@@ -184,7 +184,7 @@ async def _judges_ready(client: Any, chosen: list[str], cfg: Any) -> list[Any]:
     can score ends the command before anything is written."""
     from .. import preflight
 
-    checks = await preflight.check_judges(client, chosen, cfg)
+    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr))
     text = preflight.report(checks, other_heads=preflight.local_heads(cfg, chosen) if cfg is not None else ())
     if text:
         if not any(c.can_score for c in checks):
@@ -321,12 +321,14 @@ def run_score_command(args: argparse.Namespace) -> int:
 def register_score(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into a run folder")
     s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media "
-                                 "(png/jpg/webp, mp4/avi/mov/webm/mkv; prompt from a same-named .txt)")
+                                 "(png/jpg/webp/gif, mp4/avi/mov/webm/mkv; an animated GIF is a video; "
+                                 "prompt from a same-named .txt)")
     s.add_argument("-o", "--output", required=True,
                    help="run folder to write (scores.jsonl, summary.json, run.json); an existing "
                         "one is resumed: samples already scored there are not sent again")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("--config", help="score in-process with this config (default: embedded)")
+    src.add_argument("--config", help="score in-process with this config file or shipped config name "
+                                      "(default: the embedded `default`)")
     src.add_argument("--server", help="score through a running service at this URL")
     s.add_argument("--api-key", help="Bearer token for --server")
     s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")

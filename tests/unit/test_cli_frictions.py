@@ -44,7 +44,10 @@ def _config(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-def _fake_and_dead(tmp_path: Path, base_url: str, *, quality_name: str = "quality") -> str:
+def _fake_and_dead(tmp_path: Path, base_url: str, *, quality_name: str = "quality", ocr: bool = True) -> str:
+    """A judge on the fake backend, one on a backend that is down, and (unless `ocr` is False) a
+    local OCR head that is no default."""
+    head = '[judges.ocr]\nkind = "ocr"\ndefault = false\n' if ocr else ""
     return _config(tmp_path, f"""
 [backends.fake]
 model = "fake-yes"
@@ -63,10 +66,7 @@ kind = "yes_no"
 backend = "dead"
 template = "vqa_alignment@1"
 default = false
-[judges.ocr]
-kind = "ocr"
-default = false
-""")
+{head}""")
 
 
 def _folder(tmp_path: Path, n: int = 3) -> Path:
@@ -212,7 +212,7 @@ async def test_a_head_closed_while_its_model_loads_is_not_reported_as_died(tmp_p
     from judge_gateway.config import OcrOptions
     from judge_gateway.heads.supervisor import HeadWorker
 
-    options = OcrOptions(python=fake_head_python(tmp_path), env={"JG_FAKE_HEAD_LOAD_S": "1.0"})
+    options = OcrOptions(python=fake_head_python(tmp_path), env={"JG_FAKE_HEAD_LOAD_S": "0.5"})
     worker = HeadWorker("ocr", "ocr", options)
     with caplog.at_level(logging.INFO, logger="judge_gateway"):
         assert (await worker.probe())[0] is False  # the probe starts the load
@@ -254,7 +254,7 @@ def test_judges_asks_a_running_server(tmp_path, fake_backend, capsys):
     from judge_gateway.gateway import Gateway
     from judge_gateway.server import create_app
 
-    config = _fake_and_dead(tmp_path, fake_backend.base_url)
+    config = _fake_and_dead(tmp_path, fake_backend.base_url, ocr=False)  # a server probes its heads: none here
     with LiveServer(create_app(Gateway(load_config(config)))) as server:
         assert cli_main(["judges", "--server", server.url]) == 0
         out = capsys.readouterr().out
