@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from tests.support.fake_openai import free_port
 from tests.support.health import wait_healthy
 
@@ -49,7 +47,7 @@ def _source_tree(dest: Path) -> Path:
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
     assert done.returncode == 0, f"{cmd} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -69,8 +67,8 @@ def test_the_wheel_installs_serves_and_scores_outside_the_repository(tmp_path):
     started = time.monotonic()
     _run([str(venv / "bin/python"), "-m", "pip", "install", "-q", f"{wheel}[ocr]"], env=env)
     timings["install"] = time.monotonic() - started
-    site = Path(_run([str(venv / "bin/python"), "-c", "import judge_gateway, os; "
-                      "print(os.path.dirname(judge_gateway.__file__))"], env=env, cwd=tmp_path).stdout.strip())
+    where = "import judge_gateway, os; print(os.path.dirname(judge_gateway.__file__))"
+    site = Path(_run([str(venv / "bin/python"), "-c", where], env=env, cwd=tmp_path).stdout.strip())
     assert site.is_relative_to(venv) and not site.is_relative_to(ROOT)
 
     elsewhere = tmp_path / "elsewhere"
@@ -78,16 +76,18 @@ def test_the_wheel_installs_serves_and_scores_outside_the_repository(tmp_path):
     cli = str(venv / "bin/judge-gateway")
     # A shipped config by name, from a folder that has none; a missing extra, named.
     listed = _run([cli, "judges", "--config", "cosmos_rl"], env=env, cwd=elsewhere)
-    assert re.search(r"^cosmos_reason1 +yes_no", listed.stdout, re.M), listed.stdout
-    browse = subprocess.run([cli, "browse", str(elsewhere)], capture_output=True, text=True, env=env, cwd=elsewhere)
+    assert re.search(r"^cosmos_reason1 +yes_no", listed.stdout, re.MULTILINE), listed.stdout
+    browse = subprocess.run([cli, "browse", str(elsewhere)], capture_output=True, text=True, check=False, env=env,
+                            cwd=elsewhere)
     assert browse.returncode == 2 and "pip install 'judge-gateway[browse]'" in browse.stderr
     assert "Traceback" not in browse.stderr, browse.stderr
 
     port = free_port()
-    log = open(tmp_path / "serve.log", "w+")
-    proc = subprocess.Popen([cli, "-v", "serve", "--port", str(port)], cwd=elsewhere, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    log_path = tmp_path / "serve.log"
     url = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([cli, "-v", "serve", "--port", str(port)], cwd=elsewhere, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
     try:
         started = time.monotonic()
         wait_healthy(url, proc, 60)
@@ -96,12 +96,11 @@ def test_the_wheel_installs_serves_and_scores_outside_the_repository(tmp_path):
         timings["serve_and_score"] = time.monotonic() - started
         assert done.stdout.split() == ["1.0", "True", "HelloWorld"], done.stdout
         judges = _run([cli, "judges", "--server", url, "ocr"], env=env, cwd=elsewhere).stdout
-        assert re.search(r"^ocr +ocr .* ready$", judges, re.M), judges
+        assert re.search(r"^ocr +ocr .* ready$", judges, re.MULTILINE), judges
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    log.seek(0)
-    text = log.read()
+    text = log_path.read_text()
     assert f"config {site / 'configs' / 'default.toml'} (shipped config `default`)" in text, text[:3000]
     # The OCR worker reports the package it imported: the installed one.
     ready = re.search(r"head 'ocr' ready \(pid \d+\): .*'package': '([^']+)'", text)

@@ -5,8 +5,8 @@ valid score gets no empty histogram."""
 
 from __future__ import annotations
 
+import base64
 import io
-import json
 from pathlib import Path
 
 import av
@@ -18,34 +18,15 @@ from judge_gateway.browse.app import create_browse_app
 from judge_gateway.browse.data import load_runs
 from judge_gateway.cli import main as cli_main
 from tests.support.media_files import UNPLAYABLE_CLIPS, write_video
+from tests.support.scored_runs import media_run
 
 FRAMES = 12
-
-
-def _score(reward: float | None) -> dict:
-    if reward is None:
-        return {"judge": "q", "reward": None, "valid": False, "raw": None, "latency_ms": 1.0,
-                "error": {"code": "backend_unavailable", "message": "down"}}
-    return {"judge": "q", "reward": reward, "valid": True, "raw": reward, "latency_ms": 1.0}
 
 
 def _run(tmp_path: Path, media: list[str], *, judges: dict[str, float | None] | None = None,
          name: str = "run") -> Path:
     """A run folder over the files in tmp_path/inputs, one sample per name."""
-    inputs = tmp_path / "inputs"
-    run = tmp_path / name
-    run.mkdir()
-    scores = judges or {"q": 0.5}
-    lines = []
-    for i, name in enumerate(media):
-        kind = "image" if name.endswith(".png") else "video"
-        lines.append({"index": i, "source": name, "key": f"k{i}", "prompt": f"p{i}", kind: name,
-                      "scores": {j: {**_score(r), "judge": j} for j, r in scores.items()},
-                      "reward": 0.5, "valid": True})
-    (run / "scores.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (run / "run.json").write_text(json.dumps({"input_root": str(inputs), "media_roots": [str(inputs)],
-                                              "judges": list(scores)}))
-    return run
+    return media_run(tmp_path / "inputs", tmp_path / name, media, judges)
 
 
 def _inputs(tmp_path: Path) -> Path:
@@ -141,6 +122,4 @@ def test_the_export_embeds_the_preview_and_the_posters(unplayable, tmp_path):
     html = out.read_text()
     assert html.count("data:video/mp4;base64,") == 1 and html.count("data:image/jpeg;base64,") >= 2
     embedded = html.split("data:video/mp4;base64,")[1].split('"')[0]
-    import base64
-
     assert _decoded(base64.b64decode(embedded)) == ("h264", "yuv420p", FRAMES)

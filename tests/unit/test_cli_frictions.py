@@ -85,7 +85,12 @@ def _rows(run: Path) -> list[dict]:
 # --- tune weights with no usable pair --------------------------------------------------------
 
 def test_tune_weights_with_no_usable_pair_says_why_and_writes_nothing(tmp_path, capsys):
-    from judge_gateway.tuning.cache import CachedScore, CacheKey, ScoreCache, judge_identity
+    from judge_gateway.tuning.cache import (
+        CachedScore,
+        CacheKey,
+        ScoreCache,
+        judge_identity,
+    )
     from judge_gateway.tuning.prefs import load_preferences
 
     lines = []
@@ -204,8 +209,8 @@ def test_in_process_score_and_judges_start_no_head_they_do_not_use(tmp_path, fak
     assert cli_main(["judges", "--config", config]) == 0
     out = capsys.readouterr().out
     assert started == []
-    assert re.search(r"^ocr .*not loaded: a head loads at first use", out, re.M)
-    assert re.search(r"^quality .*default ready", out, re.M)
+    assert re.search(r"^ocr .*not loaded: a head loads at first use", out, re.MULTILINE)
+    assert re.search(r"^quality .*default ready", out, re.MULTILINE)
 
 
 async def test_a_head_closed_while_its_model_loads_is_not_reported_as_died(tmp_path, caplog):
@@ -260,8 +265,8 @@ def test_judges_asks_a_running_server(tmp_path, fake_backend, capsys):
         out = capsys.readouterr().out
         assert cli_main(["judges", "--server", server.url, "quality", "--json"]) == 0
         listed = json.loads(capsys.readouterr().out)
-    assert re.search(r"^quality .* ready$", out, re.M)
-    assert re.search(r"^dead .*NOT READY \(http://127\.0\.0\.1:9/v1", out, re.M)
+    assert re.search(r"^quality .* ready$", out, re.MULTILINE)
+    assert re.search(r"^dead .*NOT READY \(http://127\.0\.0\.1:9/v1", out, re.MULTILINE)
     assert "vllm serve Qwen/Qwen2.5-VL-7B-Instruct" in out
     assert [j["name"] for j in listed] == ["quality"] and listed[0]["ready"] is True
 
