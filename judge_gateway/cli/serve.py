@@ -15,6 +15,7 @@ from ..config import (
     resolve_config_path,
     shipped_configs,
 )
+from ..extras import require_extra
 
 
 def startup_lines(cfg: Any, config_ref: str | None) -> list[str]:
@@ -45,6 +46,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..server.guards import uvicorn_options
 
     cfg = load_config(args.config)
+    if cfg.store.kind == "redis":  # checked before anything starts, like every extra a command needs
+        require_extra("redis", "store.kind = 'redis'")
     if args.log_level.lower() in ("trace", "debug", "info"):
         for line in startup_lines(cfg, args.config):
             print(f"INFO:     {line}", file=sys.stderr, flush=True)

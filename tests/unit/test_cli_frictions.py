@@ -396,3 +396,9 @@ def test_a_missing_extra_is_named_with_its_pip_command(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert "browse needs the `browse` extra (missing: jinja2): pip install 'judge-gateway[browse]'" in err
     assert "Traceback" not in err and not (tmp_path / "r.html").exists()
+    monkeypatch.setitem(sys.modules, "redis", None)
+    config = _config(tmp_path, '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:1"\n[judges.ocr]\nkind = "ocr"\n')
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("served without its store"))
+    assert cli_main(["serve", "--config", config, "--log-level", "warning"]) == 2
+    assert "store.kind = 'redis' needs the `redis` extra (missing: redis): pip install 'judge-gateway[redis]'" \
+        in capsys.readouterr().err
