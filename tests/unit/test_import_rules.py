@@ -32,6 +32,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
         "extras",  # the pip extras and the check that names a missing one
+        "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
     ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
@@ -39,6 +40,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "latents", "latent_worker",  # the cosmos-rl latent decoder
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
+        "launch",  # `up`: the vLLM servers and the gateway as supervised processes
     )),
     ("heads, judges", ("heads", "judges")),
     ("registry", ("registry",)),
@@ -47,6 +49,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("tuning", (  # the offline tools over run folders and preference data
         "tuning", "evaluation", "browse", "runs",
         "preflight",  # which of a command's judges can score here, through a client
+        "prepare",  # environments, weights and a probe per judge before serving
     )),
     ("cli", ("cli",)),
 ]
