@@ -284,6 +284,14 @@ def test_shipped_configs_load_by_name_from_any_directory(tmp_path, monkeypatch, 
     assert capsys.readouterr().out.startswith("# judge-gateway as a drop-in for cosmos-rl")
 
 
+def test_up_hands_serve_the_shipped_config_it_was_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert cli_main(["up", "--config", "cosmos_rl", "--dry-run"]) == 0
+    cmd = next(line for line in capsys.readouterr().out.splitlines() if "serve" in line and "cmd:" in line)
+    assert cmd.endswith(f"--config {DEFAULT_CONFIG_PATH.parent / 'cosmos_rl.toml'}"), cmd
+
+
 def test_serve_says_which_config_and_judges_it_loaded():
     from judge_gateway.cli.serve import startup_lines
 
