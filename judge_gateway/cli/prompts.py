@@ -1,4 +1,4 @@
-"""`judge-gateway prompts list|show|render|lock|verify|new` (and `compare`, from tune.py).
+"""`judge-gateway prompts list|show|render|diff|lock|verify|new` (and `compare`, from tune.py).
 
 Your own template folders are named with `--dir DIR` (repeatable) or read from a config's
 `[prompts] dirs` (`--config FILE`); the package's own templates are always there too.
@@ -66,6 +66,8 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
         if not args.config:
             print(f"configs find it with: [prompts] dirs = [\"{folder}\"] (relative to the config file)")
         return 0
+    if args.prompts_cmd == "diff":
+        return _diff(args, dirs)
     if args.prompts_cmd == "lock":
         added = [ref for folder in dirs for ref in prompts.lock_new_templates(folder)] if dirs \
             else prompts.lock_new_templates()
@@ -91,6 +93,26 @@ def _folders(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="read the template folders from this config's [prompts] dirs")
 
 
+def _diff(args: argparse.Namespace, dirs: list[str]) -> int:
+    """A unified diff of two templates' files, or (--rendered) of the text each would send."""
+    import difflib
+
+    from .. import prompts
+
+    a, b = prompts.load_template(args.ref_a, dirs), prompts.load_template(args.ref_b, dirs)
+    if args.rendered:
+        text_a, text_b = a.render_text(args.prompt), b.render_text(args.prompt)
+    else:
+        text_a, text_b = a.path.read_text(encoding="utf-8"), b.path.read_text(encoding="utf-8")
+    diff = list(difflib.unified_diff(text_a.splitlines(keepends=True), text_b.splitlines(keepends=True),
+                                     fromfile=f"{a.ref} sha256:{a.sha256[:16]}",
+                                     tofile=f"{b.ref} sha256:{b.sha256[:16]}", n=args.context))
+    sys.stdout.writelines(line if line.endswith("\n") else line + "\n" for line in diff)
+    if not diff:
+        print(f"{a.ref} and {b.ref} are the same" + (" once rendered" if args.rendered else ""), file=sys.stderr)
+    return 1 if diff else 0
+
+
 def register_prompts(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("prompts", help="versioned prompt templates")
     ps = s.add_subparsers(dest="prompts_cmd", required=True)
@@ -102,6 +124,14 @@ def register_prompts(sub: argparse._SubParsersAction) -> None:
     x.add_argument("ref", help="family@version")
     x.add_argument("--prompt", default="a photo of a cat", help="the generation prompt")
     x.add_argument("--json", action="store_true", help="print OpenAI messages as JSON")
+    _folders(x)
+    x = ps.add_parser("diff", help="what changed between two template versions (exit 1 when they differ)")
+    x.add_argument("ref_a", help="family@version")
+    x.add_argument("ref_b", help="family@version")
+    x.add_argument("--rendered", action="store_true",
+                   help="compare the text each sends for --prompt instead of the files")
+    x.add_argument("--prompt", default="a photo of a cat", help="the generation prompt (with --rendered)")
+    x.add_argument("-U", "--context", type=int, default=3, help="lines of context")
     _folders(x)
     _folders(ps.add_parser("lock", help="add new template versions to the lock file (of each --dir, else the package's)"))
     _folders(ps.add_parser("verify", help="check every released template against its lock"))

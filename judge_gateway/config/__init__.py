@@ -35,7 +35,15 @@ from .head_options import (
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
 from .launch import VLLM_PRESETS, LaunchConfig
-from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
+from .loading import (
+    DEFAULT_CONFIG_PATH,
+    SHIPPED_CONFIGS_DIR,
+    ConfigError,
+    load_config,
+    resolve_config_path,
+    shipped_configs,
+    validate_config,
+)
 from .models import (
     AdmissionConfig,
     BackendConfig,
@@ -78,7 +86,8 @@ __all__ = [
     "LaunchConfig",
     "VLLM_PRESETS",
     # loading
-    "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
+    "ConfigError", "DEFAULT_CONFIG_PATH", "SHIPPED_CONFIGS_DIR", "load_config", "resolve_config_path",
+    "shipped_configs", "validate_config",
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig", "PromptsConfig",

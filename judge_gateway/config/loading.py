@@ -16,7 +16,9 @@ from .protocols import check_protocols
 from .ray import check_ray
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+# The configs shipped inside the package (the repository's configs/ folder), loadable by name.
+SHIPPED_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG_PATH = SHIPPED_CONFIGS_DIR / "default.toml"
 
 
 class ConfigError(ConfigurationError):
@@ -211,9 +213,33 @@ def _check_profile(key: str, judge: JudgeConfig, opts: RubricOptions, template: 
     return []
 
 
+def shipped_configs() -> dict[str, Path]:
+    """The configs that ship with the package, by name (`default`, `cosmos_rl`, ...)."""
+    return {p.stem: p for p in sorted(SHIPPED_CONFIGS_DIR.glob("*.toml"))}
+
+
+def resolve_config_path(ref: str | Path | None) -> Path:
+    """The config file `ref` names: a path to a TOML file, or the name of a shipped config
+    (`cosmos_rl`, `cosmos_rl.toml`), so `--config NAME` works from any directory and from a pip
+    install. A file at the path wins over a shipped config of the same name; `None` is the
+    embedded default."""
+    if ref is None:
+        return DEFAULT_CONFIG_PATH
+    p = Path(ref)
+    if p.exists() or len(p.parts) != 1:
+        return p
+    shipped = shipped_configs()
+    name = p.name.removesuffix(".toml")
+    if name in shipped:
+        return shipped[name]
+    raise ConfigError(f"cannot read config {ref}: no such file, and no shipped config of that name "
+                      f"(shipped: {', '.join(shipped)}; `judge-gateway configs` lists them)")
+
+
 def load_config(path: str | Path | None = None) -> GatewayConfig:
-    """Load and validate a TOML config; `None` loads the embedded default."""
-    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    """Load and validate a TOML config: a file path, the name of a shipped config (see
+    `resolve_config_path`), or `None` for the embedded default."""
+    p = resolve_config_path(path)
     try:
         raw = p.read_bytes()
     except OSError as err:

@@ -340,6 +340,15 @@ class JudgeConfig(Strict):
         """The user template folders ([prompts] dirs) its template refs are looked up in."""
         return self._template_dirs
 
+    @model_validator(mode="after")
+    def _kind_video_default(self) -> JudgeConfig:
+        """A kind with its own video default (kinds.py `video_frames`) gets it when the judge
+        sets no `video` table; the config's dump shows it, so runs record what was sampled."""
+        spec = KINDS.get(self.kind)
+        if spec is not None and spec.video_frames and "video" not in self.model_fields_set:
+            self.video = VideoSamplingConfig(num_frames=spec.video_frames)
+        return self
+
     @field_validator("bands")
     @classmethod
     def _bands(cls, bands: dict[str, float] | None) -> dict[str, float] | None:

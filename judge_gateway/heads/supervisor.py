@@ -13,22 +13,46 @@ the worker's reason; the next request after `retry_failed_load_s` tries again.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..config import HeadOptions
+from ..config import KINDS, HeadOptions
 from ..workers.framing import MAX_HEADER_BYTES, encode_frame, encode_head
 from ..workers.supervisor import Launch, WorkerError, WorkerSupervisor
 from .protocol import HeadItem, ItemsJob, images_header, jobs_header
 from .shm import Arena, memfd_supported
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The judge_gateway package this gateway runs: its workers import this same package (below).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_package_path: str | None = None
+
+
+def package_path_entry() -> str:
+    """A private folder holding nothing but a link to PACKAGE_DIR, for the worker's PYTHONPATH.
+
+    Whatever interpreter runs a head (the gateway's own, or a head venv with torch), its worker
+    then imports the very package the gateway runs, so the two always speak the same protocol;
+    nothing else of the gateway's environment leaks in (putting the package's parent folder on
+    the path would add a repository checkout's other folders, or a whole site-packages of
+    another venv, ahead of the head venv's own packages). The head's interpreter provides
+    judge-gateway's dependencies (installing judge-gateway there gives them). Made once per
+    process with mkdtemp (private to this user), removed at exit."""
+    global _package_path
+    if _package_path is None:
+        folder = tempfile.mkdtemp(prefix="judge-gateway-pkg-")
+        os.symlink(PACKAGE_DIR, os.path.join(folder, "judge_gateway"))
+        atexit.register(shutil.rmtree, folder, True)
+        _package_path = folder
+    return _package_path
 
 
 class HeadError(WorkerError):
@@ -167,8 +191,7 @@ class HeadWorker(WorkerSupervisor):
     def launch(self) -> Launch:
         python = self.options.python or sys.executable
         env = {**os.environ, **self.options.env}
-        # The worker imports judge_gateway from this checkout whatever its interpreter.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_path_entry(), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._arena = arena = self._open_arena()
         opts = self.options.model_dump(mode="json", exclude={"env", "python"})
@@ -179,12 +202,29 @@ class HeadWorker(WorkerSupervisor):
                       pass_fds=(arena.fd,) if arena is not None else ())
 
     def on_ready(self, proc: asyncio.subprocess.Process) -> None:
+        package = self.info.get("package")
+        if package and Path(package).resolve() != PACKAGE_DIR:
+            self.log.warning("head %r: the worker imported judge_gateway from %s, the gateway runs %s "
+                             "(a judge_gateway folder in the working directory shadows it?)",
+                             self.name, package, PACKAGE_DIR)
         if self._arena_error and "transport_error" not in self.info:
             self.info["transport_error"] = self._arena_error
         if self.info.get("transport") != "shm":
             self._close_arena()  # the worker could not map it: the pipe carries the pixels
         self._wake = wake = asyncio.Event()
         self._sender = asyncio.create_task(self._send_loop(proc, wake), name=f"head-{self.name}-sender")
+
+    def start_failure_hint(self, stderr: list[str]) -> str:
+        missing = next((line for line in reversed(stderr) if "No module named" in line), None)
+        if missing is None:
+            return ""
+        python = self.options.python or sys.executable
+        spec = KINDS.get(self.kind)
+        extra = spec.extra if spec is not None else None
+        return (f". The head's interpreter {python} lacks a package the worker imports ({missing.strip()}): "
+                f"install judge-gateway there with the head's libraries"
+                + (f", `{python} -m pip install 'judge-gateway[{extra}]'`" if extra else
+                   " (its set-up script; see the docs' page of the head)"))
 
     def on_frame(self, header: dict[str, Any], payload: bytes) -> None:
         if header.get("op") == "result":

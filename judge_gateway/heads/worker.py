@@ -29,8 +29,9 @@ import queue
 import sys
 import threading
 import traceback
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..workers.framing import ProtocolError, read_frame, write_frame
@@ -171,7 +172,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     if arena_error:
         transport["transport_error"] = arena_error
     atexit.register(head.close)  # its preprocessing processes and shared memory
-    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid()}})
+    # Which judge_gateway this interpreter imported: the gateway checks it is its own.
+    package = str(Path(__file__).resolve().parents[1])
+    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid(), "package": package}})
 
     q = FairJobQueue()  # small jobs first, none starved (batcher.py)
     cancels = _Cancels()

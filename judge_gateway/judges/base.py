@@ -107,6 +107,10 @@ class Judge(ABC):
     async def probe(self) -> tuple[bool, str | None]:
         return True, None
 
+    async def check(self) -> tuple[bool, str | None]:
+        """Readiness once whatever is loading has loaded (a head's model); else as `probe`."""
+        return await self.probe()
+
     async def aclose(self) -> None:
         return None
 

@@ -110,7 +110,9 @@ def load_template(ref: str, dirs: TemplateDirs = ()) -> Template:
     digest = _sha256(data)
     locked = folder.read_lock().get(f"{family}@{version}")
     if locked is None:
-        log.warning("template %s (%s) is not in %s: unreleased draft", ref, path, folder.lock)
+        how = "judge-gateway prompts lock" + ("" if folder.package else f" --dir {folder.root}")
+        log.warning("template %s (%s) is not in %s: unreleased draft (`%s` releases it)", ref, path,
+                    folder.lock, how)
     elif locked != digest:
         raise TemplateError(
             f"released template {path} changed: lock has sha256 {locked}, file has {digest}. "
@@ -169,8 +171,8 @@ def _verify_folder(folder: _Folder) -> list[str]:
         path = files[ref]
         digest = _sha256(path.read_bytes())
         if ref not in lock:
-            how = "lock_new_templates()" if folder.package else f"`judge-gateway prompts lock --dir {folder.root}`"
-            problems.append(f"unlocked template {path} ({ref}, sha256 {digest}): release it with {how}")
+            how = "judge-gateway prompts lock" + ("" if folder.package else f" --dir {folder.root}")
+            problems.append(f"unlocked template {path} ({ref}, sha256 {digest}): release it with `{how}`")
         elif lock[ref] != digest:
             problems.append(
                 f"released template {path} ({ref}) changed: lock has sha256 {lock[ref]}, "

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "judge_gateway"
 
 # Every command path -> its arguments as (flags or dest, required, default), in order, read from
-# the parser before the split (cli.py at d317846). The test checks these alone: commands, flags,
+# the parser before the split (cli.py at d317846), plus those added since on purpose (configs,
+# judges NAME/--server/--json, prompts diff). The test checks these alone: commands, flags,
 # required-ness and defaults are unchanged; help texts, metavars and choices are not compared.
 COMMANDS = {
     '': [('-v/--verbose', False, False)],
@@ -33,12 +34,17 @@ COMMANDS = {
              ('--api-key', False, None), ('--threshold', False, None), ('--plot', False, None),
              ('--cache', False, None), ('--batch-size', False, 16), ('--concurrency', False, 4),
              ('--no-progress', False, False)],
-    'judges': [('--config', False, None)],
+    'configs': [('name', False, None)],
+    'judges': [('names', True, None), ('--config', False, None), ('--server', False, None), ('--api-key', False, None),
+               ('--json', False, False)],
     'prompts': [],
     'prompts compare': [('ref_a', True, None), ('ref_b', True, None), ('--judge', False, None), ('--data', True, None),
                         ('--config', False, None), ('--cache', False, None), ('--cache-only', False, False),
                         ('--batch-size', False, 16), ('--concurrency', False, 4), ('--no-progress', False, False)],
     # --dir / --config: your own template folders ([prompts] dirs), added with `prompts new`
+    'prompts diff': [('ref_a', True, None), ('ref_b', True, None), ('--rendered', False, False),
+                     ('--prompt', False, 'a photo of a cat'), ('-U/--context', False, 3), ('--dir', False, None),
+                     ('--config', False, None)],
     'prompts list': [('--dir', False, None), ('--config', False, None)],
     'prompts lock': [('--dir', False, None), ('--config', False, None)],
     'prompts new': [('family', True, None), ('--from', True, None), ('--dir', False, None), ('--config', False, None)],
