@@ -188,16 +188,18 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
                      ta_reward="details.ta", overall_reward="raw"),
     "hpsv2": _r("hpsv2", hpsv2="raw"),
     "hpsv3": _r("hpsv3", hpsv3="raw"),
-    "pickscore": _r("pickscore", pickscore="raw"),
+    # The original reports PickScore / 26 (exp(logit_scale) x cosine / 26), whatever the judge's
+    # own normalisation.
+    "pickscore": _r("pickscore", pickscore={"source": "raw", "scale": 1 / 26}),
     "image_reward": _r("image_reward", image_reward="raw"),
     "ocr": _r("ocr", ocr_reward="reward"),
-    # The original: gen_eval_score = the partial score, gen_eval_reward = GenEval's correct (0/1),
-    # gen_eval_strict = strict (0/1), whatever `options.reward` makes raw.
-    # gen_eval_group: the original's dict of the six tags' lists, GenEval's correct (0/1) in the
-    # sample's own tag and -10.0 in the others.
-    "gen_eval": _r("gen_eval", gen_eval_score="details.score", gen_eval_reward="details.correct",
-                   gen_eval_strict="details.strict",
-                   gen_eval_group={"source": "details.correct", "by_tag": {
+    # The original's own GenEval numbers (the judge's details.cosmos_rl: its partial score, GenEval's
+    # correct over the includes, strict; geneval_only_strict forces correct to 0), whatever
+    # `options.reward` makes raw. gen_eval_group: the original's dict of the six tags' lists, that
+    # correct (0/1) in the sample's own tag and -10.0 in the others.
+    "gen_eval": _r("gen_eval", gen_eval_score="details.cosmos_rl.score", gen_eval_reward="details.cosmos_rl.correct",
+                   gen_eval_strict="details.cosmos_rl.strict",
+                   gen_eval_group={"source": "details.cosmos_rl.correct", "by_tag": {
                        "tag": "details.tag", "tags": list(GENEVAL_TAGS), "not_applicable": -10.0}}),
     # The original: the 1-5 "Final Score" / 5.
     "unified_reward": _r("unified_reward", unified_reward={"source": "raw", "scale": 0.2}),

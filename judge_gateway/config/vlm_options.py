@@ -82,6 +82,11 @@ class RubricOptions(VLMOptions):
 class FinalScoreOptions(VLMOptions):
     scale: tuple[float, float] | None = None
     label: str | None = None
+    occurrence: Literal["last", "first"] = Field(
+        "last", description="Which `label:` of a reply that states it more than once counts: the last "
+        "(a model that restates its verdict ends with it) or the first (cosmos-rl's unified_reward, a "
+        "re.search)."
+    )
     max_tokens: int | None = Field(None, gt=0)
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
     stop: list[str] | None = None

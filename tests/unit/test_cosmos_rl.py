@@ -421,7 +421,7 @@ def test_gen_eval_group_of_an_invalid_sample_is_not_applicable_in_every_tag():
     cfg = CosmosRLConfig()
     reward = cfg.rewards["gen_eval"]
     ok = JudgeScore(judge="gen_eval", reward=1.0, raw=1.0, valid=True,
-                    details={"tag": "colors", "correct": 1.0, "strict": 0.0, "score": 0.75})
+                    details={"tag": "colors", "cosmos_rl": {"correct": 1.0, "strict": 0.0, "score": 0.75}})
     bad = JudgeScore.failure("gen_eval", ErrorCode.head_error, "worker died")
     out = legacy_lists(reward, cfg.fill_of(reward), [ok, bad], ["p", "p"])
     assert out.scores["gen_eval_group"] == {"single_object": [-10.0, -10.0], "two_object": [-10.0, -10.0],

@@ -32,6 +32,7 @@ REFERENCE_DIR = next(
 
 SHIPPED = [
     "cosmos_reason1@1",
+    "cosmos_reason1@2",
     "cosmos_reason1_critic@1",
     "flow_factory_beautiful@1",
     "flow_factory_quality@1",
@@ -40,7 +41,9 @@ SHIPPED = [
     "rational_rewards_edit@2",
     "rational_rewards_t2i@1",
     "rational_rewards_t2i@2",
+    "rational_rewards_t2i@3",
     "unified_reward@1",
+    "unified_reward@2",
     "video_edit@1",
     "vqa_alignment@1",
     "vqa_alignment@2",
