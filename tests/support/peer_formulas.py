@@ -206,6 +206,18 @@ def gen_eval(samples: list[dict[str, Any]], only_strict: bool = False) -> dict[s
             "gen_eval_group": dict(group)}
 
 
+# unified_reward.py 63: evaluate_image's question (sent after the image); {prompt} is the caption.
+UNIFIED_REWARD_QUESTION = (
+    "<image>\nYou are given a text caption and a generated image based on that caption. Your task is to "
+    "evaluate this image based on two key criteria:\n1. Alignment with the Caption: Assess how well this "
+    "image aligns with the provided caption. Consider the accuracy of depicted objects, their relationships, "
+    "and attributes as described in the caption.\n2. Overall Image Quality: Examine the visual quality of "
+    "this image, including clarity, detail preservation, color accuracy, and overall aesthetic appeal.\n"
+    "Based on the above criteria, assign a score from 1 to 5 after 'Final Score:'.\nYour task is provided "
+    "as follows:\nText Caption: [{prompt}]"
+)
+
+
 def unified_reward(text: str) -> float:
     """model/unified_reward.py 48-60 and 141-143: the first `Final Score:\\s*([1-5](?:\\.\\d+)?)`
     (0.0 without one), divided by 5."""
@@ -257,6 +269,18 @@ def vllm_evaluate(top_logprobs: dict[str, float], canonicalize: bool = False) ->
     return 0.0 if yes + no == 0 else yes / (yes + no)
 
 
+# rational_rewards_t2i.py 51-56 and rational_rewards_edit.py 55-59: the system prompts.
+RATIONAL_T2I_SYSTEM_PROMPT = (
+    "You are an expert image generation evaluator. Your task is to evaluate "
+    "the quality of a generated image based on a user instruction. Afterwards, "
+    "you need to suggest how to refine the original user request to produce "
+    "better image generation (if any)."
+)
+RATIONAL_EDIT_SYSTEM_PROMPT = (
+    "You are an expert image editing evaluator. Your task is to evaluate the quality of an edited "
+    "image based on a source image and a user instruction. Afterwards, you need to suggest how to "
+    "refine the original user request to produce better image edits (if any)."
+)
 RATIONAL_T2I_SECTIONS = (("1.", "Text Faithfulness", "text_faithfulness"),
                          ("2.", "Physical and Visual Quality", "physical_quality"),
                          ("3.", "Text Rendering", "text_rendering"))
