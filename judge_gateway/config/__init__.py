@@ -8,6 +8,7 @@
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
     loading.py       reading the TOML and the checks across sections
+    cosmos_rl_toml.py  cosmos-rl's own rewards.toml, mapped onto these sections
 
 This face re-exports the names callers use.
 """
@@ -25,7 +26,8 @@ from .head_options import (
     VideoAlignOptions,
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
-from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
+from .cosmos_rl_toml import RewardsToml, is_cosmos_rl_rewards, map_rewards_toml
+from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, load_config_report, validate_config
 from .models import (
     AdmissionConfig,
     BackendConfig,
@@ -65,7 +67,8 @@ from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOpt
 
 __all__ = [
     # loading
-    "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
+    "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "load_config_report", "validate_config",
+    "RewardsToml", "is_cosmos_rl_rewards", "map_rewards_toml",
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig",

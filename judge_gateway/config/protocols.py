@@ -150,6 +150,11 @@ class InvalidFill(Strict):
 
 class CosmosReward(Strict):
     judge: str = Field(description="The configured judge that scores this cosmos-rl reward.")
+    gpu_judge: str | None = Field(
+        None, description="The judge that scores it instead when the request sets `ocr_use_gpu: true` (the "
+        "original's OCR on the GPU), e.g. a second ocr judge with device = cuda. Unset: the request's "
+        "ocr_use_gpu is reported (the envelope's `notes`, /metrics), and `judge` scores."
+    )
     keys: dict[str, LegacyKey] = Field(min_length=1, description="Legacy score key -> its source.")
     media: Literal["image", "video"] | None = Field(
         None, description="Medium the reward needs; default: the judge's own (a video judge needs video)."
@@ -318,6 +323,13 @@ class CosmosRLConfig(Strict):
     )
     rewards: dict[str, CosmosReward] = Field(default_factory=dict)
     latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
+    pending_status: Literal[400, 425] = Field(
+        400,
+        description="The status of a pull whose result is not ready: 400, the original's (its README's '400 Not "
+        "Ready', which clients written to it check for; cosmos-rl's trainer pulls again at its next step), or "
+        "425 (Too Early: the trainer's retry loop keeps pulling inside one fetch, with backoff). The body says "
+        "`status: pending` either way.",
+    )
     default_pull_type: str = Field(
         "dance_grpo", description="The reward a pull without a `type` field asks for (the original's default)."
     )
@@ -395,6 +407,10 @@ def check_protocols(judges: set[str], cosmos: CosmosRLConfig, flow: FlowFactoryC
                                 f"(configured: {', '.join(sorted(judges)) or 'none'})")
     if store.kind == "redis" and not store.resolved_url():
         problems.append("store.url: required for kind = 'redis' (or set the url_env variable)")
+    for name, reward in cosmos.rewards.items():
+        if reward.gpu_judge is not None and reward.gpu_judge not in judges:
+            problems.append(f"cosmos_rl.rewards.{name}.gpu_judge: unknown judge {reward.gpu_judge!r} "
+                            f"(configured: {', '.join(sorted(judges)) or 'none'})")
     pull = cosmos.default_pull_type
     if cosmos.enabled and pull not in cosmos.rewards and pull not in judges:
         problems.append(f"cosmos_rl.default_pull_type: {pull!r} is neither a cosmos-rl reward name nor a "
