@@ -26,7 +26,7 @@ class RedisUnavailable(RuntimeError):
 
 def probe(host: str, port: int, timeout_s: float = 2.0) -> str:
     """"redis" (it answered PING, or asked for a password), "closed" (nothing listens) or what
-    else answered."""
+    else happened, as the rest of a sentence ("unreachable (...)", "not Redis (...)")."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(b"*1\r\n$4\r\nPING\r\n")
@@ -48,6 +48,7 @@ def ensure_redis(host: str, port: int, run_dir: Path = Path("run")) -> subproces
         return None
     where = f"{host}:{port}"
     if state != "closed" or not (is_loopback(host) or host in ("0.0.0.0", "::")):
+        state = "not answering (connection refused)" if state == "closed" else state
         raise RedisUnavailable(f"the rewards.toml names Redis at {where}, which is {state}; start it there "
                                "(cosmos-rl-reward-redis --port PORT, or redis-server) or fix redis_host / redis_port")
     exe = shutil.which("redis-server")
