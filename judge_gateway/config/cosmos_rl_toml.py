@@ -187,9 +187,10 @@ def _vlm(source: str, where: str, name: str, args: dict[str, Any], given: set[st
                          "'UnifiedReward-7b-v1.5' (what the original sends); its question and parse as the original")
     if args["endpoint_api_key"]:
         env = f"JG_{name.upper()}_API_KEY"
+        source = "the environment's value, which wins" if os.environ.get(env) else "set from the file"
         os.environ.setdefault(env, str(args["endpoint_api_key"]))
         backend["api_key_env"] = env
-        out.lines.append(f"{where}.endpoint_api_key -> backends.{name}.api_key_env = {env} (set from the file)")
+        out.lines.append(f"{where}.endpoint_api_key -> backends.{name}.api_key_env = {env} ({source})")
     out.data["backends"][name] = backend
     for key in ("venv_python", "dtype", "device", "download_path"):
         if key in given:
