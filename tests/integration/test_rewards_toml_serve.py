@@ -22,6 +22,7 @@ import pytest
 from judge_gateway.cli import local_redis
 from judge_gateway.config.cosmos_rl_toml import GENEVAL_CKPT
 from tests.support.fake_openai import free_port
+from tests.support.health import wait_healthy
 from tests.support.heads_env import (
     build_random_geneval,
     build_tiny_heads,
@@ -162,15 +163,10 @@ def served(vllm, tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(tmp / "rewards.toml")],
                             cwd=tmp, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-        time.sleep(0.2)
+    try:
+        wait_healthy(url, proc, 120)
+    except RuntimeError as err:
+        raise AssertionError(f"{err}\n{log.read_text()[-4000:]}") from None
     yield url, tmp, redis_port
     proc.terminate()
     proc.wait(timeout=60)

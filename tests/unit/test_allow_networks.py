@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from judge_gateway.config import ConfigError, ServerConfig, validate_config
 from judge_gateway.server.networks import parse_networks, peer_allowed
 from tests.support.fake_openai import free_port
+from tests.support.health import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,16 +65,10 @@ def test_serve_on_a_public_address_refuses_peers_outside_the_list(tmp_path):
     proc, port, log = _serve(tmp_path, config=config)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        try:
+            wait_healthy(url, proc, 120)
+        except RuntimeError as err:
+            raise AssertionError(f"{err}\n{log.read_text()}") from None
         with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=5) as other:
             for path in ("/healthz", "/flow-factory/t2i/health", "/api/reward/ping"):
                 r = other.get(f"{url}{path}") if "health" in path else other.post(f"{url}{path}")

@@ -7,7 +7,6 @@ tests/integration/test_conformance_heads.py and test_conformance_vlm.py."""
 from __future__ import annotations
 
 import base64
-import math
 from pathlib import Path
 from typing import Any
 

@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from judge_gateway.cli import local_redis
@@ -22,6 +21,7 @@ from judge_gateway.config import ConfigError, load_config, load_config_report
 from judge_gateway.config.cosmos_rl_toml import is_cosmos_rl_rewards, map_rewards_toml
 from tests.support.cosmos_rl_rewards_toml import SHIPPED
 from tests.support.fake_openai import free_port
+from tests.support.health import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -261,15 +261,10 @@ def test_serve_prints_the_mapping_and_starts_its_redis(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(path)], cwd=tmp_path,
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", proc, 120)
+        except RuntimeError as err:
+            raise AssertionError(f"{err}\n{log.read_text()}") from None
         assert local_redis.probe("127.0.0.1", redis_port) == "redis"
     finally:
         proc.terminate()
