@@ -18,6 +18,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Fragments that cannot load on their own, each for a reason the page states.
 FRAGMENTS = {
     ("guides/tuning.md", "[judges.rr_t2i.options]"),  # names the profile file `tune rubric` writes
+    # a cosmos-rl rewards.toml's overlay table (loaded by tests/unit/test_rewards_toml.py)
+    ("integrations/cosmos-rl.md", "[judge_gateway.server]"),
 }
 
 

@@ -7,6 +7,7 @@ file against the peers' clients and the real trainer: tests/integration/test_con
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -205,11 +206,14 @@ def test_the_mapping_agrees_with_configs_cosmos_rl_toml(tmp_path):
 
 
 def test_an_overlay_table_sets_what_the_original_cannot_say(tmp_path):
-    text = SHIPPED + '\n[judge_gateway.server]\nallow_networks = ["10.0.0.0/8"]\n' \
-                     '[judge_gateway.judges.videoalign.options]\npython = "/opt/venv/bin/python"\n'
-    cfg, mapped = load_config_report(_write(tmp_path, text))
+    """The docs' example overlay (docs/integrations/cosmos-rl.md), on the shipped file with hpsv2 on."""
+    page = (ROOT / "docs" / "integrations" / "cosmos-rl.md").read_text()
+    overlay = next(b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if b.startswith("[judge_gateway."))
+    shipped = SHIPPED.replace('reward_type = "hpsv2"', 'reward_type = "hpsv2"\nenable = true', 1)
+    shipped = re.sub(r'(reward_type = "hpsv2"\nenable = true\n(?:.*\n)*?)enable = false', r"\1", shipped, count=1)
+    cfg, mapped = load_config_report(_write(tmp_path, shipped + "\n" + overlay))
     assert cfg.server.allow_networks == ["10.0.0.0/8"]
-    assert cfg.judges["videoalign"].options.python == "/opt/venv/bin/python"
+    assert cfg.judges["hpsv2"].options.python == "/opt/venvs/heads/bin/python"
     assert mapped.lines[-1] == "[judge_gateway]: merged over the mapping (judges, server)"
 
 
