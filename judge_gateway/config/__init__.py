@@ -7,6 +7,7 @@
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
+    launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
     loading.py       reading the TOML and the checks across sections
     cosmos_rl_toml.py  cosmos-rl's own rewards.toml, mapped onto these sections
 
@@ -27,6 +28,7 @@ from .head_options import (
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
 from .cosmos_rl_toml import RewardsToml, is_cosmos_rl_rewards, map_rewards_toml
+from .launch import VLLM_PRESETS, LaunchConfig
 from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, load_config_report, validate_config
 from .models import (
     AdmissionConfig,
@@ -66,6 +68,8 @@ from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
 from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
 
 __all__ = [
+    "LaunchConfig",
+    "VLLM_PRESETS",
     # loading
     "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "load_config_report", "validate_config",
     "RewardsToml", "is_cosmos_rl_rewards", "map_rewards_toml",
