@@ -2,7 +2,9 @@
 started when it is local and not running (the original starts its own on every launch), refused
 with the reason otherwise.
 
-A Redis started here is a child of `serve`, stopped with it: bound to 127.0.0.1, with an
+A Redis started here is a child of `serve`, stopped with it (on Linux also when `serve` dies
+without running its clean-up: uvicorn re-raises SIGTERM after its shutdown, which ends the
+process before any `finally`; the kernel's parent-death signal covers that and SIGKILL): bound to 127.0.0.1, with an
 append-only file in ./run/redis-PORT (so results outlive a restart of Redis) and
 `maxmemory-policy noeviction` (an evicted queue entry is lost work).
 """
@@ -10,7 +12,9 @@ append-only file in ./run/redis-PORT (so results outlive a restart of Redis) and
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
+import sys
 import subprocess
 import time
 from pathlib import Path
@@ -60,7 +64,8 @@ def ensure_redis(host: str, port: int, run_dir: Path = Path("run")) -> subproces
     cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--appendonly", "yes",
            "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
            "--logfile", str(data / "redis.log")]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=_terminate_with_parent if sys.platform == "linux" else None)
     deadline = time.monotonic() + START_TIMEOUT_S
     while probe("127.0.0.1", port, timeout_s=0.5) != "redis":
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -68,6 +73,14 @@ def ensure_redis(host: str, port: int, run_dir: Path = Path("run")) -> subproces
             raise RedisUnavailable(f"redis-server did not start on port {port} (see {data / 'redis.log'})")
         time.sleep(0.1)
     return proc
+
+
+def _terminate_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it exits, however it exits."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
