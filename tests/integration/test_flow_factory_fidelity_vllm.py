@@ -21,8 +21,8 @@ from tests.support.protocol_clients import ff_compute, ff_payload, pil_images
 
 pytestmark = pytest.mark.integration
 
-# Flow-Factory's EVALUATE_PROMPT, the question its code sends (this test sent "Is it a beautiful
-# image?" before, a second assignment only an early commit had)
+# Flow-Factory's EVALUATE_PROMPT, the question its code sends (not "Is it a beautiful image?",
+# a second assignment that is not on its main branch)
 QUESTION = peer.VLLM_EVALUATE_PROMPT
 ROOT = Path(__file__).resolve().parents[2]
 

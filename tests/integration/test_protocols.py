@@ -372,8 +372,8 @@ async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(vllm):
             for name in ("hpsv2", "pickscore"):
                 body = (await poll(http, r.json()["uuid"], name, timeout=600, interval=0.2)).json()
                 assert body["valid"] == [True, True], body.get("errors")
-                # the original's lists: HPSv2's native number (the cosine), PickScore's / 26 (this test
-                # asserted raw for pickscore before: 26 times the original's number)
+                # the original's lists: HPSv2's native number (the cosine), PickScore's / 26 (raw
+                # would be 26 times the original's number)
                 scale = 1 / 26 if name == "pickscore" else 1.0
                 assert body["scores"][name] == [pytest.approx(c["raw"] * scale) for c in body["judge_scores"]]
                 assert body["judge_scores"][0]["judge"] == name

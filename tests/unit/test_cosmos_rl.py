@@ -207,7 +207,7 @@ async def test_pending_then_done_and_statuses(make_client):
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    # the README's "400 Not Ready" and the original's message (425 before: not what its clients check)
+    # the README's "400 Not Ready" and the original's message (not 425: its clients check for 400)
     assert r.status_code == 400 and r.json()["status"] == "pending"
     assert r.json()["message"].startswith(f"Not found scores for {uid}")
     done = await poll(client, uid, "stalled")

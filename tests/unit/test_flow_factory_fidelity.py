@@ -207,9 +207,8 @@ async def test_malformed_condition_videos_are_an_error(ff, value, reason):
 
 def test_shipped_vllm_evaluate_asks_what_flow_factory_sends():
     """Flow-Factory's VLMEvaluateRewardModel sends its five-criteria EVALUATE_PROMPT
-    (src/flow_factory/rewards/vllm_evaluate.py at a0b2bc5, lines 144-158). This test asserted
-    "Is it a beautiful image?" before: a second assignment that only an early commit (6f3a641,
-    not an ancestor of its main branch) had."""
+    (src/flow_factory/rewards/vllm_evaluate.py at a0b2bc5, lines 144-158), not "Is it a beautiful
+    image?": a second assignment that only commit 6f3a641 (not an ancestor of its main branch) has."""
     from judge_gateway.config import load_config
     from judge_gateway.prompts import load_template
 

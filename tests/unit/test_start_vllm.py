@@ -58,7 +58,7 @@ def test_data_parallel_auto_counts_cuda_visible_devices(tmp_path, visible, extra
 def test_data_parallel_number_and_environment(tmp_path):
     assert data_parallel_size(vllm_args(dry_run(tmp_path, "--data-parallel", "3", visible="0"))) == 3
     assert data_parallel_size(vllm_args(dry_run(tmp_path, "--data-parallel-size", "2", visible=None))) == 2
-    # not asked: one replica per visible GPU, as Flow-Factory's launcher (vLLM's default of 1 before)
+    # not asked: one replica per visible GPU, as Flow-Factory's launcher (not vLLM's default of 1)
     assert data_parallel_size(vllm_args(dry_run(tmp_path, visible="0,1"))) == 2
     assert data_parallel_size(vllm_args(dry_run(tmp_path, visible=None))) == 1
     from_env = dry_run(tmp_path, visible="4,5,6,7,8,9", JG_VLLM_DP="auto")
