@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 from ..config import is_loopback
+from ..exceptions import Unavailable
 
 START_TIMEOUT_S = 15.0
 
 
-class RedisUnavailable(RuntimeError):
+class RedisUnavailable(Unavailable):
     """The named Redis does not answer and cannot be started here; the message says what to do."""
 
 

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import ConfigurationError
+
 # The original's RewardArgs / DecodeArgs / Config fields (launcher/config.py), with its defaults.
 REWARD_ARGS_DEFAULTS: dict[str, Any] = {
     "reward_type": "cosmos_reason1", "venv_python": "python", "model_path": "nvidia/Cosmos-Reason1-7B-Reward",
@@ -50,7 +52,7 @@ VENVS = {"videoalign": ".venv-heads/bin/python", "pickscore": ".venv-heads/bin/p
 USES_DTYPE = ("dance_grpo", "pickscore", "hpsv3", "image_reward")
 
 
-class RewardsTomlError(ValueError):
+class RewardsTomlError(ConfigurationError):
     """A rewards.toml that cannot be mapped; the message names the field."""
 
 

@@ -39,6 +39,14 @@ class HeadOptions(BaseModel):
     max_wait_ms: float = Field(
         5.0, ge=0, le=10_000, description="How long a batch waits for more concurrent items once it has one."
     )
+    max_queue_items: int = Field(
+        4096, ge=1, description="Items (images or frames) accepted and not yet answered; a request that would "
+        "go over is refused with Retry-After (429 native, 503 Flow-Factory; accepted cosmos-rl work waits). "
+        "An empty queue takes any request."
+    )
+    max_queue_pixels: int = Field(
+        2**28, ge=1, description="Pixels of those items (2^28: ~0.8 GB of RGB); the same rule."
+    )
     overlap_preprocessing: bool | None = Field(
         None,
         description=(

@@ -17,6 +17,7 @@ from .encode import (
 )
 from .image import ImageMedia
 from .limits import MediaError
+from .scope import working
 from .sampling import VideoSampling
 from .video import VideoMedia
 
@@ -91,8 +92,12 @@ class MediaCache:
 
     @staticmethod
     async def _run(fn: Callable[[], T], what: str) -> T:
+        def counted() -> T:
+            with working():  # the request waits for this thread before its media budget is freed
+                return fn()
+
         try:
-            return await asyncio.to_thread(fn)
+            return await asyncio.to_thread(counted)
         except MediaError:
             raise
         except Exception as e:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from PIL import Image
 
 from .image import ImageMedia
 from .limits import MediaError
+from .scope import check_stop
 from .sampling import VideoSampling, _frame_size, fit_pixels, sample_frame_indices
 from .video import VideoMedia
 from .wire import _data_url
@@ -229,6 +231,7 @@ def _encode_frames_mp4(
             opts = {"bit_rate": max(1_000_000, int(w * h * float(rate) * 1.5))}
             stream.bit_rate = opts["bit_rate"]
         for i in range(n):
+            check_stop()  # the request ended: stop encoding for nobody
             frame = av.VideoFrame.from_ndarray(frames[i], format="rgb24")
             frame.pts = i
             out.mux(stream.encode(frame))
@@ -276,7 +279,8 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
             passthrough=True,
             **common,
         )
-    frames = _prepare_frames(video.frames_array(idx), w, h, resized)
+    # Each frame is cropped or resized as it is decoded: the full-size frames are never all held.
+    frames = video.frames_array(idx, transform=_frame_transform(w, h, resized))
     codecs = ["libx264", "mpeg4"] if sampling.codec == "auto" else [sampling.codec]
     errors: list[str] = []
     for codec in codecs:
@@ -295,11 +299,8 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
     raise MediaError(f"cannot encode video as mp4 ({'; '.join(errors)})")
 
 
-def _prepare_frames(frames: np.ndarray, w: int, h: int, resized: bool) -> np.ndarray:
+def _frame_transform(w: int, h: int, resized: bool) -> Callable[[np.ndarray], np.ndarray]:
     if not resized:
-        return frames[:, :h, :w]  # crop at most one row/column to even sides
-    out = np.empty((frames.shape[0], h, w, 3), dtype=np.uint8)
-    for i, f in enumerate(frames):
-        # Bicubic, as Qwen-VL's own preprocessing resizes.
-        out[i] = np.asarray(Image.fromarray(f).resize((w, h), Image.Resampling.BICUBIC))
-    return out
+        return lambda f: f[:h, :w]  # crop at most one row/column to even sides
+    # Bicubic, as Qwen-VL's own preprocessing resizes.
+    return lambda f: np.asarray(Image.fromarray(f).resize((w, h), Image.Resampling.BICUBIC))

@@ -1,23 +1,21 @@
 """`VideoMedia`: one validated video (a list of frames, a [T,H,W,3] array or an encoded
 container), usable as a pydantic field type. Container pixels are decoded lazily with PyAV,
-up to the last frame asked for, and kept.
+up to the last frame asked for, frame by frame (`VideoMedia.iter_frames`, the decode loop), and
+never kept: whoever asked holds what it keeps.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import av
 import numpy as np
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container
+from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container, open_container, video_stream
 from .image import ImageMedia, _check_uint8, _image_json_schema
 from .limits import (
     MAX_FPS,
@@ -31,6 +29,7 @@ from .limits import (
     _check_video_pixels,
     current_limits,
 )
+from .scope import check_stop, working
 from .wire import (
     _array_from_json,
     _array_json_schema,
@@ -42,9 +41,12 @@ from .wire import (
     _media_core_schema,
 )
 
+# What the decode loop applies to each RGB uint8 [H, W, 3] frame as it arrives (iter_frames).
+FrameTransform = Callable[[np.ndarray], np.ndarray]
+
 _VIDEO_FORMS_DOC = (
     "A video: an object with exactly one of 'frames' (a list of images, all the same size, "
-    "each in any image form), 'mp4' (base64 or a data: URL of an mp4/webm/mkv file) or 'array' "
+    "each in any image form), 'mp4' (base64 or a data: URL of an mp4/mov, webm/mkv or avi file) or 'array' "
     "(the JSON form of a uint8 array of shape [T, H, W, 3]), plus 'fps' (required for frames "
     "and array; for mp4 it overrides the container's rate). A bare data: URL / base64 string is "
     f"read as 'mp4'. At most {MAX_VIDEO_FRAMES} frames and {MAX_VIDEO_PIXELS} decoded pixels by "
@@ -59,7 +61,7 @@ def _video_json_schema() -> dict[str, Any]:
         "maximum": MAX_FPS,
         "description": "frames per second",
     }
-    mp4 = {"type": "string", "description": "base64 or data:video/mp4;base64,... (webm/mkv too)"}
+    mp4 = {"type": "string", "description": "base64 or data:video/mp4;base64,... (mov, webm/mkv, avi too)"}
     return {
         "title": "Video",
         "description": _VIDEO_FORMS_DOC,
@@ -103,10 +105,11 @@ def _video_json_schema() -> dict[str, Any]:
 
 
 class VideoMedia:
-    """One validated video: decoded frames, a [T,H,W,3] array or a container (mp4/webm/mkv).
+    """One validated video: decoded frames, a [T,H,W,3] array or a container (mp4/mov,
+    webm/mkv, avi).
 
-    Container pixels are decoded lazily with PyAV, only up to the last requested frame, and the
-    decoded frames are kept, so several samplings of one video decode it at most once.
+    Container pixels are decoded lazily with PyAV, only up to the last requested frame, and
+    are not kept: each sampling decodes what it needs (iter_frames).
     """
 
     def __init__(
@@ -133,8 +136,6 @@ class VideoMedia:
         self._bytes = data
         self._container = container
         self._sha256: str | None = None
-        self._decoded: dict[int, np.ndarray] = {}
-        self._lock = threading.Lock()  # frames_array runs in worker threads
 
     # ---- construction ------------------------------------------------------------------------
 
@@ -189,8 +190,9 @@ class VideoMedia:
     def from_mp4(
         cls, data: bytes | bytearray | memoryview | str, fps: float | None = None
     ) -> VideoMedia:
-        """An encoded video (mp4, webm, mkv, mov: whatever PyAV demuxes). `fps`, when given,
-        overrides the container's rate."""
+        """An encoded video: mp4/mov, matroska/webm or avi (container.ACCEPTED_CONTAINERS;
+        anything else is refused before FFmpeg sees it). `fps`, when given, overrides the
+        container's rate."""
         if isinstance(data, str):
             raw, info = _decode_string_medium(data, "video", _probe_container)
         else:
@@ -333,22 +335,71 @@ class VideoMedia:
 
     # ---- pixels ------------------------------------------------------------------------------
 
-    def frames_array(self, indices: Sequence[int] | None = None) -> np.ndarray:
-        """uint8 [n, H, W, 3] for the given source frame indices (all frames when None)."""
-        idx = list(range(self._num_frames)) if indices is None else [int(i) for i in indices]
+    def iter_frames(
+        self, indices: Sequence[int], transform: FrameTransform | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """The decode loop: each distinct source frame of `indices` once, in source order, as
+        (index, frame), the frame an RGB uint8 [H, W, 3] array or what `transform` makes of it.
+
+        Frames are handed out as they are decoded and nothing is kept here: memory holds the
+        frame being decoded plus what the caller keeps of those handed out. `transform` runs on
+        each frame as it arrives (resize it to the size a judge sees, say), so the full-size frame
+        is dropped at once. A container is decoded up to the last index only, and every frame
+        decoded is checked as it comes (media.limits' budgets hold for what is decoded, not only
+        for what the header declared): a frame whose size differs from the validated one (a
+        stream that switches size mid-way), or one frame more than the container listed, stops
+        the decode with a MediaError; the decoder refuses frames over media.max_image_pixels
+        before allocating them. Between frames it stops when its request has ended
+        (`MediaCancelled`, media/scope.py).
+        """
+        idx = self._checked(sorted({int(i) for i in indices}))
+        if not idx:
+            return
+        with working():
+            for i, frame in self._source_frames(idx):
+                yield i, frame if transform is None else transform(frame)
+
+    def _checked(self, idx: list[int]) -> list[int]:
         for i in idx:
             if not 0 <= i < self._num_frames:
-                raise MediaError(
-                    f"frame index {i} out of range for a {self._num_frames}-frame video"
-                )
+                raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
+        return idx
+
+    def _source_frames(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        if self._bytes is not None:
+            yield from self._decode_container(idx)
+            return
+        for i in idx:
+            check_stop()
+            if self._array is not None:
+                yield i, self._array[i]
+            else:
+                assert self._frames is not None
+                yield i, self._frames[i].to_array()
+
+    def frames_array(
+        self, indices: Sequence[int] | None = None, transform: FrameTransform | None = None
+    ) -> np.ndarray:
+        """uint8 [n, ...] for the given source frame indices, in that order (repeats allowed; all
+        frames when None): RGB [n, H, W, 3], or `transform`'s output per frame (iter_frames)."""
+        idx = list(range(self._num_frames)) if indices is None else [int(i) for i in indices]
         if not idx:
             return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
-        if self._array is not None:
-            return self._array[idx]
-        if self._frames is not None:
-            return np.stack([self._frames[i].to_array() for i in idx])
-        self._decode_container(set(idx))
-        return np.stack([self._decoded[i] for i in idx])
+        if transform is None and self._array is not None:
+            return self._array[self._checked(idx)]
+        slots: dict[int, list[int]] = {}
+        for pos, i in enumerate(idx):
+            slots.setdefault(i, []).append(pos)
+        out: np.ndarray | None = None
+        for i, frame in self.iter_frames(idx, transform):
+            if out is None:
+                out = np.empty((len(idx), *frame.shape), dtype=frame.dtype)
+            elif frame.shape != out.shape[1:]:
+                raise MediaError(f"frame {i} is {frame.shape} but the first sampled frame is {out.shape[1:]}")
+            for pos in slots[i]:
+                out[pos] = frame
+        assert out is not None
+        return out
 
     def first_frame(self) -> ImageMedia:
         """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""
@@ -356,42 +407,48 @@ class VideoMedia:
             return self._frames[0]
         return ImageMedia.from_array(self.frames_array([0])[0])
 
-    def _decode_container(self, wanted: set[int]) -> None:
-        """Decode sequentially up to the last wanted frame, keeping only the wanted ones."""
-        with self._lock:
-            missing = wanted - self._decoded.keys()
-            if not missing:
-                return
-            last = max(missing)
-            assert self._bytes is not None
-            n = -1
-            try:
-                with av.open(io.BytesIO(self._bytes), mode="r") as container:
-                    stream = container.streams.video[0]
-                    stream.thread_type = "AUTO"
-                    for n, frame in enumerate(container.decode(stream)):
-                        if n in missing:
-                            self._decoded[n] = frame.to_ndarray(format="rgb24")
-                        if n >= last:
-                            break
-            except Exception as e:
-                raise MediaError(f"cannot decode video: {_av_message(e)}") from None
-            if n < last:
-                raise MediaError(
-                    f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
-                    f"frame {last} is missing"
-                )
-            shape = next(iter(self._decoded.values())).shape
-            if shape[:2] != (self._height, self._width):
-                raise MediaError(
-                    f"decoded frames are {shape[1]}x{shape[0]}, header said "
-                    f"{self._width}x{self._height}"
-                )
-
-    def clear_decoded(self) -> None:
-        """Drop decoded container frames (memory); they are decoded again when needed."""
-        with self._lock:
-            self._decoded.clear()
+    def _decode_container(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        assert self._bytes is not None
+        wanted, last = set(idx), idx[-1]
+        size = (self._width, self._height)
+        n = -1
+        try:
+            with open_container(self._bytes, self._container.format if self._container else None) as container:
+                stream = video_stream(container)
+                stream.thread_type = "AUTO"
+                frames = container.decode(stream)
+                while True:
+                    check_stop()
+                    try:
+                        frame = next(frames)
+                    except StopIteration:
+                        break
+                    n += 1
+                    if (frame.width, frame.height) != size:
+                        raise MediaError(
+                            f"video frame {n} is {frame.width}x{frame.height} but the video was validated as "
+                            f"{size[0]}x{size[1]}: a video that changes size mid-stream is refused"
+                        )
+                    if n >= self._num_frames:
+                        raise MediaError(f"video decodes to more frames than the {self._num_frames} it listed")
+                    if n in wanted:
+                        rgb = frame.to_ndarray(format="rgb24")
+                        del frame
+                        yield n, rgb
+                    if n >= last:
+                        break
+        except MediaError:
+            raise
+        except Exception as e:  # av.error.FFmpegError: corrupt data, or a frame over max_pixels
+            raise MediaError(
+                f"cannot decode video frame {n + 1} ({_av_message(e)}): corrupt data, or a frame larger "
+                "than media.max_image_pixels"
+            ) from None
+        if n < last:
+            raise MediaError(
+                f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
+                f"frame {last} is missing"
+            )
 
     def to_json(self) -> dict[str, Any]:
         if self._bytes is not None:

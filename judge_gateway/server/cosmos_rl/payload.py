@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ...exceptions import Unavailable
 from ...gateway import Gateway
 from ...json_body import JSONBodyError, parse_json
 from ...latents import TorchWorker, TorchWorkerError
@@ -65,7 +66,7 @@ class Prepared:
 GENEVAL_FIELDS = ("geneval_tags", "geneval_includes", "geneval_only_strict")
 
 
-class JudgeUnready(RuntimeError):
+class JudgeUnready(Unavailable):
     """A reward's judge (or the latent decoder) cannot score now. 424 when it failed to load:
     cosmos-rl's trainer gives up on a 4xx at once, with this message, instead of training on fills;
     503 (+ Retry-After) while a VLM backend is unreachable: the trainer retries with backoff."""

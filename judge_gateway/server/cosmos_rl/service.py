@@ -19,12 +19,14 @@ With store.queue, accepted work waits on a Redis Stream that every replica consu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...exceptions import Overloaded
 from ...gateway import Gateway
 from ...latents import TorchWorker, TorchWorkerError
 from ...config import CosmosReward, CosmosRLConfig
@@ -39,7 +41,7 @@ from ...store import ResultStore, StoreError, retry_store_write
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
 from .envelope import failed_envelope, result_envelope
 from .payload import JudgeUnready, PayloadChecks, Prepared
-from .tensors import PayloadError
+from .tensors import PayloadError, decoded_video_shape
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0
@@ -280,6 +282,13 @@ class CosmosRLService:
         return failed_envelope(name, reward, self.cfg.fill_of(reward), entry)
 
     async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
+        # Latents decode to pixels here: their share of the process-wide decoded-media budget is
+        # waited for (accepted work is never refused; _run's deadline bounds the wait).
+        b, t, h, w = decoded_video_shape(p.latents.shape) if p.latents is not None else (0, 0, 0, 0)
+        async with self.gateway.media_budget.reserve(b * (1 if p.medium == "image" else t) * h * w, wait_s=None):
+            return await self._decode_and_score(uid, p, deadline)
+
+    async def _decode_and_score(self, uid: str, p: Prepared, deadline: float | None) -> dict[str, Any]:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
@@ -305,14 +314,19 @@ class CosmosRLService:
 
     async def _scored(self, uid: str, samples: list[SampleInput], judges: list[str],
                       deadline: float) -> dict[str, list[JudgeScore]]:
-        """Every judge's cell per sample; cells that failed transiently are scored again (bounded
-        backoff, cosmos_rl.retry_*) while the request's deadline allows, since whatever is left
-        invalid gets filled and the trainer trains on the fill."""
-        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid))
+        """Every judge's cell per sample; cells that failed transiently are scored again (backoff,
+        cosmos_rl.retry_*) until the request's deadline, since whatever is left invalid gets filled
+        and the trainer trains on the fill. Backend calls retry until the same deadline, and a
+        head whose queue is full is waited for: accepted work is never refused."""
+        reserve = min(1.0, 0.05 * self.cfg.request_timeout_s)  # finish (and fill) before the request times out
+        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid),
+                                            deadline=deadline - reserve, when_busy="wait")
         cells = {j: [r.scores[j] for r in response.results] for j in judges}
         delay = self.cfg.retry_backoff_s
-        reserve = min(1.0, 0.05 * self.cfg.request_timeout_s)  # finish (and fill) before the request times out
-        for attempt in range(2, self.cfg.retry_attempts + 2):
+        cap = self.cfg.retry_attempts
+        for attempt in itertools.count(2):
+            if cap is not None and attempt > cap + 1:
+                break
             todo = {j: [i for i, c in enumerate(cs) if _transient(c)] for j, cs in cells.items()}
             todo = {j: idx for j, idx in todo.items() if idx}
             if not todo:
@@ -330,7 +344,7 @@ class CosmosRLService:
                                         request_id=f"{uid}:attempt{attempt}")
                 try:
                     async with asyncio.timeout(budget):
-                        retried = await self.gateway.score(request)
+                        retried = await self.gateway.score(request, deadline=deadline - reserve, when_busy="wait")
                 except TimeoutError:
                     return
                 for i, result in zip(idx, retried.results):
@@ -473,7 +487,7 @@ def _is_uuid(text: str) -> bool:
         return False
 
 
-class QueueFull(RuntimeError):
+class QueueFull(Overloaded):
     pass
 
 
