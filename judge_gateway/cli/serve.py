@@ -12,6 +12,7 @@ from ..config import (
     check_api_key,
     is_loopback,
     load_config,
+    load_config_report,
     resolve_config_path,
     shipped_configs,
 )
@@ -44,8 +45,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..gateway import Gateway
     from ..server import create_app
     from ..server.guards import uvicorn_options
+    from . import local_redis
 
-    cfg = load_config(args.config)
+    cfg, rewards_toml = load_config_report(args.config)
+    if rewards_toml is not None:  # cosmos-rl's own rewards.toml: say what each field became
+        print(f"{args.config}: cosmos-rl reward service config (rewards.toml), mapped onto judge-gateway's:")
+        for line in rewards_toml.lines:
+            print(f"  {line}")
     if cfg.store.kind == "redis":  # checked before anything starts, like every extra a command needs
         require_extra("redis", "store.kind = 'redis'")
     if args.log_level.lower() in ("trace", "debug", "info"):
@@ -65,14 +71,27 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         cfg.server.host = args.host
     if args.port is not None:
         cfg.server.port = args.port
-    if not is_loopback(cfg.server.host) and not keys \
-            and not cfg.server.allow_unauthenticated_public:
+    if not cfg.server.public_bind_ok(keys):
         print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
-              "server.api_keys; or set server.allow_unauthenticated_public)", file=sys.stderr)
+              "server.api_keys; or list the clients' networks in server.allow_networks; or set "
+              "server.allow_unauthenticated_public)", file=sys.stderr)
         return 2
-    app = create_app(Gateway(cfg), api_keys=keys)
-    uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
-                **uvicorn_options(cfg.server))
+    redis = None
+    if rewards_toml is not None and rewards_toml.redis is not None:
+        try:
+            redis = local_redis.ensure_redis(*rewards_toml.redis)
+        except local_redis.RedisUnavailable as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        host, port = rewards_toml.redis
+        print(f"  Redis at {host}:{port}: " + (f"started (pid {redis.pid}, data in run/redis-{port})"
+                                               if redis is not None else "running"))
+    try:
+        app = create_app(Gateway(cfg), api_keys=keys)
+        uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
+                    **uvicorn_options(cfg.server))
+    finally:
+        local_redis.stop(redis)
     return 0
 
 

@@ -10,6 +10,7 @@
     ray.py           [ray] (no Ray import)
     launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
     loading.py       reading the TOML and the checks across sections
+    cosmos_rl_toml.py  cosmos-rl's own rewards.toml, mapped onto these sections
 
 This face re-exports the names callers use.
 """
@@ -34,12 +35,14 @@ from .head_options import (
     VideoAlignOptions,
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
+from .cosmos_rl_toml import RewardsToml, is_cosmos_rl_rewards, map_rewards_toml
 from .launch import VLLM_PRESETS, LaunchConfig
 from .loading import (
     DEFAULT_CONFIG_PATH,
     SHIPPED_CONFIGS_DIR,
     ConfigError,
     load_config,
+    load_config_report,
     resolve_config_path,
     shipped_configs,
     validate_config,
@@ -86,8 +89,9 @@ __all__ = [
     "LaunchConfig",
     "VLLM_PRESETS",
     # loading
-    "ConfigError", "DEFAULT_CONFIG_PATH", "SHIPPED_CONFIGS_DIR", "load_config", "resolve_config_path",
-    "shipped_configs", "validate_config",
+    "ConfigError", "DEFAULT_CONFIG_PATH", "SHIPPED_CONFIGS_DIR", "load_config", "load_config_report",
+    "resolve_config_path", "shipped_configs", "validate_config",
+    "RewardsToml", "is_cosmos_rl_rewards", "map_rewards_toml",
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig", "PromptsConfig",

@@ -11,7 +11,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..exceptions import ConfigurationError
-from .models import GatewayConfig, JudgeConfig, is_loopback
+from .cosmos_rl_toml import RewardsToml, RewardsTomlError, is_cosmos_rl_rewards, map_rewards_toml
+from .models import GatewayConfig, JudgeConfig
 from .protocols import check_protocols
 from .ray import check_ray
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
@@ -79,12 +80,12 @@ def _check_across(cfg: GatewayConfig, configured: list[str], source: str) -> lis
     problems += check_ray(cfg.ray, heads | broken, set(configured),
                           cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
     host = cfg.server.host
-    if not is_loopback(host) and not cfg.server.resolved_api_keys():
-        if not cfg.server.allow_unauthenticated_public:
-            problems.append(
-                f"server.host: {host!r} exposes the service beyond loopback without API keys; set "
-                "server.api_keys (or the api_keys_env variable) or allow_unauthenticated_public = true"
-            )
+    if not cfg.server.public_bind_ok(cfg.server.resolved_api_keys()):
+        problems.append(
+            f"server.host: {host!r} exposes the service beyond loopback without API keys; set "
+            "server.api_keys (or the api_keys_env variable), server.allow_networks (the peers' "
+            "networks), or allow_unauthenticated_public = true"
+        )
     for name in cfg.eval.thresholds:
         if name not in configured:
             problems.append(f"eval.thresholds.{name}: no such judge (configured: {', '.join(configured)})")
@@ -238,7 +239,13 @@ def resolve_config_path(ref: str | Path | None) -> Path:
 
 def load_config(path: str | Path | None = None) -> GatewayConfig:
     """Load and validate a TOML config: a file path, the name of a shipped config (see
-    `resolve_config_path`), or `None` for the embedded default."""
+    `resolve_config_path`), or `None` for the embedded default. cosmos-rl's own rewards.toml is
+    recognised and mapped (cosmos_rl_toml.py)."""
+    return load_config_report(path)[0]
+
+
+def load_config_report(path: str | Path | None = None) -> tuple[GatewayConfig, RewardsToml | None]:
+    """load_config, and for a cosmos-rl rewards.toml what each of its fields became."""
     p = resolve_config_path(path)
     try:
         raw = p.read_bytes()
@@ -248,4 +255,10 @@ def load_config(path: str | Path | None = None) -> GatewayConfig:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{p}: not valid TOML: {err}") from None
-    return validate_config(data, source=str(p))
+    if not is_cosmos_rl_rewards(data):
+        return validate_config(data, source=str(p)), None
+    try:
+        mapped = map_rewards_toml(data, source=str(p))
+    except RewardsTomlError as err:
+        raise ConfigError(str(err)) from None
+    return validate_config(mapped.data, source=f"{p} (cosmos-rl rewards.toml, mapped)"), mapped

@@ -13,6 +13,7 @@ Each model checks its own section; the checks across sections are in loading.py.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -91,6 +92,13 @@ class ServerConfig(Strict):
         False,
         description="Permit a non-loopback host without API keys (refused by default).",
     )
+    allow_networks: list[str] = Field(
+        default_factory=list,
+        description="CIDR networks (e.g. 10.0.0.0/8, 192.168.1.7/32, fd00::/8) whose peers may connect; every "
+        "other peer address gets 403. Checked on the TCP peer of every request (X-Forwarded-For is not "
+        "trusted). Satisfies the guard on a non-loopback host as API keys do: for trainers whose client "
+        "sends no key (Flow-Factory's). Empty: every peer.",
+    )
     # Slow or oversized clients (docs/guides/limits.md): enforced by the HTTP protocol the CLI runs.
     header_timeout_s: float = Field(
         10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
@@ -108,6 +116,23 @@ class ServerConfig(Strict):
     admission: AdmissionConfig = Field(
         default_factory=AdmissionConfig, description="Bounds on the synchronous requests scoring at once."
     )
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        out = []
+        for i, text in enumerate(networks):
+            try:
+                out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+            except ValueError as err:
+                raise ValueError(f"allow_networks[{i}] = {text!r} is not a network in CIDR form "
+                                 f"(e.g. 10.0.0.0/8 or 192.168.1.7/32): {err}") from None
+        return out
+
+    def public_bind_ok(self, api_keys: list[str]) -> bool:
+        """A non-loopback bind needs API keys, an allow-list of peer networks, or an explicit opt-out."""
+        return is_loopback(self.host) or bool(api_keys) or bool(self.allow_networks) \
+            or self.allow_unauthenticated_public
 
     @field_validator("api_keys")
     @classmethod

@@ -154,6 +154,11 @@ class InvalidFill(Strict):
 
 class CosmosReward(Strict):
     judge: str = Field(description="The configured judge that scores this cosmos-rl reward.")
+    gpu_judge: str | None = Field(
+        None, description="The judge that scores it instead when the request sets `ocr_use_gpu: true` (the "
+        "original's OCR on the GPU), e.g. a second ocr judge with device = cuda. Unset: the request's "
+        "ocr_use_gpu is reported (the envelope's `notes`, /metrics), and `judge` scores."
+    )
     keys: dict[str, LegacyKey] = Field(min_length=1, description="Legacy score key -> its source.")
     media: Literal["image", "video"] | None = Field(
         None, description="Medium the reward needs; default: the judge's own (a video judge needs video)."
@@ -192,16 +197,18 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
                      ta_reward="details.ta", overall_reward="raw"),
     "hpsv2": _r("hpsv2", hpsv2="raw"),
     "hpsv3": _r("hpsv3", hpsv3="raw"),
-    "pickscore": _r("pickscore", pickscore="raw"),
+    # The original reports PickScore / 26 (exp(logit_scale) x cosine / 26), whatever the judge's
+    # own normalisation.
+    "pickscore": _r("pickscore", pickscore={"source": "raw", "scale": 1 / 26}),
     "image_reward": _r("image_reward", image_reward="raw"),
     "ocr": _r("ocr", ocr_reward="reward"),
-    # The original: gen_eval_score = the partial score, gen_eval_reward = GenEval's correct (0/1),
-    # gen_eval_strict = strict (0/1), whatever `options.reward` makes raw.
-    # gen_eval_group: the original's dict of the six tags' lists, GenEval's correct (0/1) in the
-    # sample's own tag and -10.0 in the others.
-    "gen_eval": _r("gen_eval", gen_eval_score="details.score", gen_eval_reward="details.correct",
-                   gen_eval_strict="details.strict",
-                   gen_eval_group={"source": "details.correct", "by_tag": {
+    # The original's own GenEval numbers (the judge's details.cosmos_rl: its partial score, GenEval's
+    # correct over the includes, strict; geneval_only_strict forces correct to 0), whatever
+    # `options.reward` makes raw. gen_eval_group: the original's dict of the six tags' lists, that
+    # correct (0/1) in the sample's own tag and -10.0 in the others.
+    "gen_eval": _r("gen_eval", gen_eval_score="details.cosmos_rl.score", gen_eval_reward="details.cosmos_rl.correct",
+                   gen_eval_strict="details.cosmos_rl.strict",
+                   gen_eval_group={"source": "details.cosmos_rl.correct", "by_tag": {
                        "tag": "details.tag", "tags": list(GENEVAL_TAGS), "not_applicable": -10.0}}),
     # The original: the 1-5 "Final Score" / 5.
     "unified_reward": _r("unified_reward", unified_reward={"source": "raw", "scale": 0.2}),
@@ -330,6 +337,13 @@ class CosmosRLConfig(Strict):
         default_factory=LatentDecoderConfig,
         description="The torch worker that loads torch payloads and decodes Wan latents into pixels.",
     )
+    pending_status: Literal[400, 425] = Field(
+        400,
+        description="The status of a pull whose result is not ready: 400, the original's (its README's '400 Not "
+        "Ready', which clients written to it check for), or 425 (Too Early), which cosmos-rl's trainer from 0.4.7 "
+        "needs: it fails a fetch on a 400 at once (and its get_results then breaks on the empty batch), where "
+        "it retries a 425 inside the fetch with backoff. The body says `status: pending` either way.",
+    )
     default_pull_type: str = Field(
         "dance_grpo", description="The reward a pull without a `type` field asks for (the original's default)."
     )
@@ -416,6 +430,10 @@ def check_protocols(judges: set[str], cosmos: CosmosRLConfig, flow: FlowFactoryC
                                 f"(configured: {', '.join(sorted(judges)) or 'none'})")
     if store.kind == "redis" and not store.resolved_url():
         problems.append("store.url: required for kind = 'redis' (or set the url_env variable)")
+    for name, reward in cosmos.rewards.items():
+        if reward.gpu_judge is not None and reward.gpu_judge not in judges:
+            problems.append(f"cosmos_rl.rewards.{name}.gpu_judge: unknown judge {reward.gpu_judge!r} "
+                            f"(configured: {', '.join(sorted(judges)) or 'none'})")
     pull = cosmos.default_pull_type
     if cosmos.enabled and pull not in cosmos.rewards and pull not in judges:
         problems.append(f"cosmos_rl.default_pull_type: {pull!r} is neither a cosmos-rl reward name nor a "

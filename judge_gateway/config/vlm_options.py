@@ -90,6 +90,11 @@ class FinalScoreOptions(VLMOptions):
     label: str | None = Field(
         None, description="The words before the number, e.g. `Final Score` (default: the template's, else that)."
     )
+    occurrence: Literal["last", "first"] = Field(
+        "last", description="Which `label:` of a reply that states it more than once counts: the last "
+        "(a model that restates its verdict ends with it) or the first (cosmos-rl's unified_reward, a "
+        "re.search)."
+    )
     max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
     stop: list[str] | None = Field(None, description=_STOP)

@@ -1,11 +1,14 @@
 """OCR text-rendering reward: the target text of a prompt, and the reference's reward formula.
 
-Reference (Flow-Factory / cosmos-rl OCR reward): target = the text inside the prompt's first pair
-of quotes; recognised = all detected lines concatenated; both lowercased, spaces removed;
-distance 0 when the target is a substring of the recognised text, else the Levenshtein distance
-clipped to the target length; reward = 1 - distance / max(1, len(raw target)).
-The reference only knows double quotes and crashes without them; we accept single and
-typographic quotes, and a prompt without target text is `not_applicable`.
+Reference (Flow-Factory / cosmos-rl OCR reward): target = prompt.split('"')[1], the text between
+the prompt's first two double quotes, as written (its spaces count in the length); recognised =
+all detected lines concatenated; both lowercased, spaces removed; distance 0 when the target is a
+substring of the recognised text, else the Levenshtein distance clipped to the target length;
+reward = 1 - distance / max(1, len(raw target)).
+A prompt with a closed pair of double quotes gets exactly that target. The reference knows no
+other quotes and fails the request without them; we then take the earliest single or
+typographic quote pair (stripped), and a prompt without target text (or only blanks between the
+quotes) is `not_applicable`.
 """
 
 from __future__ import annotations
@@ -13,15 +16,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-# (opening, closing) pairs, tried in this order; the earliest opening quote in the prompt wins.
-_QUOTE_PAIRS = (('"', '"'), ("\u201c", "\u201d"), ("\u201e", "\u201c"), ("\u00ab", "\u00bb"),
+# Other (opening, closing) pairs, when the prompt has no closed pair of double quotes: the
+# earliest opening quote in the prompt wins.
+_QUOTE_PAIRS = (("\u201c", "\u201d"), ("\u201e", "\u201c"), ("\u00ab", "\u00bb"),
                 ("\u2018", "\u2019"), ("'", "'"))
 # An apostrophe inside a word ("don't") does not open a quote.
 _SINGLE_OPEN = re.compile(r"(?<![\w])'")
 
 
 def extract_target_text(prompt: str) -> str | None:
-    """The first quoted span of the prompt (stripped), or None when there is none."""
+    """The reference's target (between the first two double quotes, unstripped), else the first
+    span in other quotes (stripped); None when there is none or it is blank."""
+    parts = prompt.split('"')
+    if len(parts) >= 3:
+        return parts[1] if parts[1].strip() else None
     best: tuple[int, str] | None = None
     for open_q, close_q in _QUOTE_PAIRS:
         if open_q == "'":

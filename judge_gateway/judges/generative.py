@@ -170,7 +170,8 @@ class FinalScoreJudge(_GenerativeJudge):
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
         try:
-            parsed = parse_final_score(text, scale=self.scale, label=self.label)
+            parsed = parse_final_score(text, scale=self.scale, label=self.label,
+                                       occurrence=self.options.occurrence)
         except ParseError as exc:
             raise JudgeFailure(exc.code, str(exc), details={**exc.details, **facts}) from None
         details = {**facts, **parsed.details()}

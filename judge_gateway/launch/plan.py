@@ -95,6 +95,11 @@ def default_vllm_python() -> str | None:
     return str(python.absolute()) if python.exists() else None
 
 
+# Flow-Factory's launcher variables, which scripts/start_vllm.sh honours below its own.
+FLOW_FACTORY_LAUNCHER_VARS = frozenset({"MODEL_PATH", "PORT", "HOST", "SERVED_MODEL_NAME", "TENSOR_PARALLEL_SIZE",
+                                        "DATA_PARALLEL_SIZE", "GPU_MEMORY_UTILIZATION", "VLLM_BIN"})
+
+
 def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_dir: Path) -> tuple[list[str], dict[str, str]]:
     """The server's (argv, environment additions), as start_vllm.sh builds them."""
     launch = backend.launch
@@ -112,6 +117,9 @@ def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_di
     if launch.gpus == 0:
         args.append("--cpu")
     else:
+        # One server per base URL, its GPUs one tensor-parallel group: never start_vllm.sh's
+        # default of one data-parallel replica per GPU in the caller's CUDA_VISIBLE_DEVICES.
+        args += ["--data-parallel", "1"]
         if launch.gpus > 1:
             args += ["--tensor-parallel-size", str(launch.gpus)]
         if launch.gpu_memory_utilization is not None:
@@ -121,8 +129,9 @@ def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_di
         args += ["--python", python]
     if launch.extra_args:
         args += ["--", *launch.extra_args]
-    # The launcher's own defaults only: variables of the calling shell do not leak into the plan.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JG_VLLM_")}
+    # The launcher's own defaults only: variables of the calling shell (its JG_VLLM_* and the
+    # Flow-Factory launcher variables it also reads) do not leak into the plan.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JG_VLLM_") and k not in FLOW_FACTORY_LAUNCHER_VARS}
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=60)
     if done.returncode != 0:
         raise LaunchError(f"start_vllm.sh refused backend {name!r}: {(done.stderr or done.stdout).strip()}")

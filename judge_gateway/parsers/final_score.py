@@ -39,8 +39,10 @@ def parse_final_score(
     *,
     scale: tuple[float, float] = (1.0, 5.0),
     label: str = "Final Score",
+    occurrence: str = "last",
 ) -> FinalScoreResult:
-    """Take the number after the LAST `<label>:` (models sometimes restate it) on `scale`.
+    """Take the number after the last `<label>:` (models sometimes restate it; `occurrence =
+    "first"`: the first, as cosmos-rl's unified_reward reads it) on `scale`.
 
     Tolerates markdown (`**Final Score:** 4`, `Final Score: **4.5**`), `4/5`, `4.5 / 5` and a
     trailing period. Raises `ParseError` when the label is absent, its value is not a number
@@ -61,7 +63,9 @@ def parse_final_score(
             details={"label": label, "reply_chars": len(text)},
         )
 
-    last = found[-1]
+    if occurrence not in ("last", "first"):
+        raise ValueError(f"occurrence must be 'last' or 'first', got {occurrence!r}")
+    last = found[-1] if occurrence == "last" else found[0]
     raw = last["value"]
     if raw.strip(" \t*_`[]"):
         value = read_score_value(raw, hi=hi, allow_na=False)

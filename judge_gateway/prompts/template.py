@@ -4,7 +4,8 @@ Rendering splits the user text at media markers (`<image>`, `<video>`, `<conditi
 `<condition_video>`)
 *before* substituting `{prompt}`, so a generation prompt can never add, move or remove media,
 and `{prompt}` is replaced by plain string replacement (never `str.format`: rubric texts are
-full of braces and brackets).
+full of braces and brackets). A marker's text that a model's prompt spells out literally is
+written with a backslash, `\\<image>`, and renders as the text `<image>`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from ..exceptions import ConfigurationError
 MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
 PROMPT_PLACEHOLDER = "{prompt}"
 
-_MEDIA_SPLIT_RE = re.compile("(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS) + ")")
+_MEDIA_SPLIT_RE = re.compile(r"(?<!\\)(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS) + ")")
+# `\<image>`: the marker's text itself, not a media slot.
+_LITERAL_MARKER_RE = re.compile(r"\\(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS) + ")")
 # Anything that looks like a media marker; used to reject typos such as `<img>` or `<source>`.
 _MARKER_LIKE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
 
@@ -171,7 +174,7 @@ def split_at_markers(user: str) -> list[tuple[bool, str]]:
     pieces = _MEDIA_SPLIT_RE.split(user)
     # re.split with one group alternates text, marker, text, ...
     return [
-        (True, piece[1:-1]) if index % 2 else (False, piece)
+        (True, piece[1:-1]) if index % 2 else (False, _LITERAL_MARKER_RE.sub(r"\1", piece))
         for index, piece in enumerate(pieces)
         if index % 2 or piece
     ]

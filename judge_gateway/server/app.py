@@ -1,5 +1,5 @@
-"""The app factory: the middleware (auth, body and header limits), app.state for the routers' dependencies,
-and the routers of the native API and the enabled protocol adapters."""
+"""The app factory: the middleware (peer networks, auth, body and header limits), app.state for the
+routers' dependencies, and the routers of the native API and the enabled protocol adapters."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .auth import require_api_key
 from .errors import error_response, request_validation_error
 from .guards import RequestGuardMiddleware
 from .heap import ReleaseMemoryMiddleware
+from .networks import PeerNetworksMiddleware
 
 
 class BodyLimitMiddleware:
@@ -123,9 +124,11 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
 
     app.add_middleware(ReleaseMemoryMiddleware)  # freed heap back to the OS after large bodies
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
-    # Added last, so outermost: header count, [media] budgets, JSON 500 for a bug.
+    # Header count, [media] budgets, JSON 500 for a bug: outermost but for the peer check.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
                        media_limits=gateway.config.media.limits())
+    if cfg.allow_networks:  # outermost: a refused peer reaches nothing else
+        app.add_middleware(PeerNetworksMiddleware, networks=cfg.allow_networks)
     app.add_exception_handler(RequestValidationError, request_validation_error)
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
     app.state.admission = Admission(cfg.admission, gateway.metrics, capacity=gateway.capacity(),

@@ -7,6 +7,9 @@
                                        slot; a profile without one refuses them)
     POST {prefix}/{profile}/load|offload   accepted no-ops (newer clients call them)
 
+Profile names in the path are matched exactly, else without regard to case (as Flow-Factory's
+reward registry matches its names). Keys beyond the five are logged once and counted in /metrics.
+
 Status codes follow the real client (`raise_for_status()`, then a truthy `error` key raises,
 then `rewards`): any 4xx/5xx is retried, a 200 with `{"error": ...}` fails at once. So bad input
 is a 200 with `error` (retrying cannot fix it) and transient faults (every sample invalid because
@@ -33,6 +36,7 @@ from ..config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
 from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
+from .ignored import IgnoredFields
 from .metered import metered
 from .state import AdmissionDep
 
@@ -56,14 +60,21 @@ def _list_or_none(data: dict[str, Any], key: str, n: int) -> list[Any] | None:
     return value
 
 
-def parse_compute(body: bytes, profile: FlowFactoryProfile, max_samples: int | None = None) -> list[SampleInput]:
-    """The five-key JSON body -> samples (run in a worker thread: JSON and PNG headers)."""
+REQUEST_KEYS = ("prompt", "image", "video", "condition_images", "condition_videos")
+
+
+def parse_compute(body: bytes, profile: FlowFactoryProfile, max_samples: int | None = None,
+                  unused: list[str] | None = None) -> list[SampleInput]:
+    """The five-key JSON body -> samples (run in a worker thread: JSON and PNG headers); keys
+    beyond the five are appended to `unused`."""
     try:
         data = parse_json(body)
     except JSONBodyError as err:
         raise BadInput(str(err)) from None
     if not isinstance(data, dict):
         raise BadInput("body must be a JSON object with prompt, image, video, condition_images, condition_videos")
+    if unused is not None:
+        unused.extend(k for k in data if k not in REQUEST_KEYS)
     prompts = data.get("prompt")
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise BadInput("`prompt` must be a non-empty list of strings")
@@ -118,6 +129,19 @@ class FlowFactoryService:
     def __init__(self, gateway: Gateway, cfg: FlowFactoryConfig) -> None:
         self.gateway = gateway
         self.cfg = cfg
+        self.ignored = IgnoredFields(gateway.metrics, "flow_factory")
+        by_lower: dict[str, list[str]] = {}
+        for name in cfg.profiles:
+            by_lower.setdefault(name.lower(), []).append(name)
+        # Flow-Factory's reward registry matches names without regard to case: so do the paths,
+        # where that names one profile.
+        self._folded = {low: names[0] for low, names in by_lower.items() if len(names) == 1}
+
+    def profile_name(self, name: str) -> str | None:
+        """The configured profile a path segment names: exactly, else ignoring case; None if none."""
+        if name in self.cfg.profiles:
+            return name
+        return self._folded.get(name.lower())
 
     def check_media(self, profile_name: str, profile: FlowFactoryProfile, samples: list[SampleInput]) -> None:
         def has(s: SampleInput, slot: str) -> bool:
@@ -145,12 +169,15 @@ class FlowFactoryService:
     async def compute(self, name: str, body: bytes, admission: Admission) -> tuple[int, dict[str, Any]]:
         """Parse, reserve (decoded-media budget, head queues: Refused when spent), score, answer."""
         profile = self.cfg.profiles[name]
+        unused: list[str] = []
         try:
             samples = await run_in_threadpool(parse_compute, body, profile,
-                                              self.gateway.config.server.max_samples_per_request)
+                                              self.gateway.config.server.max_samples_per_request, unused)
             self.check_media(name, profile, samples)
         except BadInput as err:
             return 200, {"error": str(err)}
+        if unused:
+            self.ignored.note(unused, f"not one of the protocol's keys ({', '.join(REQUEST_KEYS)})")
         judges = list(profile.judges)
         try:  # Refused (media budget, head queues) is the route's 503 + Retry-After: the client retries
             response = await admission.scored("flow_factory", self.gateway, RewardRequest(samples=samples, judges=judges))
@@ -210,16 +237,19 @@ def _unknown(service: FlowFactoryService, profile: str) -> JSONResponse:
 
 @router.get("/{profile}/health", summary="Flow-Factory: health of a reward profile")
 async def health(profile: str, service: FlowFactoryDep) -> JSONResponse:
-    if profile not in service.cfg.profiles:
+    name = service.profile_name(profile)
+    if name is None:
         return _unknown(service, profile)
-    p = service.cfg.profiles[profile]
+    profile, p = name, service.cfg.profiles[name]
     return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
 
 
 @router.post("/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")
 async def compute(profile: str, request: Request, service: FlowFactoryDep, admission: AdmissionDep) -> JSONResponse:
-    if profile not in service.cfg.profiles:
+    name = service.profile_name(profile)
+    if name is None:
         return _unknown(service, profile)
+    profile = name
     with metered(service.gateway.metrics, "flow_factory") as outcome:
         try:
             raw = await request.body()
@@ -244,6 +274,6 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
 @router.post("/{profile}/load", summary="Flow-Factory: accepted no-op (judges are served elsewhere)")
 @router.post("/{profile}/offload", summary="Flow-Factory: accepted no-op")
 async def load(profile: str, service: FlowFactoryDep) -> JSONResponse:
-    if profile not in service.cfg.profiles:
+    if service.profile_name(profile) is None:
         return _unknown(service, profile)
     return JSONResponse({"status": "ok"})

@@ -48,6 +48,10 @@ def config(vllm_url: str) -> dict:
             "unified_free": {**unified, "options": {"max_tokens": 16}},
         },
         "cosmos_rl": {
+            # cosmos-rl's trainer at 0.4.7 stops a fetch at once on a 400 (its retry loop keeps only
+            # 408/425/429) and get_results then fails on the empty batch: it needs 425 while a
+            # result is pending (test_trainer_and_the_pending_status below shows both)
+            "pending_status": 425,
             "fill_value": FILL_VALUE,
             "rewards": {
                 "ocr_sentinel": {"judge": "ocr", "keys": {"ocr_reward": "reward"}, "on_invalid": "sentinel"},
@@ -82,7 +86,8 @@ def ocr_groups() -> list[tuple[str, np.ndarray]]:
             (UNQUOTED, np.stack([_pixels(p) for p in rendered[:2]]))]
 
 
-def run_trainer(python: Path, served: ServedGateway, groups, reward_fns: list[dict], tmp_path: Path) -> dict:
+def run_trainer(python: Path, served: ServedGateway, groups, reward_fns: list[dict], tmp_path: Path,
+                wait_until_ready: bool = False, fails_with: str | None = None) -> dict:
     payloads = []
     for i, (prompt, images) in enumerate(groups):
         path = tmp_path / f"payload{i}.npy"
@@ -90,9 +95,12 @@ def run_trainer(python: Path, served: ServedGateway, groups, reward_fns: list[di
         payloads.append({"prompt": prompt, "images_npy": str(path)})
     spec = {"out": str(tmp_path / "trainer.json"), "enqueue_url": f"{served.url}/api/reward/enqueue",
             "fetch_url": f"{served.url}/api/reward/pull", "token": "None", "step": 7,
-            "remote_reward": {"reward_fns": reward_fns}, "payloads": payloads}
+            "remote_reward": {"reward_fns": reward_fns}, "payloads": payloads, "wait_until_ready": wait_until_ready}
     proc = subprocess.run([str(python), str(DRIVER)], input=json.dumps(spec), capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": ""}, check=False)
+    if fails_with is not None:
+        assert proc.returncode != 0 and fails_with in proc.stderr, proc.stderr[-4000:]
+        return {}
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-2000:]
     return json.loads((tmp_path / "trainer.json").read_text())
 
@@ -161,3 +169,31 @@ def test_trainer_sums_vlm_rewards_on_the_original_scale(trainer_python, served, 
     assert all(1.0 <= r < 5.0 for r in raw)
     trainer = [r for p in out["payloads"] for r in p["rewards"]]
     assert trainer == pytest.approx([r / 5 + 2 * FILL_VALUE for r in raw], abs=1e-6)
+
+
+def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
+    """The original answers a pull that is not ready with 400 (its README's "400 Not Ready"), as
+    the gateway does by default. cosmos-rl's trainer (0.4.7) fetching such a pull fails: its retry
+    loop gives up at once on a 400 and get_results then indexes an empty batch. Polled as the
+    original's example clients poll (any non-200: again) until ready, the same trainer class
+    fetches the result; with pending_status = 425 it polls through on its own."""
+    from tests.support.fault_gateway import fault_config
+
+    data = fault_config(fake_backend.base_url)
+    data["judges"]["stalled"]["deadline_s"] = 3.0  # pending for 3 s, then invalid (the fake never answers)
+    groups = [("a red apple", np.zeros((2, 16, 16, 3), dtype=np.uint8))]
+    fns = [{"name": "stalled", "weight": 1.0}]
+    readme = ServedGateway(data)
+    try:
+        run_trainer(trainer_python, readme, groups, fns, tmp_path, fails_with="IndexError")
+        out = run_trainer(trainer_python, readme, groups, fns, tmp_path, wait_until_ready=True)
+        assert out["pending_statuses"] and set(out["pending_statuses"]) == {400}
+        assert out["payloads"][0]["rewards"] == [0.0, 0.0]  # invalid: fill_value, one constant
+    finally:
+        readme.stop()
+    trainer = ServedGateway({**data, "cosmos_rl": {"pending_status": 425}})
+    try:
+        out = run_trainer(trainer_python, trainer, groups, fns, tmp_path)
+        assert out["payloads"][0]["rewards"] == [0.0, 0.0]
+    finally:
+        trainer.stop()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import base64
 import io
-import math
+import tomllib
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,22 +16,25 @@ from PIL import Image
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
+from tests.support import peer_formulas as peer
 from tests.support.protocol_clients import ff_compute, ff_payload, pil_images
 
 pytestmark = pytest.mark.integration
 
-QUESTION = "Is it a beautiful image?"  # flow_factory_beautiful@1, the prompt its code runs
+# Flow-Factory's EVALUATE_PROMPT, the question its code sends (not "Is it a beautiful image?",
+# a second assignment that is not on its main branch)
+QUESTION = peer.VLLM_EVALUATE_PROMPT
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(base_url: str) -> dict:
+    """configs/flow_factory.toml's judge and profile, on the session's server."""
+    shipped = tomllib.loads((ROOT / "configs" / "flow_factory.toml").read_text())
     return {
         "backends": {"qwen_vl": {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "base_urls": [base_url],
                                  "timeout_s": 120}},
-        "judges": {"vllm_evaluate": {
-            "kind": "yes_no", "backend": "qwen_vl", "template": "flow_factory_beautiful@1",
-            "image": {"format": "jpeg", "jpeg_quality": 75},
-            "options": {"counting": "exact", "min_answer_mass": 0.0, "video_first_frame": True}}},
-        "flow_factory": {"profiles": {"vllm_evaluate": {"judges": {"vllm_evaluate": 1.0}}}},
+        "judges": {"vllm_evaluate": shipped["judges"]["vllm_evaluate"]},
+        "flow_factory": {"profiles": {"vllm_evaluate": shipped["flow_factory"]["profiles"]["vllm_evaluate"]}},
     }
 
 
@@ -47,7 +51,7 @@ def reference_reward(top_logprobs) -> float:
     """_get_yes_cond_prob(canonicalize=False), for replies that list both exact tokens."""
     token_logprobs = {t.token: t.logprob for t in top_logprobs}
     assert "Yes" in token_logprobs and "No" in token_logprobs, list(token_logprobs)  # the premise
-    return 1.0 / (1.0 + math.exp(-(token_logprobs["Yes"] - token_logprobs["No"])))
+    return peer.vllm_evaluate(token_logprobs)
 
 
 async def test_gateway_matches_vllm_evaluate_on_real_vllm(vllm):

@@ -73,3 +73,57 @@ async def test_real_mmdet_detector_end_to_end(gw):
     assert colors.details["checks"][0]["colors"] == dogs["colors"][:1]
     assert counting.details["box_threshold"] == 0.9 and colors.details["box_threshold"] == 0.3
     assert not bad.valid and bad.error.code.value == "bad_input" and "include" in bad.error.message
+
+
+# The README's GenEval request (cosmos-rl reward_service/README.md, 5.2 "Image (GenEval)"), as written.
+README_GENEVAL = {
+    "prompts": ["a photo of a brown giraffe and a white stop sign"],
+    "reward_fn": {"gen_eval": 1.0},
+    "media_type": "image",
+    "geneval_tags": ["single_object"],
+    "geneval_includes": [[{"class": "giraffe", "count": 1, "color": "brown"},
+                          {"class": "stop sign", "count": 1, "color": "black"}]],
+    "geneval_only_strict": False,
+}
+
+
+async def test_readme_geneval_request_end_to_end(gw):
+    """The README's request shape through enqueue / pull on the real detector, and the service's
+    four keys equal cosmos-rl's own GenEval code (tests/support/peer_formulas.gen_eval) on the
+    detections the worker made; then a request whose includes the random detector can meet."""
+    import httpx
+
+    from judge_gateway.server import create_app
+    from tests.support import peer_formulas as peer
+    from tests.support.cosmos_client import enqueue_body, headers, poll
+
+    dogs = {**README_GENEVAL, "prompts": ["two dogs", "a dog left of a cat"],
+            "geneval_tags": ["counting", "position"],
+            "geneval_includes": [[{"class": "dog", "count": 2}],
+                                 [{"class": "dog", "count": 1}, {"class": "cat", "count": 1, "position": ["left of", 0]}]]}
+    app = create_app(gw)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=600) as client:
+            for meta in (README_GENEVAL, dogs):
+                n = len(meta["prompts"])
+                batch = np.stack([np.asarray(Image.open(io.BytesIO(png(7 + i)))) for i in range(n)])
+                r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
+                assert r.status_code == 200, r.text
+                body = (await poll(client, r.json()["uuid"], "gen_eval", timeout=600, interval=0.2)).json()
+                assert body["valid"] == [True] * n, body["errors"]
+                assert "ignored_fields" not in body  # every GenEval field is read
+                samples = []
+                for i, cell in enumerate(body["judge_scores"]):
+                    det = cell["details"]["detections"]
+                    samples.append({"tag": meta["geneval_tags"][i], "include": meta["geneval_includes"][i],
+                                    "bboxes": {c: np.array([b + [s] for b, s in zip(d["boxes"], d["scores"])]).reshape(-1, 5)
+                                               for c, d in det.items()},
+                                    "colors": {c: d["colors"] for c, d in det.items()}})
+                want = peer.gen_eval(samples)
+                s = body["scores"]
+                assert s["gen_eval_reward"] == want["gen_eval_reward"] and s["gen_eval_strict"] == want["gen_eval_strict"]
+                assert s["gen_eval_score"] == [pytest.approx(v, rel=1e-5, abs=1e-12) for v in want["gen_eval_score"]]
+                assert s["gen_eval_group"] == want["gen_eval_group"]
+                assert set(s["gen_eval_group"]) == set(TAGS) and all(len(v) == n for v in s["gen_eval_group"].values())
+    finally:
+        await app.state.cosmos_rl.aclose()

@@ -174,6 +174,50 @@ async def test_cosmos_rl_hpsv3_reward_is_mu(gw):
     assert all("sigma" in js["details"] for js in body["judge_scores"])
 
 
+PEER_HPSV3 = """
+import json, sys, numpy as np, torch
+from PIL import Image
+from hpsv3 import HPSv3RewardInferencer
+config, checkpoint, npz, prompts = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+inferencer = HPSv3RewardInferencer(config_path=config, checkpoint_path=checkpoint, device="cpu")
+out = []
+with torch.inference_mode():  # cosmos-rl model/hpsv3.py 57-76, one enqueue (a batch of one) per image
+    for arr, prompt in zip(np.load(npz).values(), prompts):
+        rewards = inferencer.reward(prompts=[prompt], image_paths=[Image.fromarray(arr).convert("RGB")])
+        out.append(float(rewards[:, 0][0]))
+print(json.dumps(out))
+"""
+
+
+async def test_cosmos_rl_hpsv3_is_the_inferencers_mu(gw, ref, images, tiny, tmp_path):
+    """cosmos-rl's hpsv3 key is mu = rewards[:, 0] of HPSv3RewardInferencer.reward on PIL images
+    of the enqueued uint8 pixels: that call, on the same checkpoint, gives what the trainer pulls
+    (one image per enqueue, awaited in turn: the same batch of one on both sides)."""
+    import subprocess
+
+    from tests.support.heads_env import python_path
+
+    app = create_app(gw)
+    got = []
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            for image, prompt in zip(images, ref["prompts"]):
+                meta = {"reward_fn": {"hpsv3": 1.0}, "prompts": [prompt], "media_type": "image"}
+                r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image[None]), headers=headers())
+                assert r.status_code == 200, r.text
+                body = (await poll(client, r.json()["uuid"], "hpsv3", timeout=300, interval=0.1)).json()
+                assert body["valid"] == [True], body
+                got += body["scores"]["hpsv3"]
+    finally:
+        await app.state.cosmos_rl.aclose()
+    np.savez(tmp_path / "images.npz", *images)
+    proc = subprocess.run([str(hpsv3_python()), "-c", PEER_HPSV3, str(hpsv3_tiny_yaml(tiny)), str(tiny / "HPSv3.safetensors"),
+                           str(tmp_path / "images.npz"), json.dumps(ref["prompts"])], capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": python_path()})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert got == pytest.approx(json.loads(proc.stdout.splitlines()[-1]), rel=1e-5)
+
+
 async def test_video_frames_are_scored_and_pooled_with_sigma_per_frame(gw, ref, images):
     frames = np.stack([images[0], np.ascontiguousarray(images[0][::-1])])
     resp = await gw.score(RewardRequest(samples=[{"prompt": ref["prompts"][0], "video": VideoMedia.from_array(frames, 2.0)}],

@@ -23,6 +23,7 @@ from tests.support.heads_env import (
     imagereward_python,
     load_png,
     load_test_images,
+    python_path,
 )
 
 pytestmark = pytest.mark.integration
@@ -159,9 +160,25 @@ async def test_response_is_the_shared_score_schema(gw, reference, images, models
     assert again.results[0].valid and again.results[0].reward == pytest.approx(s.raw)
 
 
-async def test_cosmos_rl_image_reward_name(models, reference, images):
+PEER_INFERENCE_RANK = """
+import json, sys, numpy as np, torch
+import ImageReward as RM
+from PIL import Image
+from judge_gateway.heads.models.image_reward import package_redirects
+ckpt, med, tok, vit, npz, prompts = sys.argv[1:7]
+with package_redirects(tok, json.loads(vit)):  # the tiny vision tower (test plumbing, as the builder loads it)
+    model = RM.load(ckpt, device="cpu", med_config=med)
+arrays = list(np.load(npz).values())
+with torch.inference_mode():  # cosmos-rl model/image_reward.py 96-116
+    _, m = model.inference_rank(json.loads(prompts), [Image.fromarray(a) for a in arrays])
+print(json.dumps(torch.tensor(m).reshape(len(arrays), len(arrays)).diagonal(0).float().tolist()))
+"""
+
+
+async def test_cosmos_rl_image_reward_is_the_inference_rank_diagonal(models, reference, images, tmp_path):
     """cosmos-rl's `image_reward` reward: an enqueue/pull round trip whose legacy key
-    `image_reward` holds the head's raw z-score (the package's score)."""
+    `image_reward` holds the head's raw z-score, which is the original's own number: the diagonal
+    of the package's `inference_rank(prompts, images)` (a B x B grid) on the same files."""
     from judge_gateway.server import create_app
     from tests.support.cosmos_client import enqueue_body, headers, poll
 
@@ -179,6 +196,14 @@ async def test_cosmos_rl_image_reward_name(models, reference, images):
         assert body["scores"]["image_reward"] == pytest.approx(
             [reference["scores"][1][0], reference["scores"][4][3]], abs=TOL)
         assert body["scores"]["image_reward"] == [pytest.approx(c["raw"]) for c in body["judge_scores"]]
+        np.savez(tmp_path / "batch.npz", *batch)
+        proc = subprocess.run([str(imagereward_python()), "-c", PEER_INFERENCE_RANK, str(models / "ImageReward.pt"),
+                               str(models / "med_config.json"), str(models / "tokenizer"), (models / "vit.json").read_text(),
+                               str(tmp_path / "batch.npz"), json.dumps(meta["prompts"])],
+                              capture_output=True, text=True, timeout=600, check=False,
+                              env={**os.environ, "PYTHONPATH": python_path()})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert body["scores"]["image_reward"] == pytest.approx(json.loads(proc.stdout.splitlines()[-1]), rel=1e-5)
     finally:
         await app.state.cosmos_rl.aclose()
         await gateway.aclose()

@@ -199,7 +199,7 @@ async def test_results_survive_a_gateway_restart_with_redis(vllm, fake_backend, 
             slow = (await http.post("/api/reward/enqueue", headers=HDR, content=enqueue_body(
                 {**meta, "reward_fn": {"slow": 1.0}}, image_batch()))).json()["uuid"]
             r = await http.post("/api/reward/pull", data={"uuid": slow, "type": "slow"})
-            assert r.status_code == 425 and r.json()["status"] == "pending"
+            assert r.status_code == 400 and r.json()["status"] == "pending"  # the README's "400 Not Ready"
     finally:
         first.stop()  # a restart: the unfinished request is stored as failed, never left pending
     second = ServedGateway(data)
@@ -372,8 +372,10 @@ async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(vllm):
             for name in ("hpsv2", "pickscore"):
                 body = (await poll(http, r.json()["uuid"], name, timeout=600, interval=0.2)).json()
                 assert body["valid"] == [True, True], body.get("errors")
-                # the original's lists hold the heads' native numbers: raw
-                assert body["scores"][name] == [pytest.approx(c["raw"]) for c in body["judge_scores"]]
+                # the original's lists: HPSv2's native number (the cosine), PickScore's / 26 (raw
+                # would be 26 times the original's number)
+                scale = 1 / 26 if name == "pickscore" else 1.0
+                assert body["scores"][name] == [pytest.approx(c["raw"] * scale) for c in body["judge_scores"]]
                 assert body["judge_scores"][0]["judge"] == name
             r = await http.post("/flow-factory/heads/compute",
                                 json=ff_payload(["a cat"] * 4, image=pil_images(4, size=48, seed=3)))

@@ -103,3 +103,35 @@ async def test_videoalign_needs_a_video(gw):
         samples=[{"prompt": "x", "image": ImageMedia.from_array(np.zeros((8, 8, 3), np.uint8))}],
         judges=["videoalign"]))
     assert not resp.results[0].scores["videoalign"].valid
+
+
+async def test_cosmos_rl_dance_grpo_keys_are_the_peers_formula(gw, tiny):
+    """cosmos-rl's dance_grpo keys through enqueue / pull equal its formula (model/dance_grpo.py
+    285-295: VideoAlign's `_norm` with the checkpoint's inference_config, Overall = VQ + MQ + TA)
+    on the reward head's own logits for those videos (details raw_vq / raw_mq / raw_ta)."""
+    import httpx
+
+    from judge_gateway.server import create_app
+    from tests.support import peer_formulas as peer
+    from tests.support.cosmos_client import enqueue_body, headers, poll
+
+    ref = json.loads((tiny / "reference.json").read_text())
+    stats = json.loads((videoalign_checkpoint(tiny) / "model_config.json").read_text())["inference_config"]
+    app = create_app(gw)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            for video, prompt in zip(_videos(tiny), ref["prompts"]):
+                arr = np.ascontiguousarray(video.transpose(3, 0, 1, 2))[None]  # [1, 3, T, H, W], as the trainer sends
+                meta = {"reward_fn": {"dance_grpo": 1.0}, "prompts": [prompt], "media_type": "video",
+                        "video_infos": [{"video_fps": 2.0}]}
+                r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, arr), headers=headers())
+                assert r.status_code == 200, r.text
+                body = (await poll(client, r.json()["uuid"], "dance_grpo", timeout=300, interval=0.2)).json()
+                assert body["valid"] == [True], body["errors"]
+                d = body["judge_scores"][0]["details"]
+                want = peer.dance_grpo({"VQ": d["raw_vq"], "MQ": d["raw_mq"], "TA": d["raw_ta"]}, stats)
+                for key, dim in (("vq_reward", "VQ"), ("mq_reward", "MQ"), ("ta_reward", "TA"),
+                                 ("overall_reward", "Overall")):
+                    assert body["scores"][key] == [pytest.approx(want[dim], rel=1e-5)], key
+    finally:
+        await app.state.cosmos_rl.aclose()

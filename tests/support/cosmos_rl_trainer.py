@@ -20,8 +20,17 @@ Two shims, nothing else:
   `completion_trainable`, which these do not, so `rl_algo` is never used).
 
 Spec: {"out", "enqueue_url", "fetch_url", "token", "step", "remote_reward": {RemoteRewardConfig fields},
-       "payloads": [{"prompt": str, "images_npy": path to uint8 [n, H, W, 3]}]}
-Output: {"uuid", "is_validation", "step", "payloads": [{"prompt_idx", "rewards", "advantages"}]}
+       "payloads": [{"prompt": str, "images_npy": path to uint8 [n, H, W, 3]}],
+       "wait_until_ready": bool (default false)}
+Output: {"uuid", "is_validation", "step", "payloads": [{"prompt_idx", "rewards", "advantages"}],
+         "pending_statuses": [status codes the waiting polls saw before a 200]}
+
+get_results is called as the trainer's dispatcher calls it after each rollout step: once, with
+the uuid at the head of its queue; whatever fetch_reward raises inside it is the trainer's own
+behaviour (cosmos-rl 0.4.7 stops a fetch at once on a 4xx other than 408/425/429, and its
+get_results then fails on the empty batch). With `wait_until_ready`, the script first polls
+the pull URL as the original's example clients do (any non-200: wait, poll again), then lets
+the trainer fetch.
 """
 
 from __future__ import annotations
@@ -82,13 +91,36 @@ def main() -> None:
         payloads.append(payload_cls(prompt={"prompt": p["prompt"]}, prompt_idx=i, completions=completions,
                                     extra_info={"modality": "image"}))
     uuid = calc.compute_rewards(payloads, is_validation=False, step=spec["step"])
+    pending = _wait_until_ready(spec, uuid) if spec.get("wait_until_ready") else []
     queue: Queue[str] = Queue()
     queue.put(uuid)
     results, is_validation, step = calc.get_results(queue)
     with open(spec["out"], "w") as out:
-        json.dump({"uuid": uuid, "is_validation": is_validation, "step": step,
+        json.dump({"uuid": uuid, "is_validation": is_validation, "step": step, "pending_statuses": pending,
                    "payloads": [{"prompt_idx": r.prompt_idx, "rewards": r.rewards, "advantages": r.advantages}
                                 for r in results]}, out)
+
+
+def _wait_until_ready(spec: dict, uuid: str, timeout_s: float = 300.0) -> list[int]:
+    """The original's example clients' loop: pull each reward until a 200, any other status means
+    not yet (reward_service/cosmos_rl_reward/example/image_client.py)."""
+    import time
+
+    import requests
+
+    seen: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    for fn in spec["remote_reward"]["reward_fns"]:
+        while True:
+            r = requests.post(spec["fetch_url"], data={"uuid": uuid, "type": fn["name"]},
+                              headers={"Authorization": f"Bearer {spec['token']}"}, timeout=10)
+            if r.status_code == 200:
+                break
+            seen.append(r.status_code)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{fn['name']} of {uuid} not ready after {timeout_s}s: {r.text}")
+            time.sleep(0.2)
+    return seen
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ async def enqueue(client: httpx.AsyncClient, n: int) -> list[str]:
 
 async def resolve_all(client: httpx.AsyncClient, uids: list[str], timeout: float,
                       reward: str = "slow") -> dict[str, dict]:
-    """Pull every uuid until it is final; 5xx (store unavailable) and 425 (pending) are retried,
+    """Pull every uuid until it is final; 5xx (store unavailable) and pending (400) are retried,
     as cosmos-rl's trainer does."""
     deadline = time.monotonic() + timeout
     out: dict[str, dict] = {}

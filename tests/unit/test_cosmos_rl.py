@@ -209,7 +209,9 @@ async def test_pending_then_done_and_statuses(make_client):
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    assert r.status_code == 425 and r.json()["status"] == "pending"
+    # the README's "400 Not Ready" and the original's message (not 425: its clients check for 400)
+    assert r.status_code == 400 and r.json()["status"] == "pending"
+    assert r.json()["message"].startswith(f"Not found scores for {uid}")
     done = await poll(client, uid, "stalled")
     assert done.status_code == 200 and done.json()["valid"] == [False, False]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "quality"})
@@ -220,6 +222,22 @@ async def test_pending_then_done_and_statuses(make_client):
     assert r.status_code == 200
     r = await client.post("/api/reward/pull", data={"uuid": uid})  # no type: the original's dance_grpo
     assert r.status_code == 404 and r.json()["type"] == "dance_grpo" and "send `type`" in r.json()["message"]
+
+
+async def test_pending_status_425_behind_its_option(make_client):
+    client = await make_client(pending_status=425)
+    meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
+    uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
+                             headers=headers())).json()["uuid"]
+    r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
+    assert r.status_code == 425 and r.json()["status"] == "pending"
+
+
+async def test_ping_answers_on_the_readmes_pin_path_too(make_client):
+    client = await make_client()
+    for path in ("/api/reward/ping", "/api/reward/pin"):
+        r = await client.post(path, data={"info_data": '{"prompts": ["a"]}'})
+        assert r.status_code == 200 and r.json()["message"] == "Ping request received"
 
 
 async def test_skipped_reward_says_so(make_client):
@@ -423,7 +441,7 @@ def test_gen_eval_group_of_an_invalid_sample_is_not_applicable_in_every_tag():
     cfg = CosmosRLConfig()
     reward = cfg.rewards["gen_eval"]
     ok = JudgeScore(judge="gen_eval", reward=1.0, raw=1.0, valid=True,
-                    details={"tag": "colors", "correct": 1.0, "strict": 0.0, "score": 0.75})
+                    details={"tag": "colors", "cosmos_rl": {"correct": 1.0, "strict": 0.0, "score": 0.75}})
     bad = JudgeScore.failure("gen_eval", ErrorCode.head_error, "worker died")
     out = legacy_lists(reward, cfg.fill_of(reward), [ok, bad], ["p", "p"])
     assert out.scores["gen_eval_group"] == {"single_object": [-10.0, -10.0], "two_object": [-10.0, -10.0],

@@ -19,6 +19,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 FRAGMENTS = {
     ("guides/tuning.md", "[judges.rr_t2i.options]"),  # names the profile file `tune rubric` writes
     ("guides/add-a-reward.md", "[judges.product_sharpness]"),  # pins a template of the guide's own folder
+    # a cosmos-rl rewards.toml's overlay table (loaded by tests/unit/test_rewards_toml.py)
+    ("integrations/cosmos-rl.md", "[judge_gateway.server]"),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,27 +22,13 @@ from judge_gateway.config import FlowFactoryProfile
 from judge_gateway.schema import RewardRequest
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
+from tests.support.peer_formulas import VLLM_EVALUATE_PROMPT as EVALUATE_PROMPT  # its five-criteria question
 from tests.support.protocol_clients import ff_compute, ff_payload, pil_images
 
 REFERENCE = 1.0 / (1.0 + math.exp(-(math.log(0.7) - math.log(0.15))))  # vllm_evaluate on fake-yes
 OURS = 0.8 / 0.95
 
-# Flow-Factory vllm_evaluate.py, VLMEvaluateRewardModel.EVALUATE_PROMPT (first assignment).
-EVALUATE_PROMPT = (
-    "You are an expert image quality assessor. "
-    "Evaluate this AI-generated image by considering ALL of the following criteria:\n"
-    "1. Naturalness: Does the scene look realistic with correct perspective, shadows, and lighting?\n"
-    "2. Artifacts: Is the image free from distortions, blurriness, watermarks, "
-    "deformed faces, unusual body parts, or unharmonized subjects?\n"
-    "3. Aesthetic Appeal: Does the image exhibit pleasing composition, "
-    "color harmony, and visual balance?\n"
-    "4. Detail & Clarity: Are textures, edges, and fine details rendered "
-    "sharply and coherently without noise or smearing?\n"
-    "5. Overall Coherence: Is the image semantically consistent, with all "
-    "elements logically fitting together in a unified scene?\n\n"
-    "Considering all the above criteria holistically, is this a high-quality image? "
-    "Answer Yes or No."
-)
+ROOT = Path(__file__).resolve().parents[2]
 
 VLLM_EVALUATE = {
     "kind": "yes_no", "backend": "yes", "template": "flow_factory_quality@1",
@@ -219,13 +206,15 @@ async def test_malformed_condition_videos_are_an_error(ff, value, reason):
 
 
 def test_shipped_vllm_evaluate_asks_what_flow_factory_sends():
-    """Flow-Factory's VLMEvaluateRewardModel (6f3a641) reassigns EVALUATE_PROMPT to this question
-    after the five-criteria text: the second assignment is what it sends."""
+    """Flow-Factory's VLMEvaluateRewardModel sends its five-criteria EVALUATE_PROMPT
+    (src/flow_factory/rewards/vllm_evaluate.py at a0b2bc5, lines 144-158), not "Is it a beautiful
+    image?": a second assignment that only commit 6f3a641 (not an ancestor of its main branch) has."""
     from judge_gateway.config import load_config
     from judge_gateway.prompts import load_template
 
-    judge = load_config().judges["vllm_evaluate"]
-    messages = load_template(judge.template).render("any prompt", {"image": [{"type": "image_url",
-                                                                              "image_url": {"url": "u"}}]})
-    assert messages == [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}},
-                                                     {"type": "text", "text": "Is it a beautiful image?"}]}]
+    for path in (None, ROOT / "configs" / "flow_factory.toml"):
+        judge = load_config(path).judges["vllm_evaluate"]
+        messages = load_template(judge.template).render("any prompt", {"image": [{"type": "image_url",
+                                                                                  "image_url": {"url": "u"}}]})
+        assert messages == [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}},
+                                                         {"type": "text", "text": EVALUATE_PROMPT}]}]

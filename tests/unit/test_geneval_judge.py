@@ -144,9 +144,11 @@ def test_gen_eval_config_validated_naming_the_key():
 
 
 async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
-    """The original's keys: gen_eval_score = partial score, gen_eval_reward = correct (0/1),
-    gen_eval_strict = strict, whichever number `options.reward` makes raw; gen_eval_group = the
-    original's dict of the six tags' lists: correct in the sample's tag, -10.0 in the others."""
+    """The original's keys hold the service's own numbers (details.cosmos_rl), whichever number
+    `options.reward` makes raw: gen_eval_score = its partial score, gen_eval_reward = GenEval's
+    correct over the includes (no exclude: 3 dogs for "2 dogs" is correct there), gen_eval_strict =
+    exact counts; gen_eval_group = the six tags' lists, correct in the sample's tag, -10.0 in the
+    others. (This test asserted our own exactly-N verdict, 0.0, before: the service says 1.0.)"""
     from judge_gateway.config import protocols as protocol_config
     from judge_gateway.server.cosmos_rl.envelope import legacy_lists
 
@@ -156,8 +158,9 @@ async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
     meta = {"tag": "counting", "include": [{"class": "dog", "count": 2}]}
     for option in ("score", "correct", "strict"):
         s, _ = await score(dogs(3), meta, {"reward": option})
+        assert s.details["correct"] == 0.0  # GenEval's own verdict (exactly two) stays in details
         got = legacy_lists(reward, fill, [s], [""]).scores
-        assert 0 < got["gen_eval_score"][0] < 1, (option, got)
-        assert got["gen_eval_reward"] == [0.0] and got["gen_eval_strict"] == [0.0], (option, got)
-        assert got["gen_eval_group"] == {"single_object": [-10.0], "two_object": [-10.0], "counting": [0.0],
+        assert got["gen_eval_score"] == [0.5], (option, got)  # 1 - |2 - 3| / 2
+        assert got["gen_eval_reward"] == [1.0] and got["gen_eval_strict"] == [0.0], (option, got)
+        assert got["gen_eval_group"] == {"single_object": [-10.0], "two_object": [-10.0], "counting": [1.0],
                                          "colors": [-10.0], "position": [-10.0], "color_attr": [-10.0]}

@@ -22,6 +22,7 @@ from judge_gateway.prompts import (
 )
 from judge_gateway.prompts import lock as template_lock
 from judge_gateway.prompts import registry as template_registry
+from tests.support.peer_formulas import VLLM_EVALUATE_PROMPT
 
 # CI checks out `shared/` beside the repository root.
 REFERENCE_DIR = next(
@@ -32,6 +33,7 @@ REFERENCE_DIR = next(
 
 SHIPPED = [
     "cosmos_reason1@1",
+    "cosmos_reason1@2",
     "cosmos_reason1_critic@1",
     "flow_factory_beautiful@1",
     "flow_factory_quality@1",
@@ -40,7 +42,9 @@ SHIPPED = [
     "rational_rewards_edit@2",
     "rational_rewards_t2i@1",
     "rational_rewards_t2i@2",
+    "rational_rewards_t2i@3",
     "unified_reward@1",
+    "unified_reward@2",
     "video_edit@1",
     "vqa_alignment@1",
     "vqa_alignment@2",
@@ -511,22 +515,8 @@ def test_show_template_is_file_text_plus_hash() -> None:
 
 # --------------------------------------------------------------------------- Flow-Factory, condition video
 
-# Flow-Factory vllm_evaluate.py, VLMEvaluateRewardModel.EVALUATE_PROMPT (first assignment).
-FF_EVALUATE_PROMPT = (
-    "You are an expert image quality assessor. "
-    "Evaluate this AI-generated image by considering ALL of the following criteria:\n"
-    "1. Naturalness: Does the scene look realistic with correct perspective, shadows, and lighting?\n"
-    "2. Artifacts: Is the image free from distortions, blurriness, watermarks, "
-    "deformed faces, unusual body parts, or unharmonized subjects?\n"
-    "3. Aesthetic Appeal: Does the image exhibit pleasing composition, "
-    "color harmony, and visual balance?\n"
-    "4. Detail & Clarity: Are textures, edges, and fine details rendered "
-    "sharply and coherently without noise or smearing?\n"
-    "5. Overall Coherence: Is the image semantically consistent, with all "
-    "elements logically fitting together in a unified scene?\n\n"
-    "Considering all the above criteria holistically, is this a high-quality image? "
-    "Answer Yes or No."
-)
+# Flow-Factory vllm_evaluate.py, VLMEvaluateRewardModel.EVALUATE_PROMPT.
+FF_EVALUATE_PROMPT = VLLM_EVALUATE_PROMPT
 
 
 @pytest.mark.parametrize("ref, text", [("flow_factory_quality@1", FF_EVALUATE_PROMPT),

@@ -52,7 +52,7 @@ def test_every_protocol_is_an_api_router():
     assert isinstance(cosmos_rl.router, APIRouter)
     assert {r.path for r in native.router.routes} == {"/v1/rewards", "/v1/judges", "/healthz", "/readyz", "/metrics"}
     assert {r.path for r in cosmos_rl.router.routes} == {
-        "/api/reward/ping", "/api/reward/enqueue", "/api/reward/pull", "/api/reward/latent_attr"}
+        "/api/reward/ping", "/api/reward/pin", "/api/reward/enqueue", "/api/reward/pull", "/api/reward/latent_attr"}
     assert {r.path for r in flow_factory.router.routes} == {
         "/{profile}/health", "/{profile}/compute", "/{profile}/load", "/{profile}/offload"}
 

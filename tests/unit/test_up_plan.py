@@ -89,6 +89,9 @@ def test_up_dry_run_prints_the_plan_for_eight_gpus(tmp_path, capsys, monkeypatch
         template = "cosmos_reason1@1"
     """))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    # Flow-Factory launcher variables in the caller's shell are not the plan's
+    monkeypatch.setenv("PORT", "7777")
+    monkeypatch.setenv("DATA_PARALLEL_SIZE", "8")
     monkeypatch.chdir(tmp_path)
     assert main(["up", "--config", str(config), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -97,6 +100,9 @@ def test_up_dry_run_prints_the_plan_for_eight_gpus(tmp_path, capsys, monkeypatch
         assert f"vLLM vllm-cosmos_reason1-{port}: backend cosmos_reason1, GPUs {gpus}" in out
         assert f"env: CUDA_VISIBLE_DEVICES={gpus}" in out
         assert re.search(rf"cmd: .* --port {port} .*--tensor-parallel-size 2", out)
+    # one server per base URL: no data-parallel replicas counted from the node's 8 visible GPUs
+    assert "--data-parallel-size 4" not in out and "--data-parallel-size 8" not in out
+    assert out.count("--data-parallel-size 1") == 3
     assert "gateway: http://127.0.0.1:8080, GPUs 6,7" in out
     assert not (tmp_path / "run" / "up").exists() or not list((tmp_path / "run" / "up").glob("*.pid"))
 

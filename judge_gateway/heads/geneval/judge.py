@@ -8,7 +8,9 @@ scores and colours; the rules run here, on the gateway side, without torch.
 
 raw = reward input = `score` (partial), `correct` or `strict` per `options.reward` (a sample's
 `geneval_only_strict: true` picks `strict`); details: correct, strict, score, group (the six tags,
-null where they do not apply), checks (per include, with the reason it failed), detections.
+null where they do not apply), checks (per include, with the reason it failed), detections, and
+`cosmos_rl`: {score, correct, strict} as cosmos-rl's reward service computes them
+(rules.ServiceVerdict), which its legacy keys report.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def verdict_from_detections(meta: rules.Metadata, only_strict: bool, reward: str
     """The judge's number and details from one image's detections (all classes, raw scores)."""
     try:
         result = rules.evaluate(meta, detections)
+        service = rules.service_verdict(meta, detections, only_strict)
         summary = rules.detections_summary(detections, result.threshold)
     except rules.GenEvalInputError as exc:
         raise JudgeFailure(ErrorCode.head_error, f"gen_eval detector output: {exc}") from None
@@ -91,6 +94,7 @@ def verdict_from_detections(meta: rules.Metadata, only_strict: bool, reward: str
         "reasons": result.reasons,
         "box_threshold": result.threshold,
         "detections": summary,
+        "cosmos_rl": service.as_dict(),
     }
     if result.excludes:
         details["excludes"] = result.excludes

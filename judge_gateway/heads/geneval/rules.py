@@ -310,6 +310,84 @@ def evaluate(meta: Metadata, detections: Mapping[str, Any]) -> GenEvalResult:
                          excludes=excl, threshold=threshold)
 
 
+@dataclass(frozen=True)
+class ServiceVerdict:
+    """GenEval as cosmos-rl's reward service reports it (reward_service/cosmos_rl_reward/model/
+    gen_eval.py, after DiffusionNFT), which differs from `evaluate` in three ways:
+
+    * `correct` is GenEval's `evaluate` over the includes only: the service's per-image metadata
+      has no `exclude`, so a `counting` image with more than N objects is still correct;
+      with `geneval_only_strict` it is forced to False.
+    * `strict` (its `evaluate_reward`): every include's class kept exactly `count` times, its
+      colour on all of them, its position against the earlier include's objects; no excludes.
+    * `score` is the flat mean of the parts `evaluate_reward` appends: per include
+      1 - |count - kept| / count (negative when far more are kept); then, when the count is not
+      exact and a colour or position is asked, one 0.0; else 1 - |count - right colour| / count
+      for a colour, and for a position 0.0 when the earlier include did not match, else 0.0 for
+      the first pair out of relation followed by 1.0, or 1.0 when every pair is in relation.
+    """
+
+    score: float
+    correct: bool
+    strict: bool
+
+    def as_dict(self) -> dict[str, float]:
+        return {"score": self.score, "correct": float(self.correct), "strict": float(self.strict)}
+
+
+def service_verdict(meta: Metadata, detections: Mapping[str, Any], only_strict: bool = False) -> ServiceVerdict:
+    objects = select_objects(detections, threshold_for(meta.tag))
+    correct = _service_correct(meta, objects) and not only_strict
+    parts: list[float] = []
+    strict = True
+    matched: list[list[Obj] | None] = []
+    for inc in meta.includes:
+        kept = objects.get(inc.cls, [])
+        ok = True
+        parts.append(1 - abs(inc.count - len(kept)) / inc.count)
+        if len(kept) != inc.count:
+            ok = False
+            if inc.color is not None or inc.position is not None:
+                parts.append(0.0)
+        else:
+            if inc.color is not None:
+                n_color = sum(1 for o in kept if o.color == inc.color)
+                parts.append(1 - abs(inc.count - n_color) / inc.count)
+                ok = n_color == inc.count
+            if inc.position is not None and ok:
+                rel, target = inc.position
+                targets = matched[target]
+                if targets is None:
+                    ok = False
+                    parts.append(0.0)
+                else:
+                    if not all(rel in relations(o, t) for o in kept for t in targets):
+                        ok = False
+                        parts.append(0.0)
+                    parts.append(1.0)
+        strict = strict and ok
+        matched.append(kept if ok else None)
+    return ServiceVerdict(score=sum(parts) / len(parts), correct=correct, strict=strict)
+
+
+def _service_correct(meta: Metadata, objects: Mapping[str, list[Obj]]) -> bool:
+    """GenEval's `evaluate` over the includes, without excludes (see ServiceVerdict)."""
+    matched: list[list[Obj] | None] = []
+    correct = True
+    for inc in meta.includes:
+        found = objects.get(inc.cls, [])[: inc.count]
+        ok = len(found) >= inc.count
+        if ok and inc.color is not None:
+            ok = sum(1 for o in found if o.color == inc.color) >= inc.count
+        if ok and inc.position is not None:
+            rel, target = inc.position
+            targets = matched[target]
+            ok = targets is not None and all(rel in relations(o, t) for o in found for t in targets)
+        matched.append(found if ok else None)
+        correct = correct and ok
+    return correct
+
+
 def detections_summary(detections: Mapping[str, Any], threshold: float) -> dict[str, Any]:
     """Per class, how many objects were kept, their scores and colours (for a score's details)."""
     objs = select_objects(detections, threshold)

@@ -1,4 +1,4 @@
-"""cosmos-rl reward service protocol: POST /api/reward/{ping,enqueue,pull,latent_attr} over Gateway.score.
+"""cosmos-rl reward service protocol: POST /api/reward/{ping,pin,enqueue,pull,latent_attr} over Gateway.score.
 
 Better than the original in every failure case: an enqueue body is validated before a uuid is
 given (400 with the reason otherwise); a full queue answers 503 instead of dropping; every

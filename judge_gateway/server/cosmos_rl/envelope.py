@@ -136,15 +136,24 @@ def _fill(fill: InvalidFill, key: str, i: int, read: list[tuple[dict[str, Any], 
 
 
 def result_envelope(name: str, reward: CosmosReward, fill: InvalidFill, cells: list[JudgeScore],
-                    prompts: list[str], info: dict[str, Any], duration: float, decoded_s: float) -> dict[str, Any]:
-    """The original's result envelope, plus per-sample `valid`, `errors`, `filled_by` and JudgeScores.
+                    prompts: list[str], info: dict[str, Any], duration: float, decoded_s: float,
+                    notes: list[str] | None = None, ignored: list[str] | None = None) -> dict[str, Any]:
+    """The original's result envelope, plus per-sample `valid`, `errors`, `filled_by` and JudgeScores,
+    and, when there are any, `notes` (what was asked and not honoured) and `ignored_fields` (request
+    fields nothing read).
 
     cosmos-rl's trainer reads only `scores`: an invalid sample's legacy values there are what
     the reward's invalid policy fills in (legacy_lists), and it trains on them; `valid`,
     `errors` and `filled_by` say which they are for anyone who looks.
     """
     lists = legacy_lists(reward, fill, cells, prompts)
+    extra: dict[str, Any] = {}
+    if notes:
+        extra["notes"] = notes
+    if ignored:
+        extra["ignored_fields"] = ignored
     return {
+        **extra,
         "scores": lists.scores,
         "input_info": info,
         "duration": f"{duration:.2f}",

@@ -27,6 +27,7 @@ from ...config import (
     LegacyKey,
 )
 from ...schema import SampleInput
+from ..ignored import IgnoredFields
 from .tensors import (
     EnqueueMeta,
     PayloadError,
@@ -57,6 +58,12 @@ class Prepared:
     info: dict[str, Any]
     batch: int
     extra_meta: list[dict[str, Any]] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # request fields nothing here uses
+    notes: dict[str, list[str]] = field(default_factory=dict)  # reward -> what its envelope reports
+
+
+# The GenEval fields a gen_eval judge reads per sample (heads/geneval/judge.py).
+GENEVAL_FIELDS = ("geneval_tags", "geneval_includes", "geneval_only_strict")
 
 
 class JudgeUnready(Unavailable):
@@ -77,6 +84,7 @@ class PayloadChecks:
         self.gateway = gateway
         self.cfg = cfg
         self.worker = worker
+        self.ignored = IgnoredFields(gateway.metrics, "cosmos_rl")
         self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
         self._failed_heads: dict[str, str] = {}  # head -> why its last load failed, until it is ready
 
@@ -150,6 +158,7 @@ class PayloadChecks:
             rewards[name] = self.resolve(name)
         if not rewards:
             raise PayloadError("every reward in `reward_fn` has weight <= 0: nothing to score")
+        notes = self._route_ocr_gpu(meta, rewards)
         if self.cfg.refuse_unready and check_ready:
             await self._check_ready(rewards)
         def check_medium(medium: str, what: str) -> None:
@@ -214,7 +223,47 @@ class PayloadChecks:
         info = await asyncio.to_thread(input_info, arr, dtype_name)  # min/max of a video: off the loop
         if medium == "video" and meta.video_infos is not None:
             info["video_infos"] = meta.video_infos
-        return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample)
+        ignored = self._unused_fields(meta, rewards, medium)
+        if ignored:
+            self.ignored.note(ignored, "no requested reward reads it")
+        return Prepared(meta, rewards, skipped, medium, pixels, latents, fps, info, batch, per_sample,
+                        ignored, notes)
+
+    def _route_ocr_gpu(self, meta: EnqueueMeta, rewards: dict[str, CosmosReward]) -> dict[str, list[str]]:
+        """`ocr_use_gpu: true` (the original's GPU OCR): a reward with a gpu_judge is scored by it;
+        for the others the envelope says it was not honoured, and on which judge it was scored."""
+        use_gpu = meta.extra.get("ocr_use_gpu")
+        if use_gpu is None:
+            return {}
+        if not isinstance(use_gpu, bool):
+            raise PayloadError(f"`ocr_use_gpu` must be true or false, got {use_gpu!r}")
+        notes: dict[str, list[str]] = {}
+        for name, reward in list(rewards.items()):
+            if self.gateway.judges[reward.judge].kind != "ocr":
+                continue
+            if use_gpu and reward.gpu_judge is not None:
+                rewards[name] = reward.model_copy(update={"judge": reward.gpu_judge})
+            elif use_gpu:
+                device = getattr(self.gateway.judges[reward.judge].cfg.options, "device", "?")
+                notes[name] = [f"ocr_use_gpu: true was not honoured: no GPU OCR judge is configured "
+                               f"(cosmos_rl.rewards.{name}.gpu_judge); scored by judge {reward.judge!r} on {device}"]
+                self.ignored.note(["ocr_use_gpu"], f"reward {name!r} has no gpu_judge")
+        return notes
+
+    def _unused_fields(self, meta: EnqueueMeta, rewards: dict[str, CosmosReward], medium: str) -> list[str]:
+        """The request's fields that no requested reward reads (ocr_use_gpu is noted by _route_ocr_gpu)."""
+        kinds = {self.gateway.judges[r.judge].kind for r in rewards.values()}
+        used = {"ocr_use_gpu"} | (set(GENEVAL_FIELDS) if "gen_eval" in kinds else set())
+        unused = [k for k in meta.extra if k not in used]
+        if "ocr_use_gpu" in meta.extra and "ocr" not in kinds:
+            unused.append("ocr_use_gpu")
+        if meta.video_infos is not None:
+            if medium != "video":
+                unused.append("video_infos")
+            else:
+                unused += sorted({f"video_infos[].{k}" for info in meta.video_infos for k in info
+                                  if k not in ("video_fps", "fps")})
+        return unused
 
     def _check_limits(self, batch: int, pixels: np.ndarray | None, latents: np.ndarray | None,
                       prompts: list[str] | None) -> None:

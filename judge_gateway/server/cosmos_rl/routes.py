@@ -1,4 +1,5 @@
-"""The cosmos-rl routes: POST /api/reward/{ping,enqueue,pull,latent_attr} over CosmosRLService.
+"""The cosmos-rl routes: POST /api/reward/{ping,pin,enqueue,pull,latent_attr} over CosmosRLService
+(`pin` is the path the original's README gives for ping).
 
 Their bodies are the original service's (`message`, `status`; ours add `error`), not the native
 API's error body: cosmos-rl's client reads them.
@@ -67,6 +68,7 @@ def bad(message: str, status: int = 400, retry_after: str | None = None) -> JSON
 
 
 @router.post("/api/reward/ping", summary="cosmos-rl: ping (form field info_data, only logged)")
+@router.post("/api/reward/pin", summary="cosmos-rl: ping under the path its README names (`/api/reward/pin`)")
 async def ping(request: Request) -> JSONResponse:
     try:
         fields = await form_fields(request)

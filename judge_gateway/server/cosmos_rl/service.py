@@ -309,7 +309,7 @@ class CosmosRLService:
         prompts = p.meta.prompts if p.meta.prompts is not None else [""] * p.batch
         for name, reward in p.rewards.items():
             results[name] = result_envelope(name, reward, self.cfg.fill_of(reward), cells[reward.judge], prompts,
-                                            p.info, duration, decoded_s)
+                                            p.info, duration, decoded_s, p.notes.get(name), p.ignored)
         return {"status": "done", "results": results, "skipped": p.skipped, "finished_at": time.time()}
 
     async def _scored(self, uid: str, samples: list[SampleInput], judges: list[str],
@@ -381,7 +381,8 @@ class CosmosRLService:
             if reason is None:
                 if reward not in entry.get("rewards", []):
                     return self._not_asked(base, entry, reward, type_given)
-                return 425, {**base, "status": "pending", "message": f"Not found scores for {uid}: still scoring"}
+                return self.cfg.pending_status, {**base, "status": "pending",
+                                                 "message": f"Not found scores for {uid}: still scoring"}
             entry = self._failed(reason, {k: entry[k] for k in ("rewards", "skipped", "prompts") if k in entry})
         if entry.get("status") == "failed":
             filled = self._failed_envelope(reward, entry)

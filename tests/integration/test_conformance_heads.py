@@ -1,0 +1,158 @@
+"""The conformance table's CLIP-family rows on real models (docs/integrations/conformance.md):
+Flow-Factory's PickScore (images, and a video as the mean over all its frames), CLIP (a video by
+its first frame) and PickScore_Rank through its remote client's wire format, and cosmos-rl's
+pickscore and hpsv2 through enqueue / pull, against the peers' own computation on the same tiny
+weights (tests/support/peer_heads_reference.py under .venv-heads), to a relative 1e-5.
+
+The gateway is configured as configs/flow_factory.toml and the cosmos-rl defaults are, with the
+tiny models in place of the hub weights (the test checks the shipped settings it copies)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.server import create_app
+from tests.support.cosmos_client import enqueue_body, poll
+from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, python_path
+from tests.support.protocol_clients import ff_compute, ff_payload
+
+pytestmark = pytest.mark.integration
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[2]
+REL = 1e-5
+PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello"', "a bowl of fruit"]
+VIDEO_PROMPTS = ["a dog running", "waves at sunset"]
+GROUP_PROMPT = "a lighthouse at night"
+
+
+def _images(n: int, h: int, w: int, seed: int) -> list[Image.Image]:
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def models() -> Path:
+    return build_tiny_heads("tiny")
+
+
+@pytest.fixture(scope="module")
+def media() -> dict:
+    return {"images": _images(4, 40, 48, 1), "videos": [_images(3, 36, 36, 2), _images(5, 28, 44, 3)],
+            "group": _images(6, 44, 40, 4)}
+
+
+def _shipped() -> dict:
+    return tomllib.loads((ROOT / "configs" / "flow_factory.toml").read_text())
+
+
+def gateway_config(models: Path) -> dict:
+    """configs/flow_factory.toml's head judges and profiles on the tiny models."""
+    shipped = _shipped()
+    heads = head_judges(models, max_wait_ms=20)
+    judges = {
+        "pickscore": {**heads["pickscore"], "video": shipped["judges"]["pickscore"]["video"]},
+        "clip": {**heads["clip_hf"], "video": shipped["judges"]["clip"]["video"]},
+        "hpsv2": heads["hpsv2"],  # cosmos-rl's hpsv2 (the default mapping)
+    }
+    judges["pickscore"]["options"]["pooling"] = shipped["judges"]["pickscore"]["options"]["pooling"]
+    profiles = {k: shipped["flow_factory"]["profiles"][k] for k in ("PickScore", "CLIP", "PickScore_Rank")}
+    return {"judges": judges, "flow_factory": {"profiles": profiles}}
+
+
+@pytest.fixture(scope="module")
+def reference(models, media, tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("peer-heads")
+
+    def saved(images: list[Image.Image], stem: str) -> list[str]:
+        paths = []
+        for i, im in enumerate(images):
+            path = folder / f"{stem}{i}.png"
+            im.save(path)
+            paths.append(str(path))
+        return paths
+
+    hpsv2 = head_judges(models)["hpsv2"]["options"]
+    spec = {"hf_clip": str(models / "hf_clip"),
+            "openclip": {"name": "jg-tiny-clip", "config": str(models / "openclip_cfg" / "jg-tiny-clip.json"),
+                         "checkpoint": str(models / "openclip.pt")},
+            "hpsv2_options": {k: v for k, v in hpsv2.items() if k != "python"} | {"kind": "hpsv2"},
+            "images": saved(media["images"], "image"), "prompts": PROMPTS,
+            "videos": [saved(v, f"video{j}_") for j, v in enumerate(media["videos"])], "video_prompts": VIDEO_PROMPTS,
+            "group": saved(media["group"], "group"), "group_prompt": GROUP_PROMPT}
+    (folder / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run([str(heads_python()), "-m", "tests.support.peer_heads_reference", str(folder / "spec.json"),
+                           str(folder / "out.json")], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": python_path()})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((folder / "out.json").read_text())
+
+
+@pytest.fixture(scope="module")
+async def client(models):
+    gw = Gateway(validate_config(gateway_config(models)))
+    app = create_app(gw)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=600) as c:
+        yield c
+    await app.state.cosmos_rl.aclose()
+    await gw.aclose()
+
+
+def test_the_copied_settings_are_the_shipped_ones():
+    shipped = _shipped()
+    assert shipped["judges"]["pickscore"]["video"] == {"max_frames": 4096}  # every frame
+    assert shipped["judges"]["clip"]["video"] == {"num_frames": 1}  # the first frame
+    assert shipped["flow_factory"]["profiles"]["PickScore_Rank"]["group_transform"] == "ordinal_rank"
+
+
+async def test_flow_factory_pickscore_images_and_videos(client, media, reference):
+    got = await ff_compute(client, "/flow-factory/PickScore", ff_payload(PROMPTS, image=media["images"]))
+    assert got == pytest.approx(reference["ff_pickscore"], rel=REL)
+    got = await ff_compute(client, "/flow-factory/PickScore", ff_payload(VIDEO_PROMPTS, video=media["videos"]))
+    assert got == pytest.approx(reference["ff_pickscore_video"], rel=REL)
+
+
+async def test_flow_factory_clip_images_and_first_frames(client, media, reference):
+    got = await ff_compute(client, "/flow-factory/CLIP", ff_payload(PROMPTS, image=media["images"]))
+    assert got == pytest.approx(reference["ff_clip"], rel=REL)
+    got = await ff_compute(client, "/flow-factory/CLIP", ff_payload(VIDEO_PROMPTS, video=media["videos"]))
+    assert got == pytest.approx(reference["ff_clip_video"], rel=REL)
+
+
+async def test_flow_factory_pickscore_rank(client, media, reference):
+    prompts = [GROUP_PROMPT] * len(media["group"])
+    got = await ff_compute(client, "/flow-factory/PickScore_Rank", ff_payload(prompts, image=media["group"]))
+    assert got == pytest.approx(reference["ff_pickscore_rank"], rel=REL, abs=1e-12)
+    assert sorted(got) == [i / len(prompts) for i in range(len(prompts))]
+
+
+async def test_cosmos_rl_pickscore_and_hpsv2(client, media, reference):
+    arr = np.stack([np.asarray(im) for im in media["images"]])  # [B, H, W, 3] uint8, as the trainer sends
+    meta = {"reward_fn": {"pickscore": 1.0, "hpsv2": 1.0}, "prompts": PROMPTS, "media_type": "image"}
+    r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, arr),
+                          headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 200, r.text
+    uid = r.json()["uuid"]
+    pickscore = (await poll(client, uid, "pickscore", timeout=600)).json()
+    hpsv2 = (await poll(client, uid, "hpsv2", timeout=600)).json()
+    assert pickscore["scores"]["pickscore"] == pytest.approx(reference["cosmos_pickscore"], rel=REL)
+    assert hpsv2["scores"]["hpsv2"] == pytest.approx(reference["cosmos_hpsv2_on_our_embeddings"], rel=REL)
+    # The pixels: the original resizes a float tensor (torchvision, bicubic) where ours resizes uint8
+    # images as HPSv2's own PIL transform does; on the same model, that is all that differs.
+    pixels = max(abs(a - b) / abs(b) for a, b in zip(hpsv2["scores"]["hpsv2"], reference["cosmos_hpsv2"]))
+    print(f"[conformance] hpsv2: ours vs the original's tensor preprocessing, max relative difference {pixels:.2e}",
+          file=sys.stderr)
+    assert pixels < 0.05
