@@ -7,6 +7,7 @@
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
+    watch.py         [watch]: shadow judges, windows, alarm thresholds
     loading.py       reading the TOML and the checks across sections
 
 This face re-exports the names callers use.
@@ -62,6 +63,7 @@ from .protocols import (
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
 from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .watch import WatchAlarms, WatchConfig
 
 __all__ = [
     # loading
@@ -81,4 +83,6 @@ __all__ = [
     "GENEVAL_TAGS", "SENTINEL_VALUE", "SENTINEL_LABEL", "FlowFactoryConfig", "FlowFactoryProfile",
     # distributed mode
     "RayConfig", "RayDeploymentConfig", "RayAutoscaling",
+    # reward-hacking watch
+    "WatchConfig", "WatchAlarms",
 ]

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from .models import GatewayConfig, JudgeConfig, is_loopback
 from .protocols import check_protocols
 from .ray import check_ray
+from .watch import check_watch
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
 
 if sys.version_info >= (3, 11):
@@ -77,6 +78,7 @@ def _check_across(cfg: GatewayConfig, configured: list[str], source: str) -> lis
     heads = {n for n, j in cfg.judges.items() if j.kind_spec.runs_on == "head"}
     problems += check_ray(cfg.ray, heads | broken, set(configured),
                           cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
+    problems += check_watch(cfg.watch, set(configured))
     host = cfg.server.host
     if not is_loopback(host) and not cfg.server.resolved_api_keys():
         if not cfg.server.allow_unauthenticated_public:

@@ -5,7 +5,7 @@
     [combine]   policy, on_invalid, fill_value
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
     [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
-    [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py)
+    [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py), [watch] (watch.py)
 
 Each model checks its own section; the checks across sections are in loading.py.
 """
@@ -33,6 +33,7 @@ from .kinds import KINDS, JudgeOptions, KindSpec
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
+from .watch import WatchConfig
 
 
 class AdmissionConfig(Strict):
@@ -274,6 +275,8 @@ class GatewayConfig(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     # Distributed mode (`judge-gateway serve --ray`); absent: one machine, no Ray needed.
     ray: RayConfig | None = None
+    # Shadow judges over live training traffic, per-window statistics and alarms (judge_gateway/watch/).
+    watch: WatchConfig = Field(default_factory=WatchConfig)
 
     def judge_options(self, name: str) -> JudgeOptions:
         return self.judges[name].options

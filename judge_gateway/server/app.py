@@ -14,8 +14,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..config import check_api_key
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
+from ..watch import Watch
 from ..work_queue import make_work_queue
-from . import cosmos_rl, flow_factory, native
+from . import cosmos_rl, flow_factory, native, watching
 from .admission import Admission
 from .auth import require_api_key
 from .errors import error_response, request_validation_error
@@ -91,7 +92,8 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     instance = uuid.uuid4().hex  # this process among the replicas sharing the store
     # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
     queue = make_work_queue(result_store, gateway.config.store.queue, instance)
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance)
+    watch = Watch(gateway)  # [watch]: shadow judges over what the routes below score
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -99,8 +101,10 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
         await result_store.check_persistence(gateway.config.store.persistence)
         if gateway.config.cosmos_rl.enabled:
             await cosmos.start()
+        await watch.start()
         yield
         await cosmos.aclose()
+        await watch.aclose()  # after cosmos-rl: its last results are handed over first
         await result_store.aclose()
         await gateway.aclose()
 
@@ -128,8 +132,10 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
     app.state.admission = Admission(cfg.admission, gateway.metrics)
     app.state.cosmos_rl = cosmos
+    app.state.watch = watch
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)
     app.include_router(native.router)
+    app.include_router(watching.router)
     native.document_reward_request(app)
     if gateway.config.cosmos_rl.enabled:
         app.include_router(cosmos_rl.router)

@@ -16,6 +16,7 @@ backends are down or timing out) are a 503, which the client retries.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -29,11 +30,13 @@ from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
-from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
+from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, RewardResponse, SampleInput
+from ..watch import BadTags
 from .admission import Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .metered import metered
 from .state import AdmissionDep
+from .watching import after_response, request_tags
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +144,10 @@ class FlowFactoryService:
                         raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
 
-    async def compute(self, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def compute(self, name: str, body: bytes,
+                      on_scored: Callable[[list[SampleInput], RewardResponse], None] | None = None
+                      ) -> tuple[int, dict[str, Any]]:
+        """(status, body) of one /compute; `on_scored` gets the samples and their judge scores."""
         profile = self.cfg.profiles[name]
         try:
             samples = await run_in_threadpool(parse_compute, body, profile,
@@ -154,6 +160,8 @@ class FlowFactoryService:
             response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
         except RequestTooLargeError as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
+        if on_scored is not None:
+            on_scored(samples, response)
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
         problems: list[tuple[int, str, ErrorCode]] = []
@@ -220,12 +228,19 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
         return _unknown(service, profile)
     with metered(service.gateway.metrics, "flow_factory") as outcome:
         try:
+            try:
+                tags = request_tags(request)
+            except BadTags as err:  # bad input: a 200 with `error`, which the client does not retry
+                outcome.status = "invalid"
+                return JSONResponse({"error": str(err)})
             raw = await request.body()
+            scored: list[tuple[list[SampleInput], RewardResponse]] = []
             async with admission.slot("flow_factory", until=lambda wait: unless_disconnected(request, wait)):
                 # The client gives up after its timeout and retries: stop scoring the abandoned copy.
-                code, body = await unless_disconnected(request, service.compute(profile, raw))
+                code, body = await unless_disconnected(request, service.compute(profile, raw, lambda *s: scored.append(s)))
             outcome.status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
-            return JSONResponse(body, status_code=code)
+            watched = after_response(request, "flow_factory", tags, *scored[0]) if scored else None
+            return JSONResponse(body, status_code=code, background=watched)
         except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)
             outcome.status = "refused"
             return JSONResponse({"detail": str(err)}, status_code=503,

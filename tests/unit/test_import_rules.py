@@ -32,7 +32,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
     )),
-    ("config, schema", ("config", "schema")),
+    ("config, schema", (
+        "config", "schema",
+        "runs",  # the run-folder format: written by score and the watch, read by browse, eval and tune
+    )),
     ("backends, store, combine", (
         "backends", "store", "combine",
         "latents", "latent_worker",  # the cosmos-rl latent decoder
@@ -42,9 +45,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("heads, judges", ("heads", "judges")),
     ("registry", ("registry",)),
     ("gateway", ("gateway",)),
+    ("watch", ("watch",)),  # shadow judges over live traffic: scores through the gateway, fed by the server
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
-        "tuning", "evaluation", "browse", "runs",
+        "tuning", "evaluation", "browse",
     )),
     ("cli", ("cli",)),
 ]

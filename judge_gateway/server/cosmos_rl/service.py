@@ -36,6 +36,7 @@ from ...schema import (
     SampleInput,
 )
 from ...store import ResultStore, StoreError, retry_store_write
+from ...watch import RunTags, Watch
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
 from .envelope import failed_envelope, result_envelope
 from .payload import JudgeUnready, PayloadChecks, Prepared
@@ -49,8 +50,9 @@ DEAD_CONSUMER_S = 600.0  # a queue consumer (a past gateway process) idle this l
 
 class CosmosRLService:
     def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig,
-                 queue: RedisWorkQueue | None = None, instance: str | None = None) -> None:
+                 queue: RedisWorkQueue | None = None, instance: str | None = None, watch: Watch | None = None) -> None:
         self.gateway = gateway
+        self.watch = watch  # handed each request's scores once its result is stored
         self.store = store
         self.cfg = cfg
         self.instance = instance or uuidlib.uuid4().hex
@@ -79,8 +81,8 @@ class CosmosRLService:
 
     # ---- enqueue ---------------------------------------------------------------------------
 
-    async def enqueue(self, body: bytes, *,
-                      until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None) -> str:
+    async def enqueue(self, body: bytes, *, until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None,
+                      tags: RunTags | None = None) -> str:
         """Validate, store a pending entry, start scoring in the background; the uuid.
         `until` wraps the preparation (the server cancels it when the client leaves before it has
         a uuid); once a uuid is given, the request is accepted and runs to its end."""
@@ -102,12 +104,12 @@ class CosmosRLService:
         deadline = now + self.cfg.request_timeout_s
         await self.store.put(uid, {
             "status": "pending", "owner": self.instance, "accepted_at": now,
-            "deadline": deadline, **self._accepted_of(prepared),
+            "deadline": deadline, **self._accepted_of(prepared), **({"watch": tags.as_entry()} if tags else {}),
         }, ttl_s=self.cfg.request_timeout_s + self._ttl())
         if self.queue is not None:  # accepted once it is on the stream; a consumer (any replica) scores it
             await self.queue.add(uid, body, deadline)
             return uid
-        self._track(uid, self._run(uid, prepared, deadline))
+        self._track(uid, self._run(uid, prepared, deadline, tags=tags))
         self._accepted[uid] = self._accepted_of(prepared)
         return uid
 
@@ -122,13 +124,15 @@ class CosmosRLService:
     def _ttl(self) -> float:
         return float(getattr(self.store, "ttl_s", 3600.0))
 
-    async def _run(self, uid: str, p: Prepared, deadline_at: float, entry_id: str | None = None) -> None:
+    async def _run(self, uid: str, p: Prepared, deadline_at: float, entry_id: str | None = None,
+                   tags: RunTags | None = None) -> None:
         """Score an accepted request by its deadline (wall time) and store its one final entry."""
         left = max(0.0, deadline_at - time.time())
         deadline = time.monotonic() + left
+        scored: list[tuple[list[SampleInput], dict[str, list[JudgeScore]]]] = []
         try:
             async with asyncio.timeout(left):
-                entry = await self._score(uid, p, deadline)
+                entry = await self._score(uid, p, deadline, scored.append)
         except TimeoutError:
             entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s",
                                  self._accepted_of(p), ErrorCode.timeout)
@@ -140,6 +144,8 @@ class CosmosRLService:
             log.exception("cosmos-rl request %s failed", uid)
             entry = self._failed(f"{type(err).__name__}: {err}", self._accepted_of(p))
         await self._store_final(uid, entry, entry_id)
+        if scored and tags is not None and self.watch is not None:
+            self.watch.offer_cells("cosmos_rl", *scored[0], tags, uid)
 
     async def _store_final(self, uid: str, entry: dict[str, Any], entry_id: str | None) -> None:
         """Store the result through a store outage (retried, served from memory here meanwhile),
@@ -258,7 +264,7 @@ class CosmosRLService:
             await self._store_final(work.uid, entry, work.entry_id)
             return
         self._accepted[work.uid] = self._accepted_of(prepared)
-        await self._run(work.uid, prepared, work.deadline, work.entry_id)
+        await self._run(work.uid, prepared, work.deadline, work.entry_id, RunTags.from_entry((existing or {}).get("watch")))
 
     @staticmethod
     def _accepted_of(p: Prepared) -> dict[str, Any]:
@@ -279,7 +285,9 @@ class CosmosRLService:
         reward = self.resolve(name)
         return failed_envelope(name, reward, self.cfg.fill_of(reward), entry)
 
-    async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
+    async def _score(self, uid: str, p: Prepared, deadline: float | None = None,
+                     keep: Callable[[tuple[list[SampleInput], dict[str, list[JudgeScore]]]], None] | None = None
+                     ) -> dict[str, Any]:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
@@ -295,6 +303,8 @@ class CosmosRLService:
         if deadline is None:
             deadline = time.monotonic() + self.cfg.request_timeout_s
         cells = await self._scored(uid, samples, judges, deadline)
+        if keep is not None:
+            keep((samples, cells))
         duration = time.perf_counter() - started
         results = {}
         prompts = p.meta.prompts if p.meta.prompts is not None else [""] * p.batch

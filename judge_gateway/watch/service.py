@@ -1,0 +1,461 @@
+"""The watch: shadow judges over a sampled share of live training traffic, off the critical path.
+
+`offer` is what a route calls once its response is sent (cosmos-rl: once the result is stored):
+it draws the sampled samples and puts them on a bounded queue, never awaiting anything, so the
+trainer never waits for it. Workers (watch.max_concurrency of them) take batches from the queue
+and score them with the shadow judges through the same Gateway, each batch only while the shadow
+judges' VLM backends have watch.backend_headroom of their slots free; what waits too long, or
+does not fit the queue (watch.queue_size samples, watch.queue_bytes of media), is shed and
+counted. Scored samples join their run's window (windows.py); a sealed window's statistics and
+alarms (monitor.py) go to the metrics, the log, the run's record (record.py) and GET /v1/watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import runs
+from ..config import WatchConfig
+from ..gateway import Gateway
+from ..schema import JudgeScore, RewardRequest, SampleInput
+from .disagree import Gap, Reference, TopK, largest_gap
+from .metrics import WatchMetrics
+from .monitor import RunMonitor
+from .record import RunRecord
+from .report import Disagreement, QueueReport, RunReport, WatchReport
+from .tags import RunTags
+from .thumbs import thumbnail
+from .windows import LateSample, RunWindows, Window
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5  # how often time closes windows
+RUN_DISAGREEMENTS = 24  # most disagreeing samples listed per run
+HEADROOM_POLL_S = 0.05
+
+
+def held_bytes(sample: SampleInput) -> int:
+    """Memory a queued sample holds, at most: encoded bytes and decoded pixels (a container video's
+    decoded frames are dropped when it is queued, so it holds its bytes)."""
+    total = 0
+    for image in [sample.image, *sample.condition_images]:
+        if image is not None:
+            total += len(image.source_bytes() or b"") + image.width * image.height * 3
+    for video in [sample.video, *sample.condition_videos]:
+        if video is not None:
+            data = video.source_bytes()
+            total += len(data) if data is not None else video.num_frames * video.width * video.height * 3
+    return total
+
+
+@dataclass
+class _Item:
+    """One sampled sample on its way through the shadows."""
+
+    run: _Run
+    window: Window
+    tags: RunTags
+    api: str
+    request_id: str
+    position: int  # the sample's index in its request
+    sample: SampleInput
+    scores: dict[str, JudgeScore]  # the request's scores of the training judges (and any shadow it ran)
+    shadows: tuple[str, ...]  # shadow judges still to run
+    queued_at: float
+    size: int
+
+
+@dataclass
+class _Entry:
+    """A scored sample held in its window until the window is sealed."""
+
+    line: dict
+    row: dict[str, float | None]  # judge -> reward, None when invalid: what the statistics read
+    gap: Gap | None
+    thumb: tuple[bytes, str] | None = None  # (JPEG, "image" | "video") while it ranks in its window
+
+
+@dataclass
+class _Run:
+    name: str
+    windows: RunWindows
+    monitor: RunMonitor
+    record: RunRecord | None = None
+    record_error: str | None = None
+    entries: dict[int, list[_Entry]] = field(default_factory=dict)  # window number -> its samples
+    tops: dict[int, TopK[_Entry]] = field(default_factory=dict)  # window number -> its top gaps
+    refs: dict[str, Reference] = field(default_factory=dict)
+    disagreements: TopK[Disagreement] = field(default_factory=lambda: TopK(RUN_DISAGREEMENTS))
+    thumbnails: int = 0
+    last_seen: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # seals of one run run one at a time
+    report: RunReport | None = None  # as of its last seal
+
+
+class Watch:
+    def __init__(self, gateway: Gateway, cfg: WatchConfig | None = None, folder: Path | None = None) -> None:
+        self.gateway = gateway
+        self.cfg = cfg if cfg is not None else gateway.config.watch
+        self.folder = (folder or Path(self.cfg.folder)).resolve()
+        self.metrics = WatchMetrics(gateway.metrics.registry)
+        self._rng = random.Random(self.cfg.seed)
+        self._shadow_judges = set(self.cfg.shadow_judges)
+        self._queue: deque[_Item] = deque()
+        self._queued_bytes = 0
+        self._wake: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._runs: dict[str, _Run] = {}
+        self._counts: Counter[str] = Counter()
+        self._shed: Counter[str] = Counter()
+        self._in_flight = 0
+        self._closed = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.cfg.enabled
+
+    # ---- intake: called by the routes, never awaits --------------------------------------------
+
+    def offer(self, api: str, samples: Sequence[SampleInput], scores: Sequence[Mapping[str, JudgeScore]],
+              tags: RunTags, request_id: str) -> None:
+        """Sample a scored request's samples for the shadows (after its response is sent)."""
+        if not self.enabled or self._closed:
+            return
+        self._start()
+        now = time.time()
+        for position, (sample, cells) in enumerate(zip(samples, scores)):
+            watched = [t for t in cells if t in self.cfg.shadows]
+            if not watched:
+                continue
+            self._counts["offered"] += 1
+            self.metrics.samples.labels("offered").inc()
+            if self._rng.random() >= self.cfg.sample_rate:
+                continue
+            self._counts["sampled"] += 1
+            self.metrics.samples.labels("sampled").inc()
+            run = self._run(tags.run, now)
+            if run is None:
+                self._count_shed("too_many_runs")
+                continue
+            for train in watched:
+                run.monitor.watch_pair(train, self.cfg.shadows[train])
+            try:
+                window = run.windows.assign(tags.step, now)
+            except LateSample:
+                self._count_shed("late_window")
+                continue
+            shadows = tuple(dict.fromkeys(s for t in watched for s in self.cfg.shadows[t] if s not in cells))
+            kept = {j: s for j, s in cells.items() if j in watched or j in self._shadow_judges}
+            if sample.video is not None:
+                sample.video.clear_decoded()  # the training request is done with its frames
+            size = held_bytes(sample)
+            if len(self._queue) >= self.cfg.queue_size or self._queued_bytes + size > self.cfg.queue_bytes:
+                run.windows.drop(window)
+                self._count_shed("queue_full")
+                continue
+            self._queue.append(_Item(run, window, tags, api, request_id, position, sample, kept, shadows, now, size))
+            self._queued_bytes += size
+        self.metrics.queue_depth.set(len(self._queue))
+        assert self._wake is not None
+        self._wake.set()
+
+    def offer_cells(self, api: str, samples: Sequence[SampleInput], cells: Mapping[str, Sequence[JudgeScore]],
+                    tags: RunTags, request_id: str) -> None:
+        """`offer` for scores kept per judge (judge -> one score per sample), as cosmos-rl keeps them."""
+        self.offer(api, samples, [{j: scores[i] for j, scores in cells.items()} for i in range(len(samples))],
+                   tags, request_id)
+
+    def _run(self, name: str, now: float) -> _Run | None:
+        run = self._runs.get(name)
+        if run is None:
+            if len(self._runs) >= self.cfg.max_runs and not self._evict():
+                return None
+            cfg = self.cfg
+            run = _Run(name, RunWindows(steps_per_window=cfg.steps_per_window, window_samples=cfg.window_samples,
+                                        window_s=cfg.window_s), RunMonitor(name, cfg))
+            self._runs[name] = run
+        run.last_seen = now
+        return run
+
+    def _evict(self) -> bool:
+        """Forget the longest idle run with nothing open (its record stays on disk)."""
+        idle = [r for r in self._runs.values() if not r.windows.open and not r.lock.locked()]
+        if not idle:
+            return False
+        gone = min(idle, key=lambda r: r.last_seen)
+        del self._runs[gone.name]
+        self.metrics.forget(gone.name)
+        return True
+
+    def _count_shed(self, reason: str, n: int = 1) -> None:
+        self._shed[reason] += n
+        self.metrics.shed.labels(reason).inc(n)
+
+    # ---- the workers -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._tasks:
+            return
+        self._wake = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._work(), name=f"watch-worker-{i}")
+                       for i in range(self.cfg.max_concurrency)]
+        self._tasks.append(asyncio.create_task(self._tick(), name="watch-tick"))
+
+    async def start(self) -> None:
+        if self.enabled:
+            self._start()
+
+    def _take(self) -> list[_Item]:
+        """A batch of queued items that share their shadow judges; items past max_wait_s are shed."""
+        now = time.time()
+        batch: list[_Item] = []
+        while self._queue and len(batch) < self.cfg.batch_size:
+            item = self._queue[0]
+            if now - item.queued_at > self.cfg.max_wait_s:
+                self._queue.popleft()
+                self._release(item)
+                item.run.windows.drop(item.window)
+                self._count_shed("waited_too_long")
+                continue
+            if batch and item.shadows != batch[0].shadows:
+                break
+            batch.append(self._queue.popleft())
+            self._release(item)
+        self.metrics.queue_depth.set(len(self._queue))
+        return batch
+
+    def _release(self, item: _Item) -> None:
+        self._queued_bytes -= item.size
+
+    def _busy(self, shadows: tuple[str, ...]) -> bool:
+        """True while a shadow judge's VLM backend has less than backend_headroom of its slots free."""
+        for name in shadows:
+            pool = self.gateway.pools.get(self.gateway.judges[name].backend_name or "")
+            if pool is None:
+                continue
+            capacity = sum(r.max_concurrency for r in pool.replicas)
+            free = capacity - sum(r.outstanding for r in pool.replicas)
+            if free < self.cfg.backend_headroom * capacity or free <= 0:
+                return True
+        return False
+
+    async def _work(self) -> None:
+        assert self._wake is not None
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            shadows = self._queue[0].shadows
+            while shadows and self._busy(shadows) and self._queue and time.time() - self._queue[0].queued_at \
+                    <= self.cfg.max_wait_s:
+                await asyncio.sleep(HEADROOM_POLL_S)
+            batch = self._take()
+            if not batch:
+                continue
+            self._in_flight += len(batch)
+            self.metrics.in_flight.set(self._in_flight)
+            try:
+                await self._score(batch)
+            except asyncio.CancelledError:
+                for item in batch:
+                    item.run.windows.drop(item.window)
+                self._count_shed("shutdown", len(batch))
+                raise
+            except Exception:  # a bug must not stop the watch or leave a window pending for ever
+                log.exception("watch: scoring %d samples with shadows %s failed", len(batch), ", ".join(shadows))
+                for item in batch:
+                    item.run.windows.drop(item.window)
+                self._count_shed("shadow_error", len(batch))
+            finally:
+                self._in_flight -= len(batch)
+                self.metrics.in_flight.set(self._in_flight)
+            for run in {id(item.run): item.run for item in batch}.values():
+                await self._seal_ready(run)
+
+    async def _score(self, batch: list[_Item]) -> None:
+        shadows = batch[0].shadows
+        results: list[dict[str, JudgeScore]] = [{} for _ in batch]
+        if shadows:
+            response = await self.gateway.score(RewardRequest(
+                samples=[item.sample for item in batch], judges=list(shadows),
+                request_id=f"watch-{uuid.uuid4().hex[:12]}"))
+            results = [r.scores for r in response.results]
+        self._counts["scored"] += len(batch)
+        self.metrics.samples.labels("scored").inc(len(batch))
+        entries = [self._entry(item, {**item.scores, **scored}) for item, scored in zip(batch, results)]
+        wanted = [(item, entry) for item, entry in zip(batch, entries) if self._wants_thumbnail(item, entry)]
+        if wanted:
+            made = await asyncio.to_thread(lambda: [thumbnail(item.sample, self.cfg.thumbnail_px,
+                                                              self.cfg.video_frames) for item, _ in wanted])
+            for (item, entry), thumb in zip(wanted, made):
+                entry.thumb = thumb
+                if thumb is not None and entry.gap is not None:
+                    dropped = item.run.tops.setdefault(item.window.number, TopK(self.cfg.thumbnails_per_window)
+                                                       ).offer(entry.gap.value, entry)
+                    if dropped is not None:
+                        dropped.thumb = None  # its bytes are not kept
+        for item, entry in zip(batch, entries):
+            item.run.entries.setdefault(item.window.number, []).append(entry)
+            item.run.windows.add(item.window, entry.row)
+
+    def _entry(self, item: _Item, scores: dict[str, JudgeScore]) -> _Entry:
+        row = {j: (s.reward if s.valid else None) for j, s in scores.items()}
+        gap = largest_gap(row, item.run.monitor.shadows, item.run.refs)
+        train = [t for t in scores if t in self.cfg.shadows]
+        line = {
+            "source": f"watch:{item.api}", "key": f"{item.request_id}:{item.position}", "prompt": item.sample.prompt,
+            "run": item.run.name, "step": item.tags.step, "window": item.window.number, "api": item.api,
+            "request_id": item.request_id, "watched_at": item.queued_at,
+            **({"group_id": item.sample.group_id} if item.sample.group_id else {}),
+            "scores": {j: s.model_dump(mode="json") for j, s in scores.items()},
+            "reward": None, "valid": all(s.valid for s in scores.values()),
+            "watch": {"train": train, "shadows": [s for s in scores if s not in train],
+                      "gap": gap.value if gap else None, "gap_pair": [gap.train, gap.shadow] if gap else None},
+        }
+        return _Entry(line, row, gap)
+
+    def _wants_thumbnail(self, item: _Item, entry: _Entry) -> bool:
+        if entry.gap is None or item.run.thumbnails >= self.cfg.max_thumbnails:
+            return False
+        top = item.run.tops.get(item.window.number)
+        return top.would_take(entry.gap.value) if top is not None else self.cfg.thumbnails_per_window > 0
+
+    # ---- windows: sealing, the record, the report --------------------------------------------
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.time()
+            for run in list(self._runs.values()):
+                run.windows.tick(now)
+                await self._seal_ready(run)
+
+    async def _seal_ready(self, run: _Run) -> None:
+        windows = run.windows.sealable()
+        if not windows:
+            return
+        async with run.lock:
+            await asyncio.to_thread(self._seal, run, windows)
+
+    def _seal(self, run: _Run, windows: list[Window]) -> None:
+        """Statistics, record and report of sealed windows (in a worker thread, one run at a time)."""
+        for window in windows:
+            before = run.monitor.firing()
+            report, fired = run.monitor.seal(window, time.time())
+            for alarm in fired:
+                log.warning("%s", alarm.message)
+            firing = run.monitor.firing()
+            self.metrics.sealed(run.name, report, fired, firing, [a for a in before if a not in firing])
+            self._write(run, window)
+        run.report = self._run_report(run)
+        if run.record is not None:
+            try:
+                run.record.write_report(run.report)
+            except OSError as err:
+                self._record_failed(run, err)
+
+    def _write(self, run: _Run, window: Window) -> None:
+        entries = run.entries.pop(window.number, [])
+        top = run.tops.pop(window.number, None)
+        if not entries:
+            return
+        try:
+            if run.record is None:
+                info = {"run": run.name, "source": "watch", "judges": run.monitor.judges,
+                        "watch": {"shadows": run.monitor.shadows, "sample_rate": self.cfg.sample_rate},
+                        "config_sha256": _config_sha256(self.gateway), "media_roots": []}
+                run.record = RunRecord(self.folder, run.name, info, max_file_bytes=self.cfg.max_file_bytes,
+                                       keep_files=self.cfg.keep_files)
+            record = run.record
+            record.update_judges(run.monitor.judges)
+            kept = {id(e) for e in (top.items() if top else [])}
+            for entry in entries:
+                entry.line["index"] = index = record.next_index
+                record.next_index += 1
+                if id(entry) in kept and entry.thumb is not None and run.thumbnails < self.cfg.max_thumbnails:
+                    entry.line["image"] = record.thumbnail(index, entry.thumb[0])
+                    entry.line["watch"]["thumbnail_of"] = entry.thumb[1]
+                    run.thumbnails += 1
+                if entry.gap is not None:
+                    self._disagreement(run, entry)
+            record.append([e.line for e in entries])
+        except OSError as err:
+            self._record_failed(run, err)
+
+    def _disagreement(self, run: _Run, entry: _Entry) -> None:
+        line, gap = entry.line, entry.gap
+        assert gap is not None
+        scores = line["scores"]
+        run.disagreements.offer(gap.value, Disagreement(
+            index=line["index"], window=line["window"], step=line["step"], prompt=line["prompt"], train=gap.train,
+            shadow=gap.shadow, train_reward=scores[gap.train]["reward"], shadow_reward=scores[gap.shadow]["reward"],
+            gap=gap.value, thumbnail=line.get("image"), api=line["api"], request_id=line["request_id"]))
+
+    def _record_failed(self, run: _Run, err: OSError) -> None:
+        if run.record_error is None:
+            log.error("watch run %r: its record cannot be written under %s: %s", run.name, self.folder, err)
+        run.record_error = f"{type(err).__name__}: {err}"
+
+    def _run_report(self, run: _Run, windows: int | None = None) -> RunReport:
+        reports = list(run.monitor.reports)
+        if windows is not None:
+            reports = reports[-windows:] if windows else []
+        note = None
+        if run.windows.mode == "time":
+            note = (f"the trainer sent no step: windows close after watch.window_samples = {self.cfg.window_samples} "
+                    f"sampled samples or watch.window_s = {self.cfg.window_s} s")
+        return RunReport(run=run.name, folder=str(run.record.folder) if run.record else None,
+                         windowing=run.windows.mode or "time", note=note, record_error=run.record_error,
+                         train=dict(run.monitor.shadows), open_samples=run.windows.open_samples,
+                         pending=run.windows.pending, windows=reports, alarms=list(run.monitor.alarms),
+                         disagreements=run.disagreements.items())
+
+    def report(self, run: str | None = None, windows: int = 50) -> WatchReport:
+        """GET /v1/watch: each run as of its last seal (with its live counts), and the queue."""
+        if not self.enabled:
+            return WatchReport(enabled=False)
+        runs = []
+        for r in self._runs.values():
+            if run is not None and r.name != run:
+                continue
+            base = r.report or self._run_report(r)
+            runs.append(base.model_copy(update={
+                "open_samples": r.windows.open_samples, "pending": r.windows.pending,
+                "windows": base.windows[-windows:] if windows else []}))
+        queue = QueueReport(capacity=self.cfg.queue_size, depth=len(self._queue), in_flight=self._in_flight,
+                            offered=self._counts["offered"], sampled=self._counts["sampled"],
+                            scored=self._counts["scored"], shed=dict(self._shed))
+        return WatchReport(enabled=True, sample_rate=self.cfg.sample_rate, shadows=self.cfg.shadows, queue=queue,
+                           runs=runs)
+
+    async def aclose(self) -> None:
+        """Stop: queued and in-flight samples are shed (counted), every open window is sealed with
+        what it has, and the records are written."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        dropped = len(self._queue)
+        while self._queue:
+            item = self._queue.popleft()
+            self._release(item)
+            item.run.windows.drop(item.window)
+        if dropped:
+            self._count_shed("shutdown", dropped)
+        for run in self._runs.values():
+            run.windows.close_all()
+            await self._seal_ready(run)
+
+
+def _config_sha256(gateway: Gateway) -> str:
+    return runs.config_sha256(gateway.config.model_dump(mode="json"))
