@@ -20,11 +20,14 @@ from .pages import (
     sample_context,
     stats_context,
 )
+from .watch import WatchFolder, is_watch_run, thumbnail_path, watch_context
 
 
 def server_links(runs: list[Run]) -> Links:
     def nav(current: str) -> list[dict[str, Any]]:
         entries = [{"href": f"/run/{r}", "label": run.name, "on": current == f"run{r}"} for r, run in enumerate(runs)]
+        entries += [{"href": f"/watch/{r}", "label": f"watch: {run.name}", "on": current == f"watch{r}"}
+                    for r, run in enumerate(runs) if is_watch_run(run)]
         entries.append({"href": "/stats", "label": "charts", "on": current == "stats"})
         if len(runs) > 1:
             entries.append({"href": "/compare?a=0&b=1", "label": "A/B", "on": current == "compare"})
@@ -52,7 +55,8 @@ def allowed_hosts(bind: str, extra: list[str] | None = None) -> list[str]:
     return hosts
 
 
-def create_browse_app(runs: list[Run], hosts: list[str] | None = None) -> FastAPI:
+def create_browse_app(runs: list[Run], hosts: list[str] | None = None, refresh_s: int = 10) -> FastAPI:
+    """`refresh_s`: how often a watch page reloads itself (0: never); `?refresh=N` overrides it."""
     if not runs:
         raise ValueError("browse needs at least one run folder")
     app = FastAPI(title="judge-gateway browse", docs_url=None, redoc_url=None, openapi_url=None)
@@ -70,9 +74,42 @@ def create_browse_app(runs: list[Run], hosts: list[str] | None = None) -> FastAP
             raise HTTPException(404, f"run {r} has no sample {i}")
         return line
 
+    watched = {r: WatchFolder(run) for r, run in enumerate(runs) if is_watch_run(run)}
+
+    def watch_at(r: int) -> WatchFolder:
+        run_at(r)
+        if r not in watched:
+            raise HTTPException(404, f"run {r} is no watch run (its folder has no watch.json)")
+        return watched[r]
+
     @app.get("/")
     def index() -> RedirectResponse:
-        return RedirectResponse("/run/0")
+        return RedirectResponse("/watch/0" if 0 in watched else "/run/0")
+
+    @app.get("/watch/{r}", response_class=HTMLResponse)
+    def watch(r: int, refresh: int | None = None) -> str:
+        folder = watch_at(r)
+        every = refresh_s if refresh is None else max(0, refresh)
+        return render("watch.html", f"watch {runs[r].name}", links.nav(f"watch{r}"),
+                      **watch_context(folder, r, every))
+
+    @app.get("/watch/{r}/sample/{i}", response_class=HTMLResponse)
+    def watch_sample(r: int, i: int) -> str:
+        folder = watch_at(r)
+        line = folder.line(i)
+        if line is None:
+            raise HTTPException(404, f"watch run {r} has no sample {i}")
+        judges = list(dict.fromkeys([*runs[r].judges, *line["scores"]]))
+        return render("sample.html", f"{runs[r].name} #{i}", links.nav(f"watch{r}"), run=runs[r], line=line,
+                      judges=judges, player=f"player-{r}-{i}", anchor=f"s-{r}-{i}",
+                      media_src=lambda index, kind: f"/watch/{r}/thumb/{index}", frames_src=lambda index, judge: None)
+
+    @app.get("/watch/{r}/thumb/{i}")
+    def watch_thumb(r: int, i: int) -> FileResponse:
+        path = thumbnail_path(watch_at(r), i)
+        if path is None:
+            raise HTTPException(404, f"sample {i} has no thumbnail inside the run's folder")
+        return FileResponse(path)
 
     @app.get("/run/{r}", response_class=HTMLResponse)
     def grid(r: int) -> str:

@@ -32,17 +32,22 @@ def _cmd_browse(args: argparse.Namespace) -> int:
               "anyone who can reach it", file=sys.stderr)
     print(f"browsing {len(runs)} run(s) at http://{args.host}:{args.port}/", file=sys.stderr)
     hosts = allowed_hosts(args.host, args.allowed_host)
-    uvicorn.run(create_browse_app(runs, hosts), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_browse_app(runs, hosts, refresh_s=args.refresh), host=args.host, port=args.port,
+                log_level="warning")
     return 0
 
 
 def register_browse(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("browse", help="a local web page over scored run folders (or --export one HTML file)")
-    s.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="folders written by `score -o`")
+    s.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="folders written by `score -o`, or a watch run's folder (watch.folder/RUN): its watch page "
+                        "follows the gateway writing it")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only)")
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="a Host header to answer besides localhost, 127.0.0.1 and --host (repeatable; "
                         "needed with --host 0.0.0.0)")
     s.add_argument("--export", metavar="REPORT.html", help="write one self-contained HTML file instead")
+    s.add_argument("--refresh", type=int, default=10, metavar="S",
+                   help="a watch page reloads itself every S seconds (0: never; default 10)")
     s.set_defaults(func=_cmd_browse)

@@ -37,7 +37,8 @@ class WatchMetrics:
                          self.alarms)
 
     def sealed(self, run: str, window: WindowReport, fired: list[AlarmReport], firing: list[AlarmReport],
-               before: list[AlarmReport]) -> None:
+               resolved: list[AlarmReport]) -> None:
+        """A window was sealed: its figures; alarms that fired at this seal, fire now, resolved at it."""
         self.window.labels(run).set(window.window)
         for judge, stats in window.judges.items():
             if stats.mean is not None:
@@ -51,7 +52,7 @@ class WatchMetrics:
                 self.spearman.labels(run, pair.train, pair.shadow).set(pair.spearman)
         for alarm in fired:
             self.alarms.labels(run, alarm.kind).inc()
-        for alarm in before:
+        for alarm in resolved:
             self.alarm.labels(run, alarm.kind, alarm.judge, alarm.shadow or "").set(0)
         for alarm in firing:
             self.alarm.labels(run, alarm.kind, alarm.judge, alarm.shadow or "").set(1)

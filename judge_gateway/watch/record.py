@@ -11,16 +11,20 @@
     FOLDER/RUN/watch.json      the run's report (windows, alarms, disagreements), as GET /v1/watch
 
 A window's lines are written when it is sealed, with its thumbnails; a later start of the gateway
-with the same run appends after the last line's index. Every method does blocking file I/O: the
-watch calls them in a worker thread.
+with the same run appends after the last line's index. One process writes a folder (it holds a
+lock on FOLDER/RUN/.writer); another process watching the same run (a second gateway replica on
+the same file system) writes FOLDER/RUN@HOST-PID instead. Every method does blocking file I/O:
+the watch calls them in a worker thread.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -62,9 +66,25 @@ def _last_index(path: Path) -> int | None:
     return None
 
 
+def _claim(folder: Path) -> int | None:
+    """An open descriptor holding the folder's writer lock, or None when another process holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".writer", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class RunRecord:
     def __init__(self, root: Path, run: str, info: dict[str, Any], *, max_file_bytes: int, keep_files: int) -> None:
         self.folder = root / folder_name(run)
+        self._lock = _claim(self.folder)
+        if self._lock is None:  # another process writes that folder
+            self.folder = root / folder_name(f"{run}@{socket.gethostname()}-{os.getpid()}")
+            self._lock = _claim(self.folder)
         self.max_file_bytes = max_file_bytes
         self.keep_files = keep_files
         (self.folder / THUMBS).mkdir(parents=True, exist_ok=True)
@@ -115,3 +135,9 @@ class RunRecord:
 
     def write_report(self, report: RunReport) -> None:
         runs.write_atomic(self.folder / WATCH_FILE, report.model_dump_json(indent=1) + "\n")
+
+    def close(self) -> None:
+        """Let another process write the folder."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None

@@ -96,6 +96,7 @@ class _Run:
     disagreements: TopK[Disagreement] = field(default_factory=lambda: TopK(RUN_DISAGREEMENTS))
     thumbnails: int = 0
     last_seen: float = 0.0
+    said_windowing: bool = False  # the log has said this run is windowed by count and time
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # seals of one run run one at a time
     report: RunReport | None = None  # as of its last seal
 
@@ -152,6 +153,12 @@ class Watch:
             except LateSample:
                 self._count_shed("late_window")
                 continue
+            if window.number == 0 and run.windows.mode == "time" and not run.said_windowing:
+                run.said_windowing = True
+                log.warning("watch run %r: the trainer sends no step, so windows close after watch.window_samples = "
+                            "%d sampled samples or watch.window_s = %g s (send `step`, or the "
+                            "X-Judge-Gateway-Step header, for windows per training step)", run.name,
+                            self.cfg.window_samples, self.cfg.window_s)
             shadows = tuple(dict.fromkeys(s for t in watched for s in self.cfg.shadows[t] if s not in cells))
             kept = {j: s for j, s in cells.items() if j in watched or j in self._shadow_judges}
             if sample.video is not None:
@@ -193,6 +200,8 @@ class Watch:
         gone = min(idle, key=lambda r: r.last_seen)
         del self._runs[gone.name]
         self.metrics.forget(gone.name)
+        if gone.record is not None:
+            gone.record.close()
         return True
 
     def _count_shed(self, reason: str, n: int = 1) -> None:
@@ -354,7 +363,7 @@ class Watch:
             for alarm in fired:
                 log.warning("%s", alarm.message)
             firing = run.monitor.firing()
-            self.metrics.sealed(run.name, report, fired, firing, [a for a in before if a not in firing])
+            self.metrics.sealed(run.name, report, fired, firing, resolved=[a for a in before if a not in firing])
             self._write(run, window)
         run.report = self._run_report(run)
         if run.record is not None:
@@ -405,19 +414,25 @@ class Watch:
             log.error("watch run %r: its record cannot be written under %s: %s", run.name, self.folder, err)
         run.record_error = f"{type(err).__name__}: {err}"
 
-    def _run_report(self, run: _Run, windows: int | None = None) -> RunReport:
-        reports = list(run.monitor.reports)
-        if windows is not None:
-            reports = reports[-windows:] if windows else []
-        note = None
-        if run.windows.mode == "time":
-            note = (f"the trainer sent no step: windows close after watch.window_samples = {self.cfg.window_samples} "
-                    f"sampled samples or watch.window_s = {self.cfg.window_s} s")
+    def _note(self, run: _Run) -> str | None:
+        if run.windows.mode != "time":
+            return None
+        return (f"the trainer sent no step: windows close after watch.window_samples = {self.cfg.window_samples} "
+                f"sampled samples or watch.window_s = {self.cfg.window_s} s")
+
+    def _run_report(self, run: _Run) -> RunReport:
+        """The run as of a seal (in the seal's worker thread)."""
         return RunReport(run=run.name, folder=str(run.record.folder) if run.record else None,
-                         windowing=run.windows.mode or "time", note=note, record_error=run.record_error,
+                         windowing=run.windows.mode or "time", note=self._note(run), record_error=run.record_error,
                          train=dict(run.monitor.shadows), open_samples=run.windows.open_samples,
-                         pending=run.windows.pending, windows=reports, alarms=list(run.monitor.alarms),
+                         pending=run.windows.pending, windows=list(run.monitor.reports), alarms=list(run.monitor.alarms),
                          disagreements=run.disagreements.items())
+
+    def _unsealed_report(self, run: _Run) -> RunReport:
+        """A run before its first seal (read on the event loop: nothing a seal thread writes)."""
+        return RunReport(run=run.name, folder=None, windowing=run.windows.mode or "time", note=self._note(run),
+                         train=dict(run.monitor.shadows), open_samples=0, pending=0, windows=[], alarms=[],
+                         disagreements=[])
 
     def report(self, run: str | None = None, windows: int = 50) -> WatchReport:
         """GET /v1/watch: each run as of its last seal (with its live counts), and the queue."""
@@ -427,7 +442,7 @@ class Watch:
         for r in self._runs.values():
             if run is not None and r.name != run:
                 continue
-            base = r.report or self._run_report(r)
+            base = r.report or self._unsealed_report(r)
             runs.append(base.model_copy(update={
                 "open_samples": r.windows.open_samples, "pending": r.windows.pending,
                 "windows": base.windows[-windows:] if windows else []}))
@@ -455,6 +470,8 @@ class Watch:
         for run in self._runs.values():
             run.windows.close_all()
             await self._seal_ready(run)
+            if run.record is not None:
+                run.record.close()
 
 
 def _config_sha256(gateway: Gateway) -> str:

@@ -244,3 +244,22 @@ async def test_watch_off_ignores_the_headers_and_says_it_is_off(fake_backend, tm
                                                           "queue": None, "runs": []}
     await gw.aclose()
     assert not (tmp_path / "exp-1").exists()
+
+
+def test_a_second_process_on_the_same_run_writes_a_folder_of_its_own(tmp_path):
+    from judge_gateway.watch.record import RunRecord, folder_name
+
+    first = RunRecord(tmp_path, "exp/1", {"judges": ["a"]}, max_file_bytes=4096, keep_files=0)
+    second = RunRecord(tmp_path, "exp/1", {"judges": ["a"]}, max_file_bytes=4096, keep_files=0)  # a lock of its own
+    assert first.folder.name == folder_name("exp/1") != second.folder.name and "@" not in second.folder.name
+    assert first.folder.name.startswith("exp_1-")
+    first.append([{"index": i, "text": "x" * 1000} for i in range(5)])
+    first.append([{"index": 5}])  # past max_file_bytes: scores.jsonl was rotated first
+    assert (first.folder / "scores.1.jsonl").exists()
+    assert [x["index"] for x in runs.read_lines(first.folder)] == [5]
+    first.close()
+    again = RunRecord(tmp_path, "exp/1", {"judges": ["b"]}, max_file_bytes=4096, keep_files=0)
+    assert again.folder == first.folder and again.next_index == 6  # appends after the last index
+    assert runs.read_run_info(again.folder)["judges"] == ["a", "b"]
+    again.close()
+    second.close()
