@@ -1,17 +1,24 @@
-"""The watch page: a watch run folder (judge_gateway/watch/record.py) read live, so the page
-follows the gateway that is writing it: watch.json is read again whenever it changes, and a
-sample is looked up in the scores files when it is opened."""
+"""The watch page, from either of two sources:
+
+- a watch run folder (judge_gateway/watch/record.py), read live, so the page follows the gateway
+  writing it: watch.json is read again whenever it changes, and a sample is looked up in the
+  scores files when it is opened;
+- a live gateway over HTTP (`browse --gateway URL`): GET /v1/watch for the runs it holds in
+  memory, GET /v1/watch/thumbnail for their thumbnails.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import ValidationError
 
 from .. import runs
-from ..watch import RunReport
+from ..watch import RunReport, WatchReport
 from . import charts
 from .data import Run, normalize_lines
 
@@ -70,8 +77,8 @@ class WatchFolder:
         return None
 
 
-def watch_context(folder: WatchFolder, r: int, refresh_s: int) -> dict[str, Any]:
-    report = folder.report()
+def watch_context(report: RunReport | None, title: str, problem: str | None, refresh_s: int,
+                  thumb_src: Callable[[int], str], sample_href: Callable[[int], str]) -> dict[str, Any]:
     plots, firing, resolved = [], [], []
     if report is not None and report.windows:
         plots = [charts.watch_curves(report, train, shadows) for train, shadows in report.train.items()]
@@ -79,10 +86,46 @@ def watch_context(folder: WatchFolder, r: int, refresh_s: int) -> dict[str, Any]
     if report is not None:
         firing = [a for a in report.alarms if a.state == "firing"]
         resolved = [a for a in report.alarms if a.state == "resolved"]
-    return {"run": folder.run, "report": report, "problem": folder.problem, "charts": plots, "firing": firing,
-            "resolved": resolved, "r": r, "refresh_s": refresh_s}
+    return {"heading": title, "report": report, "problem": problem, "charts": plots, "firing": firing,
+            "resolved": resolved, "refresh_s": refresh_s, "thumb_src": thumb_src, "sample_href": sample_href}
 
 
 def thumbnail_path(folder: WatchFolder, index: int) -> Path | None:
     line = folder.line(index)
     return folder.run.resolve(line.get("image") or "") if line else None
+
+
+class GatewayWatch:
+    """A live gateway's watch, read over HTTP (with its API key when it has one)."""
+
+    def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s,
+                                  headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        self._last: WatchReport | None = None
+        self.problem: str | None = None
+
+    def report(self) -> WatchReport | None:
+        """The gateway's report now; on failure the last one read, and `problem` says why."""
+        try:
+            r = self._http.get("/v1/watch", params={"windows": 100_000})
+            r.raise_for_status()
+            self._last = WatchReport.model_validate_json(r.content)
+            self.problem = None if self._last.enabled else f"{self.url}: the gateway's watch is off ([watch] enabled)"
+        except (httpx.HTTPError, ValidationError, ValueError) as err:
+            self.problem = f"{self.url}/v1/watch: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        return self._last
+
+    def run(self, name: str) -> RunReport | None:
+        report = self.report()
+        return next((r for r in report.runs if r.run == name), None) if report else None
+
+    def thumbnail(self, run: str, index: int) -> bytes | None:
+        try:
+            r = self._http.get("/v1/watch/thumbnail", params={"run": run, "index": index})
+        except httpx.HTTPError:
+            return None
+        return r.content if r.status_code == 200 else None
+
+    def close(self) -> None:
+        self._http.close()

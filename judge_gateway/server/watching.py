@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from ..schema import RewardResponse, SampleInput
 from ..watch import RunTags, Watch, WatchReport, tags_from
+from .errors import error_response
 
 
 async def watch_of(request: Request) -> Watch:
@@ -51,3 +53,13 @@ async def watch_report(watch: WatchDep,
                        windows: Annotated[int, Query(ge=0, le=100_000, description="The last N windows of each run.")]
                        = 50) -> Any:
     return watch.report(run=run, windows=windows)
+
+
+@router.get("/v1/watch/thumbnail", summary="The thumbnail of a watched sample (`index`: its line in the run's record)",
+            response_class=FileResponse, responses={404: {"description": "no such run in memory, or no thumbnail"}})
+async def watch_thumbnail(watch: WatchDep, run: Annotated[str, Query(max_length=128)],
+                          index: Annotated[int, Query(ge=0)]) -> Any:
+    path = watch.thumbnail(run, index)
+    if path is None:
+        return error_response("not_found", f"run {run!r} has no thumbnail for sample {index} in memory", 404)
+    return FileResponse(path, media_type="image/jpeg")

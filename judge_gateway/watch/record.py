@@ -46,6 +46,10 @@ def folder_name(run: str) -> str:
     return f"{plain.lstrip('.')[:64] or 'run'}-{hashlib.sha256(run.encode()).hexdigest()[:10]}"
 
 
+def thumbnail_name(index: int) -> str:
+    return f"{THUMBS}/{index:08d}.jpg"
+
+
 def _last_index(path: Path) -> int | None:
     """The `index` of the last whole line of a scores file (read from its end)."""
     try:
@@ -110,9 +114,13 @@ class RunRecord:
 
     def thumbnail(self, index: int, data: bytes) -> str:
         """Write a thumbnail; its path relative to the run folder."""
-        rel = f"{THUMBS}/{index:08d}.jpg"
+        rel = thumbnail_name(index)
         (self.folder / rel).write_bytes(data)
         return rel
+
+    def thumbnail_file(self, index: int) -> Path | None:
+        path = self.folder / thumbnail_name(index)
+        return path if path.is_file() else None
 
     def append(self, lines: list[dict[str, Any]]) -> None:
         """Append whole lines (flushed and synced), rotating the file first when it is full."""

@@ -117,6 +117,7 @@ class Watch:
         self._counts: Counter[str] = Counter()
         self._shed: Counter[str] = Counter()
         self._in_flight = 0
+        self._sealing: set[asyncio.Future] = set()  # seals running in worker threads
         self._closed = False
 
     @property
@@ -349,11 +350,16 @@ class Watch:
                 await self._seal_ready(run)
 
     async def _seal_ready(self, run: _Run) -> None:
-        windows = run.windows.sealable()
-        if not windows:
-            return
         async with run.lock:
-            await asyncio.to_thread(self._seal, run, windows)
+            windows = run.windows.sealable()
+            if not windows:
+                return
+            # Shielded: a worker cancelled now (shutdown) must not lose windows already taken; aclose
+            # waits for the thread to finish before it seals what is left.
+            sealing = asyncio.ensure_future(asyncio.to_thread(self._seal, run, windows))
+            self._sealing.add(sealing)
+            sealing.add_done_callback(self._sealing.discard)
+            await asyncio.shield(sealing)
 
     def _seal(self, run: _Run, windows: list[Window]) -> None:
         """Statistics, record and report of sealed windows (in a worker thread, one run at a time)."""
@@ -434,6 +440,11 @@ class Watch:
                          train=dict(run.monitor.shadows), open_samples=0, pending=0, windows=[], alarms=[],
                          disagreements=[])
 
+    def thumbnail(self, run: str, index: int) -> Path | None:
+        """The thumbnail file of a recorded sample of a run in memory, if it has one."""
+        r = self._runs.get(run)
+        return r.record.thumbnail_file(index) if r is not None and r.record is not None and index >= 0 else None
+
     def report(self, run: str | None = None, windows: int = 50) -> WatchReport:
         """GET /v1/watch: each run as of its last seal (with its live counts), and the queue."""
         if not self.enabled:
@@ -460,6 +471,7 @@ class Watch:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await asyncio.gather(*self._sealing, return_exceptions=True)
         dropped = len(self._queue)
         while self._queue:
             item = self._queue.popleft()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import io
 import time
 
@@ -19,9 +20,11 @@ from PIL import Image
 
 from judge_gateway.browse.app import create_browse_app
 from judge_gateway.browse.data import load_runs
+from judge_gateway.browse.watch import GatewayWatch
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
+from tests.support.live_server import LiveServer
 
 
 def gray_png(value: int, seed: int) -> str:
@@ -32,11 +35,8 @@ def gray_png(value: int, seed: int) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-@pytest.fixture(scope="module")
-async def watch_folder(fake_backend, tmp_path_factory):
-    root = tmp_path_factory.mktemp("watch")
-    url = fake_backend.base_url
-    gw = Gateway(validate_config({
+def brightness_gateway(url: str, root) -> Gateway:
+    return Gateway(validate_config({
         "backends": {"bright": {"model": "fake-p-from-image", "base_urls": [url]},
                      "yes": {"model": "fake-yes", "base_urls": [url]}},
         "judges": {"brightness": {"kind": "yes_no", "backend": "bright", "template": "image_quality@1"},
@@ -44,14 +44,28 @@ async def watch_folder(fake_backend, tmp_path_factory):
         "watch": {"enabled": True, "shadows": {"brightness": ["steady"]}, "sample_rate": 1.0, "seed": 0,
                   "folder": str(root), "window_s": 3600, "thumbnails_per_window": 2},
     }))
+
+
+def training_steps(steps: int = 12) -> list[dict]:
+    """Request bodies, one per step: from step 6 the "policy" makes ever brighter images."""
+    rng = np.random.default_rng(0)
+    bodies = []
+    for step in range(steps):
+        level = 90 + (0 if step < 6 else 25 * (step - 5))
+        samples = [{"prompt": f"step {step} sample {i}", "image": gray_png(int(level + rng.integers(-30, 31)), i)}
+                   for i in range(8)]
+        bodies.append({"samples": samples, "run": "bright-run", "step": step})
+    return bodies
+
+
+@pytest.fixture(scope="module")
+async def watch_folder(fake_backend, tmp_path_factory):
+    root = tmp_path_factory.mktemp("watch")
+    gw = brightness_gateway(fake_backend.base_url, root)
     app = create_app(gw)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
-        rng = np.random.default_rng(0)
-        for step in range(12):
-            level = 90 + (0 if step < 6 else 25 * (step - 5))  # the "hack": ever brighter images
-            samples = [{"prompt": f"step {step} sample {i}", "image": gray_png(int(level + rng.integers(-30, 31)), i)}
-                       for i in range(8)]
-            r = await client.post("/v1/rewards", json={"samples": samples, "run": "bright-run", "step": step})
+        for body in training_steps():
+            r = await client.post("/v1/rewards", json=body)
             assert r.status_code == 200, r.text
         deadline = time.monotonic() + 30
         while app.state.watch.report().queue.scored < 96:
@@ -112,3 +126,34 @@ def test_the_page_follows_the_folder_and_survives_a_broken_report(browse, watch_
 def test_a_watch_folder_is_a_run_folder_for_the_grid_too(browse):
     grid = browse.get("/run/0")
     assert grid.status_code == 200 and "step 11 sample" in grid.text
+
+
+def test_live_mode_follows_a_served_gateway(fake_backend, tmp_path):
+    gw = brightness_gateway(fake_backend.base_url, tmp_path)
+    with LiveServer(create_app(gw)) as server:
+        for body in training_steps():
+            assert httpx.post(f"{server.url}/v1/rewards", json=body, timeout=30).status_code == 200
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server.url}/v1/watch").json()["queue"]["scored"] < 96:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        source = GatewayWatch(server.url)
+        with TestClient(create_browse_app([], gateway=source, refresh_s=0), base_url="http://127.0.0.1") as client:
+            assert client.get("/", follow_redirects=False).headers["location"] == "/live"
+            page = client.get("/live").text
+            assert 'data-kind="divergence"' in page and 'id="curve-brightness"' in page
+            rows = page.split('<table id="disagreements">')[1].split("</table>")[0]
+            index = int(rows.split('data-index="')[1].split('"')[0])
+            assert f"/live/thumb?run=bright-run&amp;index={index}" in rows
+            sample = client.get("/live/sample", params={"run": "bright-run", "index": index})
+            assert sample.status_code == 200 and "brightness (training)" in sample.text
+            thumb = client.get("/live/thumb", params={"run": "bright-run", "index": index})
+            assert thumb.status_code == 200 and thumb.content[:2] == b"\xff\xd8"
+            assert client.get("/live/thumb", params={"run": "bright-run", "index": 10**6}).status_code == 404
+            assert "no watched run 'nope' (runs: bright-run)" in html.unescape(client.get("/live", params={"run": "nope"}).text)
+            # the gateway goes away: the page says why and keeps the last report
+            server.__exit__(None, None, None)
+            gone = client.get("/live").text
+            assert "ConnectError" in gone and 'data-kind="divergence"' in gone
+        source.close()
+    assert gw  # closed by the server's lifespan
