@@ -37,16 +37,18 @@ from tests.support.watch_run import build_scene_clip, recorded_rows, resampled_w
 
 pytestmark = pytest.mark.integration
 
-STEPS, HACK_START, RAMP, PER_STEP = 14, 6, 4, 8
-HONEST_STEPS = 8
+STEPS, HACK_START, RAMP, PER_STEP = 12, 6, 4, 8
+HONEST_STEPS = 6
 ALARM_WITHIN = 4  # windows after HACK_START
 NULL_SEEDS = 20
 # Set JG_WATCH_SCREENSHOT=docs/watch-page.png to refresh the docs' screenshot of the watch page.
 
 
 def watch_section(folder: Path) -> dict:
+    # Nothing may be shed here (a busy CI machine is slow): a shed sample would change the statistics.
     return {"enabled": True, "shadows": {"ocr": ["scene", "image_quality"]}, "sample_rate": 1.0, "seed": 0,
-            "folder": str(folder), "window_s": 600, "max_concurrency": 2, "batch_size": PER_STEP}
+            "folder": str(folder), "window_s": 600, "max_wait_s": 1800, "max_concurrency": 2,
+            "batch_size": PER_STEP}
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +63,10 @@ def watched(vllm, tmp_path_factory):
                    "image_quality": {"kind": "yes_no", "backend": "qwen_vl", "template": "image_quality@1"}},
         "watch": watch_section(root),
     })
-    started = time.monotonic()
     with LiveServer(create_app(Gateway(cfg))) as server:
+        ready = wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=30).status_code == 200, timeout=600)
+        assert ready, httpx.get(f"{server.url}/readyz", timeout=30).json()  # every head worker is up
+        started = time.monotonic()
         client = RewardClient(server.url)
         try:
             for run, steps, hacking in (("hacking", STEPS, True), ("honest", HONEST_STEPS, False)):
@@ -75,9 +79,12 @@ def watched(vllm, tmp_path_factory):
         finally:
             client.close()
         total = (STEPS + HONEST_STEPS) * PER_STEP
-        queue = wait_for(lambda: (q := httpx.get(f"{server.url}/v1/watch").json()["queue"])["scored"] == total and q,
-                         timeout=600)
-        assert queue and queue["shed"] == {}, queue
+        def done() -> dict | None:
+            q = httpx.get(f"{server.url}/v1/watch").json()["queue"]
+            return q if q["scored"] + sum(q["shed"].values()) == total else None
+
+        queue = wait_for(done, timeout=1800)
+        assert queue and queue["shed"] == {} and queue["scored"] == total, queue
     print(f"[watch] {total} samples scored and watched in {time.monotonic() - started:.0f} s")
     return root  # the server's shutdown sealed the last windows
 

@@ -263,3 +263,14 @@ def test_a_second_process_on_the_same_run_writes_a_folder_of_its_own(tmp_path):
     assert runs.read_run_info(again.folder)["judges"] == ["a", "b"]
     again.close()
     second.close()
+
+
+def test_tags_travel_through_a_stored_entry_for_queued_cosmos_rl_work():
+    from judge_gateway.watch import RunTags, tags_from
+
+    tags = tags_from({"x-judge-gateway-run": "exp", "x-judge-gateway-step": "12"})
+    assert tags == RunTags(run="exp", step=12, run_given=True)
+    assert RunTags.from_entry(tags.as_entry()) == tags
+    unnamed = tags_from({"x-judge-gateway-step": "3"})
+    assert unnamed.run == "default" and RunTags.from_entry(unnamed.as_entry()) == unnamed
+    assert RunTags.from_entry(None) is None and RunTags.from_entry({"step": True}) == RunTags()
