@@ -52,7 +52,7 @@ def register_browse(sub: argparse._SubParsersAction) -> None:
                    help="folders written by `score -o`, or a watch run's folder (watch.folder/RUN): its watch page "
                         "follows the gateway writing it")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only)")
-    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1")
     s.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="a Host header to answer besides localhost, 127.0.0.1 and --host (repeatable; "
                         "needed with --host 0.0.0.0)")

@@ -88,7 +88,7 @@ class WatchConfig(Strict):
     max_thumbnails: int = Field(5000, ge=0, description="Thumbnails per run at most.")
     thumbnail_px: int = Field(160, ge=16, le=1024, description="Longest side of a thumbnail (per video frame).")
     video_frames: int = Field(3, ge=1, le=16, description="Frames of a video shown side by side in its thumbnail.")
-    alarms: WatchAlarms = Field(default_factory=WatchAlarms)
+    alarms: WatchAlarms = Field(default_factory=WatchAlarms, description="Each alarm's thresholds.")
 
     @model_validator(mode="after")
     def _shadows(self) -> WatchConfig:
