@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.5  # how often time closes windows
 RUN_DISAGREEMENTS = 24  # most disagreeing samples listed per run
 HEADROOM_POLL_S = 0.05
+SHUTDOWN_GRACE_S = 10.0  # what shadow requests in flight get to finish when the gateway stops
 
 
 def held_bytes(sample: SampleInput) -> int:
@@ -259,15 +260,17 @@ class Watch:
 
     async def _work(self) -> None:
         assert self._wake is not None
-        while True:
+        while not self._closed:
             if not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             shadows = self._queue[0].shadows
-            while shadows and self._busy(shadows) and self._queue and time.time() - self._queue[0].queued_at \
-                    <= self.cfg.max_wait_s:
+            while shadows and self._busy(shadows) and self._queue and not self._closed \
+                    and time.time() - self._queue[0].queued_at <= self.cfg.max_wait_s:
                 await asyncio.sleep(HEADROOM_POLL_S)
+            if self._closed:
+                return
             batch = self._take()
             if not batch:
                 continue
@@ -299,8 +302,6 @@ class Watch:
                 samples=[item.sample for item in batch], judges=list(shadows),
                 request_id=f"watch-{uuid.uuid4().hex[:12]}"))
             results = [r.scores for r in response.results]
-        self._counts["scored"] += len(batch)
-        self.metrics.samples.labels("scored").inc(len(batch))
         entries = [self._entry(item, {**item.scores, **scored}) for item, scored in zip(batch, results)]
         wanted = [(item, entry) for item, entry in zip(batch, entries) if self._wants_thumbnail(item, entry)]
         if wanted:
@@ -316,6 +317,8 @@ class Watch:
         for item, entry in zip(batch, entries):
             item.run.entries.setdefault(item.window.number, []).append(entry)
             item.run.windows.add(item.window, entry.row)
+        self._counts["scored"] += len(batch)  # counted once they are in their windows
+        self.metrics.samples.labels("scored").inc(len(batch))
 
     def _entry(self, item: _Item, scores: dict[str, JudgeScore]) -> _Entry:
         row = {j: (s.reward if s.valid else None) for j, s in scores.items()}
@@ -464,11 +467,19 @@ class Watch:
                            runs=runs)
 
     async def aclose(self) -> None:
-        """Stop: queued and in-flight samples are shed (counted), every open window is sealed with
-        what it has, and the records are written."""
+        """Stop: shadow requests in flight get SHUTDOWN_GRACE_S to finish, queued (and then still
+        unfinished) samples are shed (counted), every open window is sealed with what it has, and
+        the records are written."""
         self._closed = True
-        for task in self._tasks:
+        if self._wake is not None:
+            self._wake.set()  # idle workers wake up and leave
+        workers, others = self._tasks[:-1], self._tasks[-1:]
+        for task in others:
             task.cancel()
+        if workers:
+            _, late = await asyncio.wait(workers, timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await asyncio.gather(*self._sealing, return_exceptions=True)

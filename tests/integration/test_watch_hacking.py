@@ -41,7 +41,7 @@ STEPS, HACK_START, RAMP, PER_STEP = 12, 6, 4, 8
 HONEST_STEPS = 6
 ALARM_WITHIN = 4  # windows after HACK_START
 NULL_SEEDS = 20
-# Set JG_WATCH_SCREENSHOT=docs/watch-page.png to refresh the docs' screenshot of the watch page.
+# Set JG_WATCH_SCREENSHOT=docs/img/watch-page.png to refresh the docs' screenshot of the watch page.
 
 
 def watch_section(folder: Path) -> dict:

@@ -274,3 +274,25 @@ def test_tags_travel_through_a_stored_entry_for_queued_cosmos_rl_work():
     unnamed = tags_from({"x-judge-gateway-step": "3"})
     assert unnamed.run == "default" and RunTags.from_entry(unnamed.as_entry()) == unnamed
     assert RunTags.from_entry(None) is None and RunTags.from_entry({"step": True}) == RunTags()
+
+
+def test_thumbnails_of_an_image_and_of_a_videos_frames():
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from judge_gateway.media import ImageMedia, VideoMedia
+    from judge_gateway.schema import SampleInput
+    from judge_gateway.watch.thumbs import thumbnail
+
+    image = ImageMedia.from_array(np.full((300, 600, 3), 200, dtype=np.uint8))
+    data, kind = thumbnail(SampleInput(prompt="p", image=image), px=120, video_frames=3)
+    assert kind == "image" and Image.open(io.BytesIO(data)).size == (120, 60)
+    frames = np.stack([np.full((40, 80, 3), 25 * t, dtype=np.uint8) for t in range(9)])
+    data, kind = thumbnail(SampleInput(prompt="p", video=VideoMedia.from_array(frames, fps=8.0)), px=40,
+                           video_frames=3)
+    strip = np.asarray(Image.open(io.BytesIO(data)).convert("L"))
+    assert kind == "video" and strip.shape == (20, 3 * 40 + 2 * 2)  # frames 0, 4 and 8 side by side
+    assert [int(round(strip[10, x])) for x in (20, 62, 104)] == pytest.approx([0, 100, 200], abs=3)
+    assert thumbnail(SampleInput(prompt="no media"), px=40, video_frames=3) is None

@@ -66,3 +66,4 @@ def test_fisher_z_of_spearman():
     assert stats.correlation_drop_z(0.6, 53, 0.1, 53) == pytest.approx(
         (math.atanh(0.6) - math.atanh(0.1)) / math.sqrt(2 * 1.06 / 50))
     assert stats.two_proportion_z(10, 100, 2, 100) == pytest.approx(0.08 / math.sqrt(0.06 * 0.94 * 0.02))
+
