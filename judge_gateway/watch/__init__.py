@@ -2,7 +2,8 @@
 critical path; per-window statistics raise alarms (docs/guides/watch.md).
 
     tags.py      a request's run and step (native fields, X-Judge-Gateway-Run / -Step headers)
-    service.py   Watch: the bounded, shedding queue, the shadow workers, sealing windows
+    service.py   Watch: the bounded, shedding queue, the shadow workers, when windows are sealed
+    watched_run.py  one run: its scored samples per window, sealing (statistics, record, report)
     windows.py   cutting a run into windows (by step, else by count and time); sealing
     stats.py     the statistics (ranks, Spearman, Mann-Whitney, KS, Wasserstein-1, ...)
     alarms.py    the alarm rules;  monitor.py  a run's window figures and alarm episodes

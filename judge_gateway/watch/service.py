@@ -19,26 +19,23 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runs
 from ..config import WatchConfig
 from ..gateway import Gateway
 from ..schema import JudgeScore, RewardRequest, SampleInput
-from .disagree import Gap, Reference, TopK, largest_gap
 from .metrics import WatchMetrics
-from .monitor import RunMonitor
-from .record import RunRecord
-from .report import Disagreement, QueueReport, RunReport, WatchReport
+from .report import QueueReport, WatchReport
 from .tags import RunTags
 from .thumbs import thumbnail
-from .windows import LateSample, RunWindows, Window
+from .watched_run import Sampled, WatchedRun
+from .windows import LateSample, Window
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5  # how often time closes windows
-RUN_DISAGREEMENTS = 24  # most disagreeing samples listed per run
 HEADROOM_POLL_S = 0.05
 SHUTDOWN_GRACE_S = 10.0  # what shadow requests in flight get to finish when the gateway stops
 
@@ -61,7 +58,7 @@ def held_bytes(sample: SampleInput) -> int:
 class _Item:
     """One sampled sample on its way through the shadows."""
 
-    run: _Run
+    run: WatchedRun
     window: Window
     tags: RunTags
     api: str
@@ -72,34 +69,6 @@ class _Item:
     shadows: tuple[str, ...]  # shadow judges still to run
     queued_at: float
     size: int
-
-
-@dataclass
-class _Entry:
-    """A scored sample held in its window until the window is sealed."""
-
-    line: dict
-    row: dict[str, float | None]  # judge -> reward, None when invalid: what the statistics read
-    gap: Gap | None
-    thumb: tuple[bytes, str] | None = None  # (JPEG, "image" | "video") while it ranks in its window
-
-
-@dataclass
-class _Run:
-    name: str
-    windows: RunWindows
-    monitor: RunMonitor
-    record: RunRecord | None = None
-    record_error: str | None = None
-    entries: dict[int, list[_Entry]] = field(default_factory=dict)  # window number -> its samples
-    tops: dict[int, TopK[_Entry]] = field(default_factory=dict)  # window number -> its top gaps
-    refs: dict[str, Reference] = field(default_factory=dict)
-    disagreements: TopK[Disagreement] = field(default_factory=lambda: TopK(RUN_DISAGREEMENTS))
-    thumbnails: int = 0
-    last_seen: float = 0.0
-    said_windowing: bool = False  # the log has said this run is windowed by count and time
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # seals of one run run one at a time
-    report: RunReport | None = None  # as of its last seal
 
 
 class Watch:
@@ -114,7 +83,8 @@ class Watch:
         self._queued_bytes = 0
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, WatchedRun] = {}
+        self._config_sha256 = runs.config_sha256(gateway.config.model_dump(mode="json"))
         self._counts: Counter[str] = Counter()
         self._shed: Counter[str] = Counter()
         self._in_flight = 0
@@ -182,15 +152,12 @@ class Watch:
         self.offer(api, samples, [{j: scores[i] for j, scores in cells.items()} for i in range(len(samples))],
                    tags, request_id)
 
-    def _run(self, name: str, now: float) -> _Run | None:
+    def _run(self, name: str, now: float) -> WatchedRun | None:
         run = self._runs.get(name)
         if run is None:
             if len(self._runs) >= self.cfg.max_runs and not self._evict():
                 return None
-            cfg = self.cfg
-            run = _Run(name, RunWindows(steps_per_window=cfg.steps_per_window, window_samples=cfg.window_samples,
-                                        window_s=cfg.window_s), RunMonitor(name, cfg))
-            self._runs[name] = run
+            run = self._runs[name] = WatchedRun(name, self.cfg, self.folder, self._config_sha256)
         run.last_seen = now
         return run
 
@@ -202,8 +169,7 @@ class Watch:
         gone = min(idle, key=lambda r: r.last_seen)
         del self._runs[gone.name]
         self.metrics.forget(gone.name)
-        if gone.record is not None:
-            gone.record.close()
+        gone.close()
         return True
 
     def _count_shed(self, reason: str, n: int = 1) -> None:
@@ -302,45 +268,20 @@ class Watch:
                 samples=[item.sample for item in batch], judges=list(shadows),
                 request_id=f"watch-{uuid.uuid4().hex[:12]}"))
             results = [r.scores for r in response.results]
-        entries = [self._entry(item, {**item.scores, **scored}) for item, scored in zip(batch, results)]
-        wanted = [(item, entry) for item, entry in zip(batch, entries) if self._wants_thumbnail(item, entry)]
+        entries = [item.run.entry(Sampled(item.api, item.request_id, item.position, item.tags.step, item.window,
+                                          item.queued_at), item.sample.prompt, item.sample.group_id,
+                                  {**item.scores, **scored})
+                   for item, scored in zip(batch, results)]
+        wanted = [(item, entry) for item, entry in zip(batch, entries) if item.run.wants_thumbnail(item.window, entry)]
         if wanted:
             made = await asyncio.to_thread(lambda: [thumbnail(item.sample, self.cfg.thumbnail_px,
                                                               self.cfg.video_frames) for item, _ in wanted])
             for (item, entry), thumb in zip(wanted, made):
-                entry.thumb = thumb
-                if thumb is not None and entry.gap is not None:
-                    dropped = item.run.tops.setdefault(item.window.number, TopK(self.cfg.thumbnails_per_window)
-                                                       ).offer(entry.gap.value, entry)
-                    if dropped is not None:
-                        dropped.thumb = None  # its bytes are not kept
+                item.run.keep_thumbnail(item.window, entry, thumb)
         for item, entry in zip(batch, entries):
-            item.run.entries.setdefault(item.window.number, []).append(entry)
-            item.run.windows.add(item.window, entry.row)
+            item.run.add(item.window, entry)
         self._counts["scored"] += len(batch)  # counted once they are in their windows
         self.metrics.samples.labels("scored").inc(len(batch))
-
-    def _entry(self, item: _Item, scores: dict[str, JudgeScore]) -> _Entry:
-        row = {j: (s.reward if s.valid else None) for j, s in scores.items()}
-        gap = largest_gap(row, item.run.monitor.shadows, item.run.refs)
-        train = [t for t in scores if t in self.cfg.shadows]
-        line = {
-            "source": f"watch:{item.api}", "key": f"{item.request_id}:{item.position}", "prompt": item.sample.prompt,
-            "run": item.run.name, "step": item.tags.step, "window": item.window.number, "api": item.api,
-            "request_id": item.request_id, "watched_at": item.queued_at,
-            **({"group_id": item.sample.group_id} if item.sample.group_id else {}),
-            "scores": {j: s.model_dump(mode="json") for j, s in scores.items()},
-            "reward": None, "valid": all(s.valid for s in scores.values()),
-            "watch": {"train": train, "shadows": [s for s in scores if s not in train],
-                      "gap": gap.value if gap else None, "gap_pair": [gap.train, gap.shadow] if gap else None},
-        }
-        return _Entry(line, row, gap)
-
-    def _wants_thumbnail(self, item: _Item, entry: _Entry) -> bool:
-        if entry.gap is None or item.run.thumbnails >= self.cfg.max_thumbnails:
-            return False
-        top = item.run.tops.get(item.window.number)
-        return top.would_take(entry.gap.value) if top is not None else self.cfg.thumbnails_per_window > 0
 
     # ---- windows: sealing, the record, the report --------------------------------------------
 
@@ -352,119 +293,33 @@ class Watch:
                 run.windows.tick(now)
                 await self._seal_ready(run)
 
-    async def _seal_ready(self, run: _Run) -> None:
+    async def _seal_ready(self, run: WatchedRun) -> None:
         async with run.lock:
             windows = run.windows.sealable()
             if not windows:
                 return
             # Shielded: a worker cancelled now (shutdown) must not lose windows already taken; aclose
             # waits for the thread to finish before it seals what is left.
-            sealing = asyncio.ensure_future(asyncio.to_thread(self._seal, run, windows))
+            sealing = asyncio.ensure_future(asyncio.to_thread(run.seal, windows, self.metrics))
             self._sealing.add(sealing)
             sealing.add_done_callback(self._sealing.discard)
             await asyncio.shield(sealing)
 
-    def _seal(self, run: _Run, windows: list[Window]) -> None:
-        """Statistics, record and report of sealed windows (in a worker thread, one run at a time)."""
-        for window in windows:
-            before = run.monitor.firing()
-            report, fired = run.monitor.seal(window, time.time())
-            for alarm in fired:
-                log.warning("%s", alarm.message)
-            firing = run.monitor.firing()
-            self.metrics.sealed(run.name, report, fired, firing, resolved=[a for a in before if a not in firing])
-            self._write(run, window)
-        run.report = self._run_report(run)
-        if run.record is not None:
-            try:
-                run.record.write_report(run.report)
-            except OSError as err:
-                self._record_failed(run, err)
-
-    def _write(self, run: _Run, window: Window) -> None:
-        entries = run.entries.pop(window.number, [])
-        top = run.tops.pop(window.number, None)
-        if not entries:
-            return
-        try:
-            if run.record is None:
-                info = {"run": run.name, "source": "watch", "judges": run.monitor.judges,
-                        "watch": {"shadows": run.monitor.shadows, "sample_rate": self.cfg.sample_rate},
-                        "config_sha256": _config_sha256(self.gateway), "media_roots": []}
-                run.record = RunRecord(self.folder, run.name, info, max_file_bytes=self.cfg.max_file_bytes,
-                                       keep_files=self.cfg.keep_files)
-            record = run.record
-            record.update_judges(run.monitor.judges)
-            kept = {id(e) for e in (top.items() if top else [])}
-            for entry in entries:
-                entry.line["index"] = index = record.next_index
-                record.next_index += 1
-                if id(entry) in kept and entry.thumb is not None and run.thumbnails < self.cfg.max_thumbnails:
-                    entry.line["image"] = record.thumbnail(index, entry.thumb[0])
-                    entry.line["watch"]["thumbnail_of"] = entry.thumb[1]
-                    run.thumbnails += 1
-                if entry.gap is not None:
-                    self._disagreement(run, entry)
-            record.append([e.line for e in entries])
-        except OSError as err:
-            self._record_failed(run, err)
-
-    def _disagreement(self, run: _Run, entry: _Entry) -> None:
-        line, gap = entry.line, entry.gap
-        assert gap is not None
-        scores = line["scores"]
-        run.disagreements.offer(gap.value, Disagreement(
-            index=line["index"], window=line["window"], step=line["step"], prompt=line["prompt"], train=gap.train,
-            shadow=gap.shadow, train_reward=scores[gap.train]["reward"], shadow_reward=scores[gap.shadow]["reward"],
-            gap=gap.value, thumbnail=line.get("image"), api=line["api"], request_id=line["request_id"]))
-
-    def _record_failed(self, run: _Run, err: OSError) -> None:
-        if run.record_error is None:
-            log.error("watch run %r: its record cannot be written under %s: %s", run.name, self.folder, err)
-        run.record_error = f"{type(err).__name__}: {err}"
-
-    def _note(self, run: _Run) -> str | None:
-        if run.windows.mode != "time":
-            return None
-        return (f"the trainer sent no step: windows close after watch.window_samples = {self.cfg.window_samples} "
-                f"sampled samples or watch.window_s = {self.cfg.window_s} s")
-
-    def _run_report(self, run: _Run) -> RunReport:
-        """The run as of a seal (in the seal's worker thread)."""
-        return RunReport(run=run.name, folder=str(run.record.folder) if run.record else None,
-                         windowing=run.windows.mode or "time", note=self._note(run), record_error=run.record_error,
-                         train=dict(run.monitor.shadows), open_samples=run.windows.open_samples,
-                         pending=run.windows.pending, windows=list(run.monitor.reports), alarms=list(run.monitor.alarms),
-                         disagreements=run.disagreements.items())
-
-    def _unsealed_report(self, run: _Run) -> RunReport:
-        """A run before its first seal (read on the event loop: nothing a seal thread writes)."""
-        return RunReport(run=run.name, folder=None, windowing=run.windows.mode or "time", note=self._note(run),
-                         train=dict(run.monitor.shadows), open_samples=0, pending=0, windows=[], alarms=[],
-                         disagreements=[])
-
     def thumbnail(self, run: str, index: int) -> Path | None:
         """The thumbnail file of a recorded sample of a run in memory, if it has one."""
         r = self._runs.get(run)
-        return r.record.thumbnail_file(index) if r is not None and r.record is not None and index >= 0 else None
+        return r.thumbnail_file(index) if r is not None else None
 
     def report(self, run: str | None = None, windows: int = 50) -> WatchReport:
         """GET /v1/watch: each run as of its last seal (with its live counts), and the queue."""
         if not self.enabled:
             return WatchReport(enabled=False)
-        runs = []
-        for r in self._runs.values():
-            if run is not None and r.name != run:
-                continue
-            base = r.report or self._unsealed_report(r)
-            runs.append(base.model_copy(update={
-                "open_samples": r.windows.open_samples, "pending": r.windows.pending,
-                "windows": base.windows[-windows:] if windows else []}))
+        reports = [r.current(windows) for r in self._runs.values() if run is None or r.name == run]
         queue = QueueReport(capacity=self.cfg.queue_size, depth=len(self._queue), in_flight=self._in_flight,
                             offered=self._counts["offered"], sampled=self._counts["sampled"],
                             scored=self._counts["scored"], shed=dict(self._shed))
         return WatchReport(enabled=True, sample_rate=self.cfg.sample_rate, shadows=self.cfg.shadows, queue=queue,
-                           runs=runs)
+                           runs=reports)
 
     async def aclose(self) -> None:
         """Stop: shadow requests in flight get SHUTDOWN_GRACE_S to finish, queued (and then still
@@ -493,9 +348,4 @@ class Watch:
         for run in self._runs.values():
             run.windows.close_all()
             await self._seal_ready(run)
-            if run.record is not None:
-                run.record.close()
-
-
-def _config_sha256(gateway: Gateway) -> str:
-    return runs.config_sha256(gateway.config.model_dump(mode="json"))
+            run.close()
