@@ -2,9 +2,11 @@
 the last N sealed windows ("recent") and compares them with a reference; a rule without enough
 valid scores on either side (alarms.min_samples) is not judged (None), never judged as fine or bad.
 
-- divergence (per training judge and shadow): reference = the N windows before the recent ones.
-  Holds when the training judge rose (rank AUC >= rise_auc and Mann-Whitney z >= rise_z) while the
-  shadow rose by at most shadow_share of that (AUC - 0.5), or fell.
+- divergence (per training judge and shadow): two references, the N windows before the recent
+  ones (a hack that sets in) and the baseline windows (one that creeps in too slowly for N windows
+  to show). Holds against either when the training judge rose (rank AUC >= rise_auc and
+  Mann-Whitney z >= rise_z) while the shadow rose by at most shadow_share of that (AUC - 0.5), or
+  fell; the evidence is the comparison that holds (else the one against the previous windows).
 - correlation (per training judge and shadow): reference = the baseline windows. Judged when
   they agreed in the baseline (Spearman >= min_baseline_corr and above zero with Fisher z >=
   corr_z); holds when the recent Spearman is at least corr_drop lower with Fisher z >= corr_z.
@@ -81,7 +83,7 @@ def _evidence(recent: Sequence[Window], reference: Sequence[Window], judges: lis
 
 
 def divergence(recent: Sequence[Window], earlier: Sequence[Window], train: str, shadow: str,
-               cfg: WatchAlarms) -> Check | None:
+               cfg: WatchAlarms, baseline: bool = False) -> Check | None:
     sides = [valid_scores(recent, train), valid_scores(earlier, train),
              valid_scores(recent, shadow), valid_scores(earlier, shadow)]
     if min(map(len, sides)) < cfg.min_samples:
@@ -91,12 +93,21 @@ def divergence(recent: Sequence[Window], earlier: Sequence[Window], train: str, 
     rise_t, rise_s = t.auc - 0.5, s.auc - 0.5
     holds = t.auc >= cfg.rise_auc and t.z >= cfg.rise_z and rise_s <= cfg.shadow_share * rise_t
     went = "fell" if rise_s < 0 else ("stayed flat" if rise_s <= cfg.shadow_share * max(rise_t, 0.0) else "rose")
+    against = f"the baseline, {_span(earlier)}" if baseline else _span(earlier)
     message = (f"divergence: training judge {train} rose (AUC {t.auc:.2f}, z {t.z:.1f}) over {_span(recent)} "
-               f"against {_span(earlier)} while its shadow {shadow} {went} (AUC {s.auc:.2f}, z {s.z:.1f})")
+               f"against {against} while its shadow {shadow} {went} (AUC {s.auc:.2f}, z {s.z:.1f})")
     values = {"train_auc": t.auc, "train_z": t.z, "shadow_auc": s.auc, "shadow_z": s.z,
               "train_mean_reference": _mean(sides[1]), "train_mean_recent": _mean(sides[0]),
               "shadow_mean_reference": _mean(sides[3]), "shadow_mean_recent": _mean(sides[2])}
     return Check("divergence", train, shadow, holds, message, _evidence(recent, earlier, [train, shadow], values))
+
+
+def divergences(recent: Sequence[Window], references: list[tuple[Sequence[Window], bool]], train: str,
+                shadow: str, cfg: WatchAlarms) -> Check | None:
+    """The divergence rule against each (reference, is the baseline): the first that holds, else the
+    first judged."""
+    checks = [c for ref, base in references if (c := divergence(recent, ref, train, shadow, cfg, base)) is not None]
+    return next((c for c in checks if c.holds), checks[0] if checks else None)
 
 
 def correlation(recent: Sequence[Window], baseline: Sequence[Window], train: str, shadow: str,
@@ -156,11 +167,16 @@ def evaluate(history: Sequence[Window], baseline: Sequence[Window], shadows: dic
     n = cfg.windows
     history = list(history)
     checks: list[Check | None] = []
-    if len(history) >= 2 * n and history[-2 * n].number + 2 * n - 1 == history[-1].number:
-        recent, earlier = history[-n:], history[-2 * n:-n]
-        checks += [divergence(recent, earlier, t, s, cfg) for t, ss in shadows.items() for s in ss]
     recent = history[-n:]
-    if baseline and len(recent) == n and recent[0].number > baseline[-1].number:
+    after_baseline = bool(baseline) and len(recent) == n and recent[0].number > baseline[-1].number
+    references: list[tuple[Sequence[Window], bool]] = []
+    if len(history) >= 2 * n and history[-2 * n].number + 2 * n - 1 == history[-1].number:
+        references.append((history[-2 * n:-n], False))
+    if after_baseline and (not references or references[0][0][0].number > baseline[-1].number):
+        references.append((baseline, True))  # not when the previous windows are (or overlap) the baseline
+    if references:
+        checks += [divergences(recent, references, t, s, cfg) for t, ss in shadows.items() for s in ss]
+    if after_baseline:
         checks += [correlation(recent, baseline, t, s, cfg) for t, ss in shadows.items() for s in ss]
         judges = list(dict.fromkeys([*shadows, *(s for ss in shadows.values() for s in ss)]))
         checks += [invalid_rate(recent, baseline, j, cfg) for j in judges]

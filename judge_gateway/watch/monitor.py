@@ -5,6 +5,7 @@ scores, and a test can feed it recorded score streams the same way.
 
 An alarm fires when its rule holds at `alarms.persist` consecutive seals; it stays firing while
 the rule keeps holding and resolves after `persist` seals in a row without it (or not judged).
+(Divergence also compares with the baseline, so a hack that plateaus keeps its alarm firing.)
 Each episode is one AlarmReport; the count of episodes per kind is what the metrics count.
 """
 

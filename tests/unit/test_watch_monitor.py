@@ -73,7 +73,7 @@ def test_null_streams_fire_no_alarm():
         assert feed(monitor(), stream(100 + seed, 16)) == {}, seed
 
 
-def test_an_alarm_waits_for_persist_and_resolves_after_the_rule_stops_holding():
+def test_an_alarm_waits_for_persist_holds_while_the_hack_does_and_resolves_after_it_is_gone():
     m = monitor(persist=3)
     windows = stream(3, 12, train_rise=0.06, start=6)
     first = feed(m, windows)
@@ -81,13 +81,24 @@ def test_an_alarm_waits_for_persist_and_resolves_after_the_rule_stops_holding():
     # the rule's first hold is at least persist - 1 seals before it fired
     m2 = monitor(persist=1)
     assert feed(m2, windows)["divergence"] <= fired - 2
-    # then the training reward stops rising: the rule stops holding, the alarm resolves after 3 seals
-    flat = [[{"train": r["train"] * 0 + 1.2 + 0.01 * i, "shadow": r["shadow"]} for i, r in enumerate(rows)]
-            for rows in stream(4, 9)]
-    for n, rows in enumerate(flat, start=12):
+    # the training reward stays high, no longer rising: against the baseline it still diverges
+    high = [[{"train": 1.2 + 0.1 * r["train"], "shadow": r["shadow"]} for r in rows] for rows in stream(4, 6)]
+    for n, rows in enumerate(high, start=12):
         m.seal(Window(number=n, opened_at=0.0, rows=rows), 0.0)
     alarm = next(a for a in m.alarms if a.kind == "divergence")
-    assert alarm.state == "resolved" and alarm.last_window < 12 + 8 and m.firing() == []
+    assert alarm.state == "firing" and alarm.last_window == 17
+    # the hack is gone (the policy rolled back): the rule stops holding and it resolves after 3 seals
+    for n, rows in enumerate(stream(5, 9), start=18):
+        m.seal(Window(number=n, opened_at=0.0, rows=rows), 0.0)
+    assert alarm.state == "resolved" and 17 <= alarm.last_window < 18 + 8 and m.firing() == []
+
+
+def test_a_hack_too_slow_for_n_windows_diverges_from_the_baseline():
+    slow = stream(13, 24, train_rise=0.012, start=4)  # +0.012 per window: a tenth of a score's spread
+    m = monitor()
+    assert feed(m, slow).get("divergence") is not None
+    alarm = next(a for a in m.alarms if a.kind == "divergence")
+    assert alarm.evidence.reference == [0, 1, 2] and "against the baseline, windows 0-2" in alarm.message
 
 
 def test_correlation_collapse():
