@@ -8,6 +8,7 @@
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
     watch.py         [watch]: shadow judges, windows, alarm thresholds
+    launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
     loading.py       reading the TOML and the checks across sections
 
 This face re-exports the names callers use.
@@ -26,6 +27,7 @@ from .head_options import (
     VideoAlignOptions,
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
+from .launch import VLLM_PRESETS, LaunchConfig
 from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
 from .models import (
     AdmissionConfig,
@@ -66,6 +68,8 @@ from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOpt
 from .watch import WatchAlarms, WatchConfig
 
 __all__ = [
+    "LaunchConfig",
+    "VLLM_PRESETS",
     # loading
     "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
     # sections
