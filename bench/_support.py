@@ -127,3 +127,17 @@ class CpuVllm:
 
     def __exit__(self, *exc) -> None:
         self._script("stop", timeout=120)
+
+
+def run_on_vllm(main_async, args) -> int:
+    """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
+    for the run (served as `args.model`) when no URL was given."""
+    import asyncio
+    import tempfile
+
+    if args.base_url:
+        asyncio.run(main_async(args, args.base_url))
+        return 0
+    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
+        asyncio.run(main_async(args, server.base_url))
+    return 0

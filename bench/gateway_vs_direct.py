@@ -208,16 +208,10 @@ def main() -> int:
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-
-    if args.base_url:
-        asyncio.run(main_async(args, args.base_url))
-        return 0
     # bench/_support.py: the tiny VLM, built and cached as the tests do
-    from _support import CpuVllm
+    from _support import run_on_vllm
 
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
-        asyncio.run(main_async(args, server.base_url))
-    return 0
+    return run_on_vllm(main_async, args)
 
 
 if __name__ == "__main__":

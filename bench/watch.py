@@ -196,14 +196,10 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", default="off,on,overload", type=lambda s: s.split(","))
     args = p.parse_args()
-    if args.base_url:
-        asyncio.run(main_async(args, args.base_url))
-        return 0
-    from _support import CpuVllm  # bench/_support.py: the tiny VLM, built and cached as the tests do
+    # bench/_support.py: the tiny VLM, built and cached as the tests do
+    from _support import run_on_vllm
 
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
-        asyncio.run(main_async(args, server.base_url))
-    return 0
+    return run_on_vllm(main_async, args)
 
 
 if __name__ == "__main__":
