@@ -36,6 +36,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from _support import (  # bench/_support.py: the tiny VLM, built and cached as the tests do
+    run_on_vllm,
+    wait_healthy,
+)
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,15 +105,7 @@ async def one_round(mode: str, args: argparse.Namespace, base_url: str, images: 
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=url, timeout=600) as http:
-            for _ in range(300):
-                try:
-                    if (await http.get("/healthz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise RuntimeError(f"the gateway did not start; see {tmp / f'{mode}.log'}")
+            await wait_healthy(http, tmp / f"{mode}.log")
 
             async def send(i: int, step: int) -> float:
                 body = {"samples": [{"prompt": "a photo", "image": images[(i * args.batch + k) % len(images)]}
@@ -196,9 +192,6 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", default="off,on,overload", type=lambda s: s.split(","))
     args = p.parse_args()
-    # bench/_support.py: the tiny VLM, built and cached as the tests do
-    from _support import run_on_vllm
-
     return run_on_vllm(main_async, args)
 
 
