@@ -127,3 +127,34 @@ class CpuVllm:
 
     def __exit__(self, *exc) -> None:
         self._script("stop", timeout=120)
+
+
+def run_on_vllm(main_async, args) -> int:
+    """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
+    for the run (served as `args.model`) when no URL was given."""
+    import asyncio
+    import tempfile
+
+    if args.base_url:
+        asyncio.run(main_async(args, args.base_url))
+        return 0
+    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
+        asyncio.run(main_async(args, server.base_url))
+    return 0
+
+
+async def wait_healthy(http, log_path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:
+    """Poll a gateway's /healthz through the httpx.AsyncClient `http` until it answers 200."""
+    import asyncio
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if (await http.get("/healthz")).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the gateway did not start within {timeout_s:g} s; see {log_path}")

@@ -35,6 +35,8 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _support import run_on_vllm, wait_healthy  # noqa: E402  (bench/_support.py: the tiny VLM, built and cached as the tests do)
+
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.judges import ScoreContext  # noqa: E402
@@ -142,15 +144,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
         try:
             async with httpx.AsyncClient(base_url=gw_url, timeout=600,
                                          limits=httpx.Limits(max_connections=args.concurrency + 8)) as http:
-                for _ in range(200):
-                    try:
-                        if (await http.get("/healthz")).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    await asyncio.sleep(0.1)
-                else:
-                    raise RuntimeError("gateway did not start; see its log")
+                await wait_healthy(http, "the gateway's log", timeout_s=20)
                 direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=600,
                                      http_client=httpx.AsyncClient(
                                          timeout=600, limits=httpx.Limits(max_connections=args.concurrency + 8)))
@@ -208,16 +202,7 @@ def main() -> int:
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-
-    if args.base_url:
-        asyncio.run(main_async(args, args.base_url))
-        return 0
-    # bench/_support.py: the tiny VLM, built and cached as the tests do
-    from _support import CpuVllm
-
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
-        asyncio.run(main_async(args, server.base_url))
-    return 0
+    return run_on_vllm(main_async, args)
 
 
 if __name__ == "__main__":

@@ -50,12 +50,15 @@ def request_to_json(request: RewardRequest) -> dict[str, Any]:
 
 
 def build_request(samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None,
-                  group_transform: str, request_id: str | None) -> RewardRequest:
+                  group_transform: str, request_id: str | None, run: str | None = None,
+                  step: int | None = None) -> RewardRequest:
     return RewardRequest(
         samples=[s if isinstance(s, SampleInput) else SampleInput(**s) for s in samples],
         judges=judges,
         group_transform=group_transform,  # type: ignore[arg-type]
         request_id=request_id,
+        run=run,
+        step=step,
     )
 
 
@@ -117,10 +120,13 @@ class _AsyncRewards:
         self._client = client
 
     async def create(self, *, samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None = None,
-                     group_transform: str = "none", request_id: str | None = None) -> RewardResponse:
+                     group_transform: str = "none", request_id: str | None = None, run: str | None = None,
+                     step: int | None = None) -> RewardResponse:
         """Score samples. Samples are dicts (or SampleInput) with prompt, image, video, ...;
-        media may be bytes, base64, numpy arrays, PIL images (see SampleInput)."""
-        request = build_request(samples, judges, group_transform, request_id)
+        media may be bytes, base64, numpy arrays, PIL images (see SampleInput). `run` and `step`
+        tell the service's watch which training run and step they come from (an in-process
+        client has no watch: they are ignored there)."""
+        request = build_request(samples, judges, group_transform, request_id, run, step)
         c = self._client
         if c._gateway is not None:
             return await c._gateway.score(request)
@@ -212,9 +218,11 @@ class _SyncRewards:
         self._client = client
 
     def create(self, *, samples: Iterable[SampleInput | Mapping[str, Any]], judges: list[str] | None = None,
-               group_transform: str = "none", request_id: str | None = None) -> RewardResponse:
+               group_transform: str = "none", request_id: str | None = None, run: str | None = None,
+               step: int | None = None) -> RewardResponse:
         return self._client._runner.run(self._client._async.rewards.create(
-            samples=list(samples), judges=judges, group_transform=group_transform, request_id=request_id))
+            samples=list(samples), judges=judges, group_transform=group_transform, request_id=request_id,
+            run=run, step=step))
 
 
 class _SyncJudges:

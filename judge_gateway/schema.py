@@ -248,3 +248,12 @@ class RewardRequest(BaseModel):
         ),
     )
     request_id: str | None = Field(None, description="Your id for this request, echoed.", max_length=256)
+    run: str | None = Field(
+        None, min_length=1, max_length=128,
+        description="The training run these samples come from (the reward-hacking watch keeps one record and "
+                    "one set of windows per run); the X-Judge-Gateway-Run header when absent.",
+    )
+    step: int | None = Field(
+        None, ge=0, le=2**53,
+        description="The trainer's step (the watch's windows follow it); the X-Judge-Gateway-Step header when absent.",
+    )

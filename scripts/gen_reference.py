@@ -506,19 +506,21 @@ def http_page(openapi: dict[str, Any]) -> str:
 
 
 def metrics_page() -> str:
+    from prometheus_client import CollectorRegistry
     from prometheus_client.metrics import MetricWrapperBase
 
     from judge_gateway.metrics import LATENCY_BUCKETS, Metrics
+    from judge_gateway.watch.metrics import WatchMetrics  # the watch's series, on the same registry
 
     rows = []
-    for metric in vars(Metrics()).values():
+    for metric in [*vars(Metrics()).values(), *vars(WatchMetrics(CollectorRegistry())).values()]:
         if not isinstance(metric, MetricWrapperBase):
             continue
         # Counters are exposed with `_total`; prometheus_client keeps the name without it.
         name = metric._name + ("_total" if metric._type == "counter" else "")
         labels = ", ".join(f"`{label}`" for label in metric._labelnames)
         rows.append(f"| `{name}` | {metric._type} | {labels} | {cell(metric._documentation)} |")
-    return (banner("judge_gateway/metrics.py") + "# Metrics reference\n\n"
+    return (banner("judge_gateway/metrics.py, judge_gateway/watch/metrics.py") + "# Metrics reference\n\n"
             "`GET /metrics` serves these in the Prometheus text format (one registry per gateway; in Ray mode, "
             "per gateway replica). Histograms also expose `_bucket`, `_sum` and `_count` series (and prometheus_client adds a `_created` timestamp per counter and histogram); their latency "
             "buckets are " + ", ".join(f"{b:g}" for b in LATENCY_BUCKETS)

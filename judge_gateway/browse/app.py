@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, HTTPException
 from fastapi.middleware.trustedhost import TrustedHostMiddleware
@@ -25,9 +26,10 @@ from .pages import (
 )
 from .preview import PreviewError, Previews
 from .preview import poster as poster_of
+from .watch import GatewayWatch, WatchFolder, is_watch_run, thumbnail_path, watch_context
 
 
-def server_links(runs: list[Run]) -> Links:
+def server_links(runs: list[Run], gateway: GatewayWatch | None = None) -> Links:
     def media(r: int, i: int, kind: str) -> str:
         if kind == "video":
             clip = clip_of(runs[r], i)
@@ -40,6 +42,12 @@ def server_links(runs: list[Run]) -> Links:
 
     def nav(current: str) -> list[dict[str, Any]]:
         entries = [{"href": f"/run/{r}", "label": run.name, "on": current == f"run{r}"} for r, run in enumerate(runs)]
+        entries += [{"href": f"/watch/{r}", "label": f"watch: {run.name}", "on": current == f"watch{r}"}
+                    for r, run in enumerate(runs) if is_watch_run(run)]
+        if gateway is not None:
+            entries.append({"href": "/live", "label": f"live: {gateway.url}", "on": current == "live"})
+        if not runs:
+            return entries
         entries.append({"href": "/stats", "label": "charts", "on": current == "stats"})
         if len(runs) > 1:
             entries.append({"href": "/compare?a=0&b=1", "label": "A/B", "on": current == "compare"})
@@ -67,12 +75,15 @@ def allowed_hosts(bind: str, extra: list[str] | None = None) -> list[str]:
     return hosts
 
 
-def create_browse_app(runs: list[Run], hosts: list[str] | None = None) -> FastAPI:
-    if not runs:
-        raise ValueError("browse needs at least one run folder")
+def create_browse_app(runs: list[Run], hosts: list[str] | None = None, refresh_s: int = 10,
+                      gateway: GatewayWatch | None = None) -> FastAPI:
+    """`refresh_s`: how often a watch page reloads itself (0: never); `?refresh=N` overrides it.
+    `gateway`: a live gateway whose watch the /live pages show."""
+    if not runs and gateway is None:
+        raise ValueError("browse needs at least one run folder (or a gateway to follow)")
     app = FastAPI(title="judge-gateway browse", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts or list(LOCAL_HOSTS))
-    links = server_links(runs)
+    links = server_links(runs, gateway)
 
     def run_at(r: int) -> Run:
         if not 0 <= r < len(runs):
@@ -85,9 +96,84 @@ def create_browse_app(runs: list[Run], hosts: list[str] | None = None) -> FastAP
             raise HTTPException(404, f"run {r} has no sample {i}")
         return line
 
+    watched = {r: WatchFolder(run) for r, run in enumerate(runs) if is_watch_run(run)}
+
+    def watch_at(r: int) -> WatchFolder:
+        run_at(r)
+        if r not in watched:
+            raise HTTPException(404, f"run {r} is no watch run (its folder has no watch.json)")
+        return watched[r]
+
     @app.get("/")
     def index() -> RedirectResponse:
-        return RedirectResponse("/run/0")
+        if gateway is not None and not runs:
+            return RedirectResponse("/live")
+        return RedirectResponse("/watch/0" if 0 in watched else "/run/0")
+
+    def every(refresh: int | None) -> int:
+        return refresh_s if refresh is None else max(0, refresh)
+
+    @app.get("/watch/{r}", response_class=HTMLResponse)
+    def watch(r: int, refresh: int | None = None) -> str:
+        folder = watch_at(r)
+        ctx = watch_context(folder.report(), runs[r].name, folder.problem, every(refresh),
+                            thumb_src=lambda i: f"/watch/{r}/thumb/{i}", sample_href=lambda i: f"/watch/{r}/sample/{i}")
+        return render("watch.html", f"watch {runs[r].name}", links.nav(f"watch{r}"), **ctx)
+
+    @app.get("/watch/{r}/sample/{i}", response_class=HTMLResponse)
+    def watch_sample(r: int, i: int) -> str:
+        folder = watch_at(r)
+        line = folder.line(i)
+        if line is None:
+            raise HTTPException(404, f"watch run {r} has no sample {i}")
+        judges = list(dict.fromkeys([*runs[r].judges, *line["scores"]]))
+        return render("sample.html", f"{runs[r].name} #{i}", links.nav(f"watch{r}"), run=runs[r], line=line,
+                      judges=judges, player=f"player-{r}-{i}", anchor=f"s-{r}-{i}",
+                      media_src=lambda index, kind: f"/watch/{r}/thumb/{index}", frames_src=lambda index, judge: None)
+
+    @app.get("/watch/{r}/thumb/{i}")
+    def watch_thumb(r: int, i: int) -> FileResponse:
+        path = thumbnail_path(watch_at(r), i)
+        if path is None:
+            raise HTTPException(404, f"sample {i} has no thumbnail inside the run's folder")
+        return FileResponse(path)
+
+    def live_gateway() -> GatewayWatch:
+        if gateway is None:
+            raise HTTPException(404, "no gateway to follow (browse --gateway URL)")
+        return gateway
+
+    @app.get("/live", response_class=HTMLResponse)
+    def live(run: str | None = None, refresh: int | None = None) -> str:
+        source = live_gateway()
+        whole = source.report()
+        names = [x.run for x in whole.runs] if whole else []
+        name = run if run is not None else (names[0] if names else None)
+        report = next((x for x in whole.runs if x.run == name), None) if whole and name is not None else None
+        problem = source.problem or (None if report is not None else
+                                     f"the gateway holds no watched run{f' {name!r}' if name else ' yet'}"
+                                     f"{' (runs: ' + ', '.join(names) + ')' if names else ''}")
+        q = quote(name or "")
+        ctx = watch_context(report, f"{source.url} · {name or '-'}", problem, every(refresh),
+                            thumb_src=lambda i: f"/live/thumb?run={q}&index={i}",
+                            sample_href=lambda i: f"/live/sample?run={q}&index={i}")
+        return render("watch.html", f"live {name or ''}", links.nav("live"), runs_live=names, **ctx)
+
+    @app.get("/live/thumb")
+    def live_thumb(run: str, index: int) -> Response:
+        data = live_gateway().thumbnail(run, index)
+        if data is None:
+            raise HTTPException(404, f"the gateway has no thumbnail of sample {index} of run {run!r}")
+        return Response(data, media_type="image/jpeg")
+
+    @app.get("/live/sample", response_class=HTMLResponse)
+    def live_sample(run: str, index: int) -> str:
+        report = live_gateway().run(run)
+        found = next((d for d in report.disagreements if d.index == index), None) if report else None
+        if found is None:
+            raise HTTPException(404, f"sample {index} is not among run {run!r}'s disagreements on the gateway")
+        return render("watch_sample.html", f"{run} #{index}", links.nav("live"), d=found,
+                      thumb=f"/live/thumb?run={quote(run)}&index={index}")
 
     @app.get("/run/{r}", response_class=HTMLResponse)
     def grid(r: int) -> str:

@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: charts are files
 import matplotlib.pyplot as plt
 
+from ..watch import AlarmReport, RunReport
 from .stats import RankRow
 
 P = ParamSpec("P")
@@ -95,4 +96,81 @@ def scatter(a: list[float], b: list[float], name_a: str, name_b: str, title: str
     ax.set_xlabel(name_a)
     ax.set_ylabel(name_b)
     ax.set_title(title, fontsize=10)
+    return _svg(fig)
+
+
+ALARM_COLOURS = {"divergence": "#b91c1c", "correlation": "#7c3aed", "invalid_rate": "#c2410c", "drift": "#0369a1"}
+
+
+def _window_x(report: RunReport) -> tuple[list[float], str]:
+    """x of each window: its last step when the trainer sends steps, else its number."""
+    if report.windowing == "step" and all(w.steps for w in report.windows):
+        return [float(w.steps[1]) for w in report.windows if w.steps], "step"
+    return [float(w.window) for w in report.windows], "window"
+
+
+def _mark_alarms(ax, report: RunReport, xs: list[float], alarms: list[AlarmReport]) -> None:
+    """A vertical line where each alarm fired, labelled with its kind; baseline windows shaded."""
+    by_window = {w.window: x for w, x in zip(report.windows, xs)}
+    base = [x for w, x in zip(report.windows, xs) if w.baseline]
+    if base:
+        ax.axvspan(min(base) - 0.5, max(base) + 0.5, color="#e5e7eb", zorder=0, label="baseline")
+    for alarm in alarms:
+        x = by_window.get(alarm.fired_window)
+        if x is None:
+            continue
+        colour = ALARM_COLOURS.get(alarm.kind, "#b91c1c")
+        ax.axvline(x, color=colour, linestyle=":", linewidth=1.5).set_gid(f"alarm-{alarm.kind}-{alarm.fired_window}")
+        ax.annotate(f"{alarm.kind}", (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                    ha="right", fontsize=7, color=colour)
+
+
+@_plain_text
+def watch_curves(report: RunReport, train: str, shadows: list[str]) -> str:
+    """Mean reward per window of a training judge (left axis, with its 10-90% band) and of its
+    shadows (right axis: their scales differ), alarms of the pair marked where they fired."""
+    xs, label = _window_x(report)
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+
+    def series(judge: str, field: str) -> list[float]:
+        return [getattr(w.judges[judge], field) if judge in w.judges and getattr(w.judges[judge], field) is not None
+                else math.nan for w in report.windows]
+
+    alarms = [a for a in report.alarms if a.judge == train or a.judge in shadows or a.shadow in shadows]
+    _mark_alarms(ax, report, xs, alarms)
+    ax.fill_between(xs, series(train, "q10"), series(train, "q90"), color="#1d4ed8", alpha=0.12, linewidth=0)
+    (line,) = ax.plot(xs, series(train, "mean"), color="#1d4ed8", marker="o", markersize=3, label=f"{train} (training)")
+    line.set_gid(f"curve-{train}")
+    ax.set_ylabel(f"{train} mean", color="#1d4ed8", fontsize=8)
+    ax.set_xlabel(label)
+    right = ax.twinx()
+    for k, shadow in enumerate(shadows):
+        (line,) = right.plot(xs, series(shadow, "mean"), linestyle="--", marker="s", markersize=3,
+                             color=["#15803d", "#a16207", "#be185d", "#0f766e"][k % 4], label=f"{shadow} (shadow)")
+        line.set_gid(f"curve-{shadow}")
+    right.set_ylabel("shadow mean", fontsize=8)
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    right.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper left")
+    ax.set_title(f"{train} vs its shadows, per {label}", fontsize=10)
+    return _svg(fig)
+
+
+@_plain_text
+def watch_invalid(report: RunReport) -> str:
+    """Each judge's invalid rate per window (%)."""
+    xs, label = _window_x(report)
+    fig, ax = plt.subplots(figsize=(7.5, 2.2))
+    judges = list(dict.fromkeys(j for w in report.windows for j in w.judges))
+    for judge in judges:
+        rates = [100 * w.judges[judge].invalid_rate if judge in w.judges and w.judges[judge].invalid_rate is not None
+                 else math.nan for w in report.windows]
+        (line,) = ax.plot(xs, rates, marker=".", label=judge)
+        line.set_gid(f"invalid-{judge}")
+    _mark_alarms(ax, report, xs, [a for a in report.alarms if a.kind == "invalid_rate"])
+    ax.set_ylim(0, max(5.0, ax.get_ylim()[1]))
+    ax.set_ylabel("% invalid", fontsize=8)
+    ax.set_xlabel(label)
+    ax.set_title("invalid rate per judge", fontsize=10)
+    if judges:
+        ax.legend(fontsize=7)
     return _svg(fig)

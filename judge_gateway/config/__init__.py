@@ -8,6 +8,7 @@
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
+    watch.py         [watch]: shadow judges, windows, alarm thresholds
     launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
     loading.py       reading the TOML and the checks across sections
     cosmos_rl_toml.py  cosmos-rl's own rewards.toml, mapped onto these sections
@@ -84,6 +85,7 @@ from .protocols import (
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
 from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .watch import WatchAlarms, WatchConfig
 
 __all__ = [
     "LaunchConfig",
@@ -108,4 +110,6 @@ __all__ = [
     "GENEVAL_TAGS", "SENTINEL_VALUE", "SENTINEL_LABEL", "FlowFactoryConfig", "FlowFactoryProfile",
     # distributed mode
     "RayConfig", "RayDeploymentConfig", "RayAutoscaling",
+    # reward-hacking watch
+    "WatchConfig", "WatchAlarms",
 ]

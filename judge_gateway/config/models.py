@@ -6,7 +6,7 @@
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
     [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
     [prompts]   dirs: your own template folders, after the package's
-    [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py)
+    [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py), [watch] (watch.py)
 
 Each model checks its own section; the checks across sections are in loading.py.
 """
@@ -40,6 +40,7 @@ from .launch import LaunchConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
+from .watch import WatchConfig
 
 
 class AdmissionConfig(Strict):
@@ -438,6 +439,10 @@ class GatewayConfig(Strict):
     prompts: PromptsConfig = Field(
         default_factory=PromptsConfig,
         description="Template families of your own, in your folders beside the package's.",
+    )
+    watch: WatchConfig = Field(
+        default_factory=WatchConfig,
+        description="Shadow judges over live training traffic, per-window statistics and reward-hacking alarms.",
     )
 
     @model_validator(mode="after")

@@ -16,8 +16,9 @@ from ..config import check_api_key
 from ..exceptions import InvalidInput
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
+from ..watch import Watch
 from ..work_queue import make_work_queue
-from . import cosmos_rl, flow_factory, native
+from . import cosmos_rl, flow_factory, native, watching
 from .admission import Admission
 from .auth import require_api_key
 from .errors import error_response, request_validation_error
@@ -94,7 +95,8 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     instance = uuid.uuid4().hex  # this process among the replicas sharing the store
     # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
     queue = make_work_queue(result_store, gateway.config.store.queue, instance)
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance)
+    watch = Watch(gateway)  # [watch]: shadow judges over what the routes below score
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -102,8 +104,10 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
         await result_store.check_persistence(gateway.config.store.persistence)
         if gateway.config.cosmos_rl.enabled:
             await cosmos.start()
+        await watch.start()
         yield
         await cosmos.aclose()
+        await watch.aclose()  # after cosmos-rl: its last results are handed over first
         await result_store.aclose()
         await gateway.aclose()
 
@@ -134,8 +138,10 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     app.state.admission = Admission(cfg.admission, gateway.metrics, capacity=gateway.capacity(),
                                     budget=gateway.media_budget)
     app.state.cosmos_rl = cosmos
+    app.state.watch = watch
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)
     app.include_router(native.router)
+    app.include_router(watching.router)
     native.document_reward_request(app)
     if gateway.config.cosmos_rl.enabled:
         app.include_router(cosmos_rl.router)

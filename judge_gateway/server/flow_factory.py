@@ -19,6 +19,7 @@ backends are down or timing out) are a 503, which the client retries.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -33,12 +34,14 @@ from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
-from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
+from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, RewardResponse, SampleInput
+from ..watch import BadTags
 from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .ignored import IgnoredFields
 from .metered import metered
 from .state import AdmissionDep
+from .watching import after_response, request_tags
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +169,11 @@ class FlowFactoryService:
                         raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
 
-    async def compute(self, name: str, body: bytes, admission: Admission) -> tuple[int, dict[str, Any]]:
-        """Parse, reserve (decoded-media budget, head queues: Refused when spent), score, answer."""
+    async def compute(self, name: str, body: bytes, admission: Admission,
+                      on_scored: Callable[[list[SampleInput], RewardResponse], None] | None = None
+                      ) -> tuple[int, dict[str, Any]]:
+        """(status, body) of one /compute: parse, reserve (decoded-media budget, head queues:
+        Refused when spent), score, answer; `on_scored` gets the samples and their judge scores."""
         profile = self.cfg.profiles[name]
         unused: list[str] = []
         try:
@@ -183,6 +189,8 @@ class FlowFactoryService:
             response = await admission.scored("flow_factory", self.gateway, RewardRequest(samples=samples, judges=judges))
         except RequestTooLargeError as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
+        if on_scored is not None:
+            on_scored(samples, response)
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
         problems: list[tuple[int, str, ErrorCode]] = []
@@ -252,12 +260,20 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
     profile = name
     with metered(service.gateway.metrics, "flow_factory") as outcome:
         try:
+            try:
+                tags = request_tags(request)
+            except BadTags as err:  # bad input: a 200 with `error`, which the client does not retry
+                outcome.status = "invalid"
+                return JSONResponse({"error": str(err)})
             raw = await request.body()
+            scored: list[tuple[list[SampleInput], RewardResponse]] = []
             async with admission.slot("flow_factory", until=lambda wait: unless_disconnected(request, wait)):
                 # The client gives up after its timeout and retries: stop scoring the abandoned copy.
-                code, body = await unless_disconnected(request, service.compute(profile, raw, admission))
+                code, body = await unless_disconnected(
+                    request, service.compute(profile, raw, admission, lambda *s: scored.append(s)))
             outcome.status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
-            return JSONResponse(body, status_code=code)
+            watched = after_response(request, "flow_factory", tags, *scored[0]) if scored else None
+            return JSONResponse(body, status_code=code, background=watched)
         except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)
             outcome.status = "refused"
             return JSONResponse({"detail": str(err)}, status_code=503,

@@ -13,11 +13,13 @@ from pydantic import BaseModel, ValidationError
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
+from ..watch import BadTags
 from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .errors import error_response, invalid_request
 from .metered import Outcome, metered
 from .state import AdmissionDep, GatewayDep
+from .watching import after_response, request_tags
 
 
 class JudgeList(BaseModel):
@@ -64,6 +66,11 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
         outcome.status = "invalid"
         return error_response("invalid_request", str(err), 422)
     try:
+        tags = request_tags(request, reward_request.run, reward_request.step)
+    except BadTags as err:
+        outcome.status = "invalid"
+        return error_response("invalid_request", str(err), 422, field=err.field)
+    try:
         # A client that leaves (its timeout) takes its judge calls with it.
         response = await unless_disconnected(request, admission.scored("native", gateway, reward_request))
     except UnknownJudgeError as err:
@@ -74,7 +81,8 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
         return error_response("too_many_samples", str(err), 413, field="samples")
     outcome.status = "ok"
     # Serialised here so the response model is not validated twice.
-    return Response(response.model_dump_json(), media_type="application/json")
+    return Response(response.model_dump_json(), media_type="application/json",
+                    background=after_response(request, "native", tags, reward_request.samples, response))
 
 
 @router.post(

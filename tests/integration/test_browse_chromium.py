@@ -5,7 +5,6 @@ they should, a violation's timestamp seeks the video, and the pages are saved as
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import numpy as np
@@ -14,31 +13,18 @@ import pytest
 from judge_gateway.browse.app import create_browse_app
 from judge_gateway.browse.data import load_runs
 from tests.support import scored_runs as sr
+from tests.support.chromium import chromium, wait_for
 from tests.support.live_server import LiveServer
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-# scripts/test.sh installs both (apt); a machine without them fails here, it does not skip.
 # Set JG_README_SCREENSHOT=docs/browse-grid.png to refresh the README's screenshot.
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--mute-audio"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +34,7 @@ def served(tmp_path_factory):
         yield server.url, built
 
 
-def _wait(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
+_wait = wait_for
 
 
 def _visible_rows(driver) -> int:

@@ -29,7 +29,8 @@ PACKAGE = ROOT / "judge_gateway"
 COMMANDS = {
     '': [('-v/--verbose', False, False)],
     'browse': [('run_dirs', True, None), ('--host', False, '127.0.0.1'), ('--port', False, 8765),
-               ('--allowed-host', False, None), ('--export', False, None)],
+               ('--allowed-host', False, None), ('--export', False, None), ('--refresh', False, 10),
+               ('--gateway', False, None), ('--api-key', False, None)],
     'eval': [('labels', True, None), ('--judge', True, None), ('--config', False, None), ('--server', False, None),
              ('--api-key', False, None), ('--threshold', False, None), ('--plot', False, None),
              ('--cache', False, None), ('--batch-size', False, 16), ('--concurrency', False, 4),

@@ -35,7 +35,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "extras",  # the pip extras and the check that names a missing one
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
-    ("config, schema", ("config", "schema")),
+    ("config, schema", (
+        "config", "schema",
+        "runs",  # the run-folder format: written by score and the watch, read by browse, eval and tune
+    )),
     ("backends, store, combine", (
         "backends", "store", "combine",
         "latents", "latent_worker",  # the cosmos-rl latent decoder
@@ -46,9 +49,10 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("heads, judges", ("heads", "judges")),
     ("registry", ("registry",)),
     ("gateway", ("gateway",)),
+    ("watch", ("watch",)),  # shadow judges over live traffic: scores through the gateway, fed by the server
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
-        "tuning", "evaluation", "browse", "runs",
+        "tuning", "evaluation", "browse",
         "preflight",  # which of a command's judges can score here, through a client
         "prepare",  # environments, weights and a probe per judge before serving
     )),

@@ -17,8 +17,10 @@ from fastapi.responses import JSONResponse
 
 from ...json_body import JSONBodyError, parse_json
 from ...store import StoreError
+from ...watch import BadTags
 from ..disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from ..metered import metered
+from ..watching import request_tags
 from .payload import JudgeUnready
 from .service import CosmosRLService, QueueFull
 from .tensors import PayloadError
@@ -81,9 +83,14 @@ async def ping(request: Request) -> JSONResponse:
 @router.post("/api/reward/enqueue", summary="cosmos-rl: enqueue `<JSON>\\n<tensor bytes>`; 400 with the reason if invalid")
 async def enqueue(request: Request, service: CosmosRLDep) -> JSONResponse:
     with metered(service.gateway.metrics, "cosmos_rl") as outcome:
+        try:
+            tags = request_tags(request)
+        except BadTags as err:
+            outcome.status = "invalid"
+            return bad(str(err))
         body = await request.body()
         try:
-            uid = await service.enqueue(body, until=lambda work: unless_disconnected(request, work))
+            uid = await service.enqueue(body, until=lambda work: unless_disconnected(request, work), tags=tags)
         except ClientDisconnected:
             outcome.cancelled()
             return bad("the client disconnected before the request was accepted", CLIENT_CLOSED)

@@ -19,7 +19,6 @@ With store.queue, accepted work waits on a Redis Stream that every replica consu
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 import uuid as uuidlib
@@ -31,16 +30,16 @@ from ...gateway import Gateway
 from ...latents import TorchWorker, TorchWorkerError
 from ...config import CosmosReward, CosmosRLConfig
 from ...schema import (
-    TRANSIENT_ERRORS,
     ErrorCode,
     JudgeScore,
-    RewardRequest,
     SampleInput,
 )
 from ...store import ResultStore, StoreError, retry_store_write
+from ...watch import RunTags, Watch
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
 from .envelope import failed_envelope, result_envelope
 from .payload import JudgeUnready, PayloadChecks, Prepared
+from .rescore import score_until_deadline
 from .tensors import PayloadError, decoded_video_shape
 
 log = logging.getLogger(__name__)
@@ -51,8 +50,9 @@ DEAD_CONSUMER_S = 600.0  # a queue consumer (a past gateway process) idle this l
 
 class CosmosRLService:
     def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig,
-                 queue: RedisWorkQueue | None = None, instance: str | None = None) -> None:
+                 queue: RedisWorkQueue | None = None, instance: str | None = None, watch: Watch | None = None) -> None:
         self.gateway = gateway
+        self.watch = watch  # handed each request's scores once its result is stored
         self.store = store
         self.cfg = cfg
         self.instance = instance or uuidlib.uuid4().hex
@@ -81,8 +81,8 @@ class CosmosRLService:
 
     # ---- enqueue ---------------------------------------------------------------------------
 
-    async def enqueue(self, body: bytes, *,
-                      until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None) -> str:
+    async def enqueue(self, body: bytes, *, until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None,
+                      tags: RunTags | None = None) -> str:
         """Validate, store a pending entry, start scoring in the background; the uuid.
         `until` wraps the preparation (the server cancels it when the client leaves before it has
         a uuid); once a uuid is given, the request is accepted and runs to its end."""
@@ -104,12 +104,12 @@ class CosmosRLService:
         deadline = now + self.cfg.request_timeout_s
         await self.store.put(uid, {
             "status": "pending", "owner": self.instance, "accepted_at": now,
-            "deadline": deadline, **self._accepted_of(prepared),
+            "deadline": deadline, **self._accepted_of(prepared), **({"watch": tags.as_entry()} if tags else {}),
         }, ttl_s=self.cfg.request_timeout_s + self._ttl())
         if self.queue is not None:  # accepted once it is on the stream; a consumer (any replica) scores it
             await self.queue.add(uid, body, deadline)
             return uid
-        self._track(uid, self._run(uid, prepared, deadline))
+        self._track(uid, self._run(uid, prepared, deadline, tags=tags))
         self._accepted[uid] = self._accepted_of(prepared)
         return uid
 
@@ -124,13 +124,15 @@ class CosmosRLService:
     def _ttl(self) -> float:
         return float(getattr(self.store, "ttl_s", 3600.0))
 
-    async def _run(self, uid: str, p: Prepared, deadline_at: float, entry_id: str | None = None) -> None:
+    async def _run(self, uid: str, p: Prepared, deadline_at: float, entry_id: str | None = None,
+                   tags: RunTags | None = None) -> None:
         """Score an accepted request by its deadline (wall time) and store its one final entry."""
         left = max(0.0, deadline_at - time.time())
         deadline = time.monotonic() + left
+        scored: list[tuple[list[SampleInput], dict[str, list[JudgeScore]]]] = []
         try:
             async with asyncio.timeout(left):
-                entry = await self._score(uid, p, deadline)
+                entry = await self._score(uid, p, deadline, scored.append)
         except TimeoutError:
             entry = self._failed(f"not finished within cosmos_rl.request_timeout_s = {self.cfg.request_timeout_s}s",
                                  self._accepted_of(p), ErrorCode.timeout)
@@ -142,6 +144,8 @@ class CosmosRLService:
             log.exception("cosmos-rl request %s failed", uid)
             entry = self._failed(f"{type(err).__name__}: {err}", self._accepted_of(p))
         await self._store_final(uid, entry, entry_id)
+        if scored and tags is not None and self.watch is not None:
+            self.watch.offer_cells("cosmos_rl", *scored[0], tags, uid)
 
     async def _store_final(self, uid: str, entry: dict[str, Any], entry_id: str | None) -> None:
         """Store the result through a store outage (retried, served from memory here meanwhile),
@@ -260,7 +264,7 @@ class CosmosRLService:
             await self._store_final(work.uid, entry, work.entry_id)
             return
         self._accepted[work.uid] = self._accepted_of(prepared)
-        await self._run(work.uid, prepared, work.deadline, work.entry_id)
+        await self._run(work.uid, prepared, work.deadline, work.entry_id, RunTags.from_entry((existing or {}).get("watch")))
 
     @staticmethod
     def _accepted_of(p: Prepared) -> dict[str, Any]:
@@ -281,14 +285,17 @@ class CosmosRLService:
         reward = self.resolve(name)
         return failed_envelope(name, reward, self.cfg.fill_of(reward), entry)
 
-    async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
+    async def _score(self, uid: str, p: Prepared, deadline: float | None = None,
+                     keep: Callable[[tuple[list[SampleInput], dict[str, list[JudgeScore]]]], None] | None = None) -> dict[str, Any]:
         # Latents decode to pixels here: their share of the process-wide decoded-media budget is
         # waited for (accepted work is never refused; _run's deadline bounds the wait).
+        # `keep` gets the samples and their judges' cells (the watch's copy).
         b, t, h, w = decoded_video_shape(p.latents.shape) if p.latents is not None else (0, 0, 0, 0)
         async with self.gateway.media_budget.reserve(b * (1 if p.medium == "image" else t) * h * w, wait_s=None):
-            return await self._decode_and_score(uid, p, deadline)
+            return await self._decode_and_score(uid, p, deadline, keep)
 
-    async def _decode_and_score(self, uid: str, p: Prepared, deadline: float | None) -> dict[str, Any]:
+    async def _decode_and_score(self, uid: str, p: Prepared, deadline: float | None,
+                                keep: Callable[[tuple[list[SampleInput], dict[str, list[JudgeScore]]]], None] | None) -> dict[str, Any]:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
@@ -303,7 +310,9 @@ class CosmosRLService:
         judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
         if deadline is None:
             deadline = time.monotonic() + self.cfg.request_timeout_s
-        cells = await self._scored(uid, samples, judges, deadline)
+        cells = await score_until_deadline(self.gateway, self.cfg, uid, samples, judges, deadline)
+        if keep is not None:
+            keep((samples, cells))
         duration = time.perf_counter() - started
         results = {}
         prompts = p.meta.prompts if p.meta.prompts is not None else [""] * p.batch
@@ -311,49 +320,6 @@ class CosmosRLService:
             results[name] = result_envelope(name, reward, self.cfg.fill_of(reward), cells[reward.judge], prompts,
                                             p.info, duration, decoded_s, p.notes.get(name), p.ignored)
         return {"status": "done", "results": results, "skipped": p.skipped, "finished_at": time.time()}
-
-    async def _scored(self, uid: str, samples: list[SampleInput], judges: list[str],
-                      deadline: float) -> dict[str, list[JudgeScore]]:
-        """Every judge's cell per sample; cells that failed transiently are scored again (backoff,
-        cosmos_rl.retry_*) until the request's deadline, since whatever is left invalid gets filled
-        and the trainer trains on the fill. Backend calls retry until the same deadline, and a
-        head whose queue is full is waited for: accepted work is never refused."""
-        reserve = min(1.0, 0.05 * self.cfg.request_timeout_s)  # finish (and fill) before the request times out
-        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid),
-                                            deadline=deadline - reserve, when_busy="wait")
-        cells = {j: [r.scores[j] for r in response.results] for j in judges}
-        delay = self.cfg.retry_backoff_s
-        cap = self.cfg.retry_attempts
-        for attempt in itertools.count(2):
-            if cap is not None and attempt > cap + 1:
-                break
-            todo = {j: [i for i, c in enumerate(cs) if _transient(c)] for j, cs in cells.items()}
-            todo = {j: idx for j, idx in todo.items() if idx}
-            if not todo:
-                break
-            budget = deadline - time.monotonic() - delay - reserve
-            if budget <= 0:
-                log.info("cosmos-rl %s: no time left to re-score %d transient failures", uid,
-                         sum(map(len, todo.values())))
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.cfg.retry_backoff_max_s)
-
-            async def again(judge: str, idx: list[int], attempt: int = attempt, budget: float = budget) -> None:
-                request = RewardRequest(samples=[samples[i] for i in idx], judges=[judge],
-                                        request_id=f"{uid}:attempt{attempt}")
-                try:
-                    async with asyncio.timeout(budget):
-                        retried = await self.gateway.score(request, deadline=deadline - reserve, when_busy="wait")
-                except TimeoutError:
-                    return
-                for i, result in zip(idx, retried.results):
-                    cell = result.scores[judge]
-                    cell.details["attempts"] = attempt
-                    cells[judge][i] = cell
-
-            await asyncio.gather(*(again(j, idx) for j, idx in todo.items()))
-        return cells
 
     # ---- pull ------------------------------------------------------------------------------
 
@@ -489,12 +455,4 @@ def _is_uuid(text: str) -> bool:
 
 class QueueFull(Overloaded):
     pass
-
-
-def _transient(cell: JudgeScore) -> bool:
-    """Worth scoring again: a backend fault, or a head whose worker crashed under it (respawned)."""
-    if cell.valid or cell.error is None:
-        return False
-    return cell.error.code in TRANSIENT_ERRORS or (cell.error.code == ErrorCode.head_error
-                                                    and bool(cell.details.get("worker_crashed")))
 

@@ -1,0 +1,151 @@
+"""A watched run's record: the run-folder layout `judge-gateway score` writes (runs.py), so
+`browse` opens it, plus what only the watch has.
+
+    FOLDER/RUN/run.json        the run, its training judges and shadows, the config's hash
+    FOLDER/RUN/scores.jsonl    one line per watched sample: both the training judges' and the
+                               shadows' scores, run, step, window, gap; `image` names its thumbnail
+                               when it has one. Past watch.max_file_bytes it is renamed
+                               scores.N.jsonl (N = 1, 2, ...) and a new one begun; watch.keep_files
+                               bounds how many rotated files stay (0: all).
+    FOLDER/RUN/thumbs/N.jpg    thumbnails of the samples where training and shadow disagree most
+    FOLDER/RUN/watch.json      the run's report (windows, alarms, disagreements), as GET /v1/watch
+
+A window's lines are written when it is sealed, with its thumbnails; a later start of the gateway
+with the same run appends after the last line's index. One process writes a folder (it holds a
+lock on FOLDER/RUN/.writer); another process watching the same run (a second gateway replica on
+the same file system) writes FOLDER/RUN@HOST-PID instead. Every method does blocking file I/O:
+the watch calls them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import runs
+from .report import RunReport
+
+ROTATED = re.compile(r"^scores\.(\d+)\.jsonl$")
+THUMBS = "thumbs"
+WATCH_FILE = "watch.json"
+
+
+def folder_name(run: str) -> str:
+    """A folder name for a run name: itself when it is plain ([A-Za-z0-9_.-], not starting with a
+    dot), else its plain characters and a hash of the whole name (two names never share a folder)."""
+    plain = re.sub(r"[^A-Za-z0-9_.-]", "_", run)
+    if plain == run and not run.startswith("."):
+        return run
+    return f"{plain.lstrip('.')[:64] or 'run'}-{hashlib.sha256(run.encode()).hexdigest()[:10]}"
+
+
+def thumbnail_name(index: int) -> str:
+    return f"{THUMBS}/{index:08d}.jpg"
+
+
+def _last_index(path: Path) -> int | None:
+    """The `index` of the last whole line of a scores file (read from its end)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - (1 << 16)))
+            tail = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for text in reversed(tail):
+        try:
+            index = json.loads(text).get("index")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(index, int):
+            return index
+    return None
+
+
+def _claim(folder: Path) -> int | None:
+    """An open descriptor holding the folder's writer lock, or None when another process holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".writer", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+class RunRecord:
+    def __init__(self, root: Path, run: str, info: dict[str, Any], *, max_file_bytes: int, keep_files: int) -> None:
+        self.folder = root / folder_name(run)
+        self._lock = _claim(self.folder)
+        if self._lock is None:  # another process writes that folder
+            self.folder = root / folder_name(f"{run}@{socket.gethostname()}-{os.getpid()}")
+            self._lock = _claim(self.folder)
+        self.max_file_bytes = max_file_bytes
+        self.keep_files = keep_files
+        (self.folder / THUMBS).mkdir(parents=True, exist_ok=True)
+        self.scores = self.folder / runs.SCORES_FILE
+        last = _last_index(self.scores)
+        if last is None and self._rotated():
+            last = _last_index(self._rotated()[-1][1])
+        self.next_index = 0 if last is None else last + 1
+        before = runs.read_run_info(self.folder) if (self.folder / runs.RUN_FILE).exists() else {}
+        judges = list(dict.fromkeys([*(before.get("judges") or []), *info["judges"]]))
+        self.info = {**before, **info, "judges": judges, "started_at": before.get("started_at", time.time())}
+        runs.write_atomic(self.folder / runs.RUN_FILE, json.dumps(self.info, indent=2) + "\n")
+
+    def _rotated(self) -> list[tuple[int, Path]]:
+        found = [(int(m.group(1)), p) for p in self.folder.iterdir() if (m := ROTATED.match(p.name))]
+        return sorted(found)
+
+    def update_judges(self, judges: list[str]) -> None:
+        merged = list(dict.fromkeys([*self.info["judges"], *judges]))
+        if merged != self.info["judges"]:
+            self.info["judges"] = merged
+            runs.write_atomic(self.folder / runs.RUN_FILE, json.dumps(self.info, indent=2) + "\n")
+
+    def thumbnail(self, index: int, data: bytes) -> str:
+        """Write a thumbnail; its path relative to the run folder."""
+        rel = thumbnail_name(index)
+        (self.folder / rel).write_bytes(data)
+        return rel
+
+    def thumbnail_file(self, index: int) -> Path | None:
+        path = self.folder / thumbnail_name(index)
+        return path if path.is_file() else None
+
+    def append(self, lines: list[dict[str, Any]]) -> None:
+        """Append whole lines (flushed and synced), rotating the file first when it is full."""
+        if not lines:
+            return
+        if self.scores.exists() and self.scores.stat().st_size >= self.max_file_bytes:
+            self._rotate()
+        with open(self.scores, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _rotate(self) -> None:
+        rotated = self._rotated()
+        number = rotated[-1][0] + 1 if rotated else 1
+        os.replace(self.scores, self.folder / f"scores.{number}.jsonl")
+        if self.keep_files:
+            for _, old in self._rotated()[:-self.keep_files]:
+                old.unlink(missing_ok=True)
+
+    def write_report(self, report: RunReport) -> None:
+        runs.write_atomic(self.folder / WATCH_FILE, report.model_dump_json(indent=1) + "\n")
+
+    def close(self) -> None:
+        """Let another process write the folder."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
