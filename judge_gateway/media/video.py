@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import av
@@ -349,6 +349,21 @@ class VideoMedia:
             return np.stack([self._frames[i].to_array() for i in idx])
         self._decode_container(set(idx))
         return np.stack([self._decoded[i] for i in idx])
+
+    def iter_frames(self, indices: Sequence[int]) -> Iterator[np.ndarray]:
+        """uint8 [H, W, 3] frames at the given source indices, one at a time: views of an array
+        input (no copy of the clip), decoded pixels otherwise."""
+        if self._array is not None:
+            for i in indices:
+                if not 0 <= i < self._num_frames:
+                    raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
+                yield self._array[i]
+            return
+        if self._frames is not None:
+            for i in indices:
+                yield self.frames_array([i])[0]
+            return
+        yield from self.frames_array(indices)
 
     def first_frame(self) -> ImageMedia:
         """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""
