@@ -1,13 +1,17 @@
 """Backend pool: one served model on one or more vLLM replicas behind the OpenAI API.
 
 One long-lived `AsyncOpenAI` client per replica (created on the event loop that uses it), a
-concurrency limit per replica, least-outstanding-requests balancing, ejection of a replica that
-keeps failing, and tenacity retries for transient faults only.
+concurrency limit per replica, least-outstanding-requests balancing (or, for a call that names
+its medium, the replica that medium hashes to, so the k judges of one image share vLLM's
+encoder and prefix caches there), ejection of a replica that keeps failing, and tenacity
+retries for transient faults only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import inspect
 import logging
 import random
 import time
@@ -19,8 +23,13 @@ from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from .config import BackendConfig
+from .media.body import dumps as dumps_body
 
 log = logging.getLogger(__name__)
+
+# Where the SDK takes an already-serialised JSON body: `content` (openai 3.x); older releases
+# take the bytes as `body`.
+_RAW_BODY = "content" if "content" in inspect.signature(AsyncOpenAI.post).parameters else "body"
 
 
 class BackendFault(Exception):
@@ -76,6 +85,14 @@ def _as_fault(exc: BaseException, replica: str) -> BackendFault:
     return BackendError(f"{replica}: {type(exc).__name__}: {exc}")
 
 
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: every input bit moves every output bit (a rendezvous score)."""
+    x &= 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
 @dataclass
 class Replica:
     base_url: str
@@ -87,6 +104,10 @@ class Replica:
     _loop: asyncio.AbstractEventLoop | None = None
     _sem: asyncio.Semaphore | None = None
     served: int = field(default=0)
+    salt: int = field(init=False)  # a number of the URL, the same in every process (rendezvous hashing)
+
+    def __post_init__(self) -> None:
+        self.salt = int.from_bytes(hashlib.blake2b(self.base_url.encode(), digest_size=8).digest(), "little")
 
     def bind(self, cfg: BackendConfig) -> tuple[AsyncOpenAI, asyncio.Semaphore]:
         """The client and semaphore of the running loop (made once per loop)."""
@@ -127,12 +148,19 @@ class BackendPool:
         self.model = cfg.model
         self.replicas = [Replica(url, cfg.max_concurrency) for url in cfg.base_urls]
 
-    def _pick(self) -> Replica:
+    def _pick(self, affinity: int | None = None) -> Replica:
         now = time.monotonic()
         healthy = [r for r in self.replicas if r.ejected_until <= now]
         if not healthy:
             # Everyone is cooling down: try the one that comes back first rather than fail.
             return min(self.replicas, key=lambda r: r.ejected_until)
+        if affinity is not None and len(healthy) > 1:
+            # Rendezvous hashing: a medium keeps its replica while others come and go; a replica
+            # with no free slot is passed over for the least loaded (its caches are not worth
+            # a wait in its queue).
+            preferred = max(healthy, key=lambda r: _mix64(affinity ^ r.salt))
+            if preferred.outstanding < preferred.max_concurrency:
+                return preferred
         least = min(r.outstanding for r in healthy)
         return random.choice([r for r in healthy if r.outstanding == least])
 
@@ -146,15 +174,15 @@ class BackendPool:
             replica.ejected_until = time.monotonic() + self.cfg.eject_cooldown_s
             log.warning("backend %s: ejecting %s for %.0fs", self.name, replica.base_url, self.cfg.eject_cooldown_s)
 
-    async def _attempt(self, body: dict[str, Any]) -> dict[str, Any]:
-        replica = self._pick()
+    async def _attempt(self, body: bytes, affinity: int | None) -> dict[str, Any]:
+        replica = self._pick(affinity)
         client, sem = replica.bind(self.cfg)
         replica.outstanding += 1
         try:
             async with sem:
                 # A raw post with `cast_to=object` returns the JSON as is: the SDK's request
                 # transforms and response models cost more CPU than the judge itself.
-                result = await client.post("/chat/completions", cast_to=object, body=body)
+                result = await client.post("/chat/completions", cast_to=object, **{_RAW_BODY: body})
         except Exception as exc:
             self._record(replica, ok=not is_transient(exc))
             raise
@@ -165,13 +193,16 @@ class BackendPool:
             raise BackendError(f"{replica.base_url}: expected a JSON object, got {type(result).__name__}")
         return result
 
-    async def chat(self, **params: Any) -> dict[str, Any]:
+    async def chat(self, *, affinity: int | None = None, **params: Any) -> dict[str, Any]:
         """A chat completion as the server's JSON; raises a BackendFault subclass on failure.
 
         `params` are the OpenAI chat parameters; `extra_body` entries are merged into the body.
-        The caller owns the overall deadline (asyncio.timeout around this call)."""
+        `affinity` (a medium's key, MediaCache.affinity) routes the first attempt to that
+        medium's replica; retries go to the least loaded. The caller owns the overall deadline
+        (asyncio.timeout around this call)."""
         extra = params.pop("extra_body", None) or {}
-        body = {"model": self.model, **params, **extra}
+        # Serialised once for every attempt, data URLs spliced in (media/body.py).
+        body = dumps_body({"model": self.model, **params, **extra})
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(self.cfg.max_retries + 1),
@@ -181,7 +212,8 @@ class BackendPool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(body)
+                    first = attempt.retry_state.attempt_number == 1
+                    return await self._attempt(body, affinity if first else None)
         except BackendFault:
             raise
         except openai.OpenAIError as exc:

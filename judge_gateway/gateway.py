@@ -14,6 +14,7 @@ from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
 from .judges import Judge, ScoreContext
 from .media import MediaCache
+from .media.pool import MediaPool
 from .metrics import Metrics
 from .registry import build_judges
 from .schema import (
@@ -44,6 +45,8 @@ class Gateway:
         self.config = config
         self.pools = {name: BackendPool(name, b) for name, b in config.backends.items()}
         self.judges: dict[str, Judge] = build_judges(config, self.pools)
+        # Decoding, resizing and encoding of every request's media, on every core ([media]).
+        self.media_pool = MediaPool(config.media.workers, config.media.max_pending)
         self.metrics = Metrics()
         self._readiness: dict[str, tuple[bool, str | None]] = {}
         self._readiness_at = 0.0
@@ -52,6 +55,14 @@ class Gateway:
     @classmethod
     def from_config_file(cls, path: str | Path | None = None) -> "Gateway":
         return cls(load_config(path))
+
+    def media_backlog(self) -> str | None:
+        """Why new requests should wait (the media pool's queue is past its bound), else None."""
+        pool = self.media_pool
+        if not pool.overloaded:
+            return None
+        return (f"{pool.pending} media jobs queued or running on {pool.workers} media workers "
+                f"(media.max_pending = {pool.max_pending})")
 
     def default_judges(self) -> list[str]:
         return [name for name, j in self.config.judges.items() if j.default]
@@ -79,7 +90,7 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
-        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex)
+        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex)
 
         async def cell(sample_index: int, name: str) -> JudgeScore:
             try:
@@ -167,6 +178,7 @@ class Gateway:
                                        return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
+        self.media_pool.shutdown()
         errors = [(name, r) for name, r in zip(self.judges, results) if isinstance(r, BaseException)]
         for name, err in errors[1:]:  # only the first is raised: the others are not lost
             log.error("judge %s failed to close: %r", name, err)

@@ -125,6 +125,12 @@ class MediaConfig(Strict):
         2**29, gt=0, description="Decoded pixels of all compressed media (PNG/JPEG/WebP, mp4) in one request, "
         "and of all tensors in one cosmos-rl enqueue (2^29: ~1.6 GB of RGB)."
     )
+    workers: int | None = Field(
+        None, gt=0, description="Threads that decode, resize and encode media (default: one per core this "
+        "process may use).")
+    max_pending: int | None = Field(
+        None, gt=0, description="Media jobs queued or running beyond which new synchronous requests are refused "
+        "(429 / 503 with Retry-After; default: 32 per worker).")
 
     @model_validator(mode="after")
     def _order(self) -> "MediaConfig":
@@ -135,7 +141,8 @@ class MediaConfig(Strict):
         return self
 
     def limits(self) -> MediaLimits:
-        return MediaLimits(**self.model_dump())
+        return MediaLimits(self.max_image_pixels, self.max_video_frames, self.max_video_pixels,
+                           self.max_request_pixels)
 
 
 class EvalConfig(Strict):

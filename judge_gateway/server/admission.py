@@ -4,7 +4,9 @@ Without it, at 10x a backend's capacity every request queued inside the backend 
 (p50 5-10 s, all eventually 200): trainers' clients time out and retry, doubling the load. Here a
 request either gets one of `max_active` slots, waits for one (at most `max_waiting` requests, each
 at most `max_wait_s`), or is refused at once. The caller turns `Refused` into its protocol's
-status (429 native, 503 Flow-Factory) with `Retry-After`.
+status (429 native, 503 Flow-Factory) with `Retry-After`. A request is also refused at once while
+`busy` names a reason (the media pool's backlog past [media] max_pending): work already admitted
+finishes, new work waits at the client instead of in an unbounded queue here.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ class Refused(Exception):
 
 
 class Admission:
-    def __init__(self, cfg: AdmissionConfig, metrics: Metrics) -> None:
+    def __init__(self, cfg: AdmissionConfig, metrics: Metrics, busy: Callable[[], str | None] | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics
+        self.busy = busy
         self._slots = asyncio.Semaphore(cfg.max_active)
         self.active = 0
         self.waiting = 0
@@ -73,6 +76,9 @@ class Admission:
                    until: Callable[[Awaitable[bool]], Awaitable[bool]] | None = None) -> AsyncIterator[None]:
         """A scoring slot. `until` wraps the wait (the caller's unless_disconnected): a client that
         leaves while waiting gives its waiting place back at once."""
+        reason = self.busy() if self.busy is not None else None
+        if reason is not None:
+            raise self._refuse(api, "media_backlog", f"overloaded: {reason}; retry after {self.cfg.retry_after_s} s")
         if not self._slots.locked():
             await self._slots.acquire()  # a free slot: taken at once, before any other request looks
         else:

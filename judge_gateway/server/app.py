@@ -126,7 +126,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
                        media_limits=gateway.config.media.limits())
     app.add_exception_handler(RequestValidationError, request_validation_error)
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
-    app.state.admission = Admission(cfg.admission, gateway.metrics)
+    app.state.admission = Admission(cfg.admission, gateway.metrics, busy=gateway.media_backlog)
     app.state.cosmos_rl = cosmos
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)
     app.include_router(native.router)
