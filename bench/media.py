@@ -310,24 +310,32 @@ def bench_latents(device: str, batch: int, reps: int) -> None:
     from diffusers import AutoencoderKLWan
 
     from judge_gateway import latent_worker
-    from judge_gateway.media import VideoSampling
+    from judge_gateway.media import VideoSampling, sample_frame_indices
+    from judge_gateway.media.sampling import _frame_size
 
     torch.manual_seed(0)
+    # Wan2.1's VAE as its config has it (base_dim 96, z_dim 16), random weights
     vae = AutoencoderKLWan(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
                            temperal_downsample=[False, True, True]).to(device, torch.bfloat16).eval()
-    spec = latent_worker.DeviceResize.from_sampling(VideoSampling(**COSMOS_SAMPLING), fps=16.0)
+    sampling = VideoSampling(**COSMOS_SAMPLING)
+    frames, _ = sample_frame_indices(81, 16.0, sampling)
+    w, h, _ = _frame_size(1280, 720, len(frames), sampling)
     lat = torch.randn(batch, 16, 21, 90, 160, device=device, dtype=torch.bfloat16)  # 81 x 720 x 1280
+    timings = {}
     with torch.inference_mode():
-        for i in range(reps + 1):
-            if i == 1:
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-            video = vae.decode(lat, return_dict=False)[0]
-            out = latent_worker.resize_on_device(video, spec)
-        torch.cuda.synchronize()
-    rate = batch * reps / (time.perf_counter() - start)
-    print(f"latent worker on {device}: Wan2.1 VAE decode (bf16) + device resize to "
-          f"{list(out.shape)}: {rate:.2f} videos/s (batch {batch})")
+        for what, keep, size in (("decode only (all frames, uint8)", None, None),
+                                 (f"decode + sample {len(frames)} frames + resize to {w}x{h}", [frames] * batch, [w, h])):
+            for i in range(reps + 1):
+                if i == 1:
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                video = vae.decode(lat, return_dict=False)[0]
+                out = latent_worker.sample_and_resize(video, keep, size, "truncate").cpu()
+            torch.cuda.synchronize()
+            timings[what] = batch * reps / (time.perf_counter() - start)
+            print(f"latent worker on {device}, Wan2.1 VAE (bf16, random weights), 81-frame 720p latents, "
+                  f"{what}: {timings[what]:.2f} videos/s (batch {batch}; {out.numel() / 1e6:.0f} MB to the host "
+                  f"per batch)", flush=True)
 
 
 def cpu_model() -> str:

@@ -93,8 +93,12 @@ class TorchWorker(WorkerSupervisor):
         reply, out = await self._call({"op": "load_torch"}, data, self.cfg.start_timeout_s)
         return np.load(io.BytesIO(out), allow_pickle=False), str(reply["dtype"])
 
-    async def decode(self, latents: np.ndarray) -> np.ndarray:
-        """float32 [B,C,T,H,W] -> uint8 pixels [B,3,T',H',W'], by the decoder of C channels."""
+    async def decode(self, latents: np.ndarray, frames: list[list[int]] | None = None,
+                     size: tuple[int, int] | None = None) -> np.ndarray:
+        """float32 [B,C,T,H,W] -> uint8 pixels [B,3,T',H',W'], by the decoder of C channels; with
+        `frames` (source indices per sample, as many for each) and `size` (width, height), only
+        those frames at that size, [B,3,n,h,w]: sampled and resized on the decoder's device
+        (latent_worker.sample_and_resize), so a 224 MB 720p clip crosses the pipe as ~21 MB."""
         channels = int(latents.shape[1])
         if channels not in self.decoders:
             raise TorchWorkerError(f"no decoder for {channels}-channel latents is configured (cosmos_rl.latents)")
@@ -110,7 +114,7 @@ class TorchWorker(WorkerSupervisor):
         header = {"op": "decode", "decoder": name, "channels": channels, "checkpoint": vae.checkpoint,
                   "subfolder": vae.subfolder, "device": self.cfg.device, "dtype": self.cfg.dtype,
                   "batch_size": self.cfg.batch_size, "denormalize": self.cfg.denormalize, "mean_std": mean_std,
-                  "to_uint8": self.cfg.to_uint8}
+                  "to_uint8": self.cfg.to_uint8, "frames": frames, "size": list(size) if size else None}
         try:
             _, out = await self._call(header, buf.getvalue(), self.cfg.start_timeout_s + self.cfg.timeout_s)
         except TorchWorkerError as err:

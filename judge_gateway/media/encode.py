@@ -349,7 +349,13 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
             **common,
         )
     codec = _codec_for(sampling)
-    frames = _sized_frames(video.iter_frames(idx), w, h, resized, sampling.resampler)
+    resampler = sampling.resampler
+    if video.presampled_size is not None:
+        if video.presampled_size != (w, h):
+            raise MediaError(f"this clip was resized to {video.presampled_size} by {video.resampled_by}; "
+                             f"this judge's sampling asks for {(w, h)}")
+        resampler = video.resampled_by  # type: ignore[assignment]
+    frames = _sized_frames(video.iter_frames(idx), w, h, resized, resampler)
     try:
         if codec == "mjpeg":
             data, opts = _mux_jpeg_frames(frames, w, h, fps, sampling.jpeg_quality)
@@ -364,7 +370,7 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
         codec=codec,
         num_bytes=len(data),
         encoder_options=tuple(opts.items()),
-        resampler=sampling.resampler if resized else None,
+        resampler=resampler if resized else None,
         **common,
     )
 
@@ -374,5 +380,7 @@ def _sized_frames(frames: Iterable[np.ndarray], w: int, h: int, resized: bool,
     """Each frame at the judge's size, one at a time (a clip's frames never all sit in memory
     at the source size twice)."""
     for f in frames:
-        # Without a resize, at most one row/column is cropped to even sides.
-        yield resize_rgb(f, w, h, resampler) if resized else f[:h, :w]
+        if f.shape[:2] == (h, w):  # already the judge's size (a presampled clip)
+            yield f
+        else:  # without a resize, at most one row/column is cropped to even sides
+            yield resize_rgb(f, w, h, resampler) if resized else f[:h, :w]

@@ -133,6 +133,10 @@ class VideoMedia:
         self._bytes = data
         self._container = container
         self._sha256: str | None = None
+        # Frames a decoder already sampled and resized (from_presampled): source index -> row of
+        # _array, and who resized them (details.video.resampler).
+        self._kept: dict[int, int] | None = None
+        self.resampled_by: str | None = None
         self._decoded: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()  # frames_array runs in worker threads
 
@@ -164,7 +168,10 @@ class VideoMedia:
         return cls(kind="frames", fps=fps, num_frames=len(items), width=w, height=h, frames=items)
 
     @classmethod
-    def from_array(cls, arr: np.ndarray, fps: float) -> VideoMedia:
+    def from_array(cls, arr: np.ndarray, fps: float, *, copy: bool = True) -> VideoMedia:
+        """A [T, H, W, 3] uint8 clip, snapshotted (callers often reuse their buffers); `copy=False`
+        when the caller hands a C-contiguous buffer over for good (a decoder's fresh output: a
+        720p clip's copy is 224 MB)."""
         fps = _check_fps(fps)
         if not isinstance(arr, np.ndarray):
             raise MediaError(f"video array must be a numpy array, got {type(arr).__name__}")
@@ -174,7 +181,7 @@ class VideoMedia:
         _check_num_frames(arr.shape[0], "video array")
         _check_size(arr.shape[2], arr.shape[1], "video frame")
         _check_video_pixels(arr.shape[0], arr.shape[2], arr.shape[1], "video array")
-        snap = np.array(arr, copy=True, order="C")  # callers often reuse their buffers
+        snap = np.array(arr, copy=True, order="C") if copy or not arr.flags.c_contiguous else arr
         snap.flags.writeable = False
         return cls(
             kind="array",
@@ -184,6 +191,25 @@ class VideoMedia:
             height=arr.shape[1],
             array=snap,
         )
+
+    @classmethod
+    def from_presampled(cls, frames: np.ndarray, fps: float, *, source_frames: int, source_width: int,
+                        source_height: int, indices: Sequence[int], resampled_by: str) -> VideoMedia:
+        """A clip a decoder already sampled and resized for a judge (the latent worker, on its
+        device): `frames[k]` is source frame `indices[k]` at the judge's size. It reports the
+        source's frame count, size and rate, so the judge's sampling finds the same indices and
+        size (encode_video then only encodes); a frame outside `indices` is a MediaError. The
+        buffer is taken over, not copied."""
+        video = cls.from_array(frames, fps, copy=False)
+        if len(indices) != frames.shape[0]:
+            raise MediaError(f"{frames.shape[0]} presampled frames for {len(indices)} indices")
+        if any(not 0 <= int(i) < source_frames for i in indices):
+            raise MediaError(f"presampled frame indices outside a {source_frames}-frame source")
+        _check_size(source_width, source_height, "video frame")
+        video._num_frames, video._width, video._height = source_frames, source_width, source_height
+        video._kept = {int(i): k for k, i in enumerate(indices)}
+        video.resampled_by = resampled_by
+        return video
 
     @classmethod
     def from_mp4(
@@ -344,7 +370,7 @@ class VideoMedia:
         if not idx:
             return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
         if self._array is not None:
-            return self._array[idx]
+            return self._array[self._rows(idx)]
         if self._frames is not None:
             return np.stack([self._frames[i].to_array() for i in idx])
         self._decode_container(set(idx))
@@ -357,13 +383,31 @@ class VideoMedia:
             for i in indices:
                 if not 0 <= i < self._num_frames:
                     raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
-                yield self._array[i]
+            for row in self._rows(indices):
+                yield self._array[row]
             return
         if self._frames is not None:
             for i in indices:
                 yield self.frames_array([i])[0]
             return
         yield from self.frames_array(indices)
+
+    def _rows(self, indices: Sequence[int]) -> list[int]:
+        """Rows of _array holding these source frames (the same numbers unless presampled)."""
+        if self._kept is None:
+            return list(indices)
+        missing = [i for i in indices if i not in self._kept]
+        if missing:
+            raise MediaError(f"frames {missing[:5]} were not kept: this clip was sampled and resized by "
+                             f"{self.resampled_by} for another sampling (frames {sorted(self._kept)[:5]}...)")
+        return [self._kept[i] for i in indices]
+
+    @property
+    def presampled_size(self) -> tuple[int, int] | None:
+        """(width, height) of a presampled clip's kept frames, else None."""
+        if self._kept is None or self._array is None:
+            return None
+        return self._array.shape[2], self._array.shape[1]
 
     def first_frame(self) -> ImageMedia:
         """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""

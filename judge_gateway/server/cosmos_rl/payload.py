@@ -26,6 +26,7 @@ from ...config import (
     LegacyKey,
 )
 from ...schema import SampleInput
+from .device_sampling import DEVICE_RESAMPLER, DevicePlan
 from .tensors import (
     EnqueueMeta,
     PayloadError,
@@ -228,7 +229,8 @@ class PayloadChecks:
             t, h, w = (1, *pixels.shape[1:3]) if pixels.ndim == 4 else pixels.shape[1:4]
             check_enqueue_limits(batch, t, h, w, prompts, limits, f"tensor {list(pixels.shape)}")
 
-    def samples(self, p: Prepared, pixels: np.ndarray) -> list[SampleInput]:
+    def samples(self, p: Prepared, pixels: np.ndarray, plan: DevicePlan | None = None) -> list[SampleInput]:
+        """One sample per clip or image; `plan`: the decoder kept only these frames at this size."""
         out = []
         for i in range(p.batch):
             prompt = p.meta.prompts[i] if p.meta.prompts is not None else ""
@@ -237,8 +239,13 @@ class PayloadChecks:
                     sample = SampleInput(prompt=prompt, image=ImageMedia.from_array(pixels[i]), metadata=p.extra_meta[i])
                 else:
                     assert p.fps is not None
-                    sample = SampleInput(prompt=prompt, video=VideoMedia.from_array(pixels[i], p.fps[i]),
-                                         metadata=p.extra_meta[i])
+                    # decoded latents are this request's own buffer: taken over, not copied
+                    video = (VideoMedia.from_array(pixels[i], p.fps[i], copy=p.latents is None) if plan is None
+                             else VideoMedia.from_presampled(
+                                 np.ascontiguousarray(pixels[i]), p.fps[i], source_frames=plan.source_frames,
+                                 source_width=plan.source_width, source_height=plan.source_height,
+                                 indices=plan.frames[i], resampled_by=DEVICE_RESAMPLER))
+                    sample = SampleInput(prompt=prompt, video=video, metadata=p.extra_meta[i])
             except MediaError as err:
                 raise PayloadError(f"sample {i}: {err}") from None
             out.append(sample)

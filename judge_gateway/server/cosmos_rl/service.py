@@ -37,9 +37,10 @@ from ...schema import (
 )
 from ...store import ResultStore, StoreError, retry_store_write
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
+from .device_sampling import device_plan
 from .envelope import failed_envelope, result_envelope
 from .payload import JudgeUnready, PayloadChecks, Prepared
-from .tensors import PayloadError
+from .tensors import PayloadError, decoded_video_shape
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0
@@ -283,15 +284,20 @@ class CosmosRLService:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
+        judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
+        plan = None
         if p.latents is not None:
             assert self.worker is not None
+            if p.medium == "video" and p.fps is not None:  # the judges' frames, sampled and resized on the device
+                _, frames, height, width = decoded_video_shape(p.latents.shape)
+                plan = device_plan(self.gateway, judges, p.fps, frames, width, height)
             t0 = time.perf_counter()
-            video = await self.worker.decode(p.latents)  # [B,3,T,H,W] uint8
+            video = await self.worker.decode(p.latents, plan.frames if plan else None,
+                                             plan.size if plan else None)  # [B,3,T,H,W] uint8
             decoded_s = time.perf_counter() - t0
             pixels = video[:, :, 0].transpose(0, 2, 3, 1) if p.medium == "image" else video.transpose(0, 2, 3, 4, 1)
         assert pixels is not None
-        samples = await asyncio.to_thread(self.payloads.samples, p, pixels)
-        judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
+        samples = await asyncio.to_thread(self.payloads.samples, p, pixels, plan)
         if deadline is None:
             deadline = time.monotonic() + self.cfg.request_timeout_s
         cells = await self._scored(uid, samples, judges, deadline)
