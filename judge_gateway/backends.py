@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import logging
 import random
 import time
@@ -22,14 +21,11 @@ import openai
 from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from .chat_http import ChatSession
 from .config import BackendConfig
 from .media.body import dumps as dumps_body
 
 log = logging.getLogger(__name__)
-
-# Where the SDK takes an already-serialised JSON body: `content` (openai 3.x); older releases
-# take the bytes as `body`.
-_RAW_BODY = "content" if "content" in inspect.signature(AsyncOpenAI.post).parameters else "body"
 
 
 class BackendFault(Exception):
@@ -101,6 +97,7 @@ class Replica:
     consecutive_failures: int = 0
     ejected_until: float = 0.0
     _client: AsyncOpenAI | None = None
+    _chat: ChatSession | None = None  # chat completions, without the SDK's per-call cost (chat_http.py)
     _loop: asyncio.AbstractEventLoop | None = None
     _sem: asyncio.Semaphore | None = None
     served: int = field(default=0)
@@ -121,10 +118,16 @@ class Replica:
                 timeout=timeout,
                 http_client=_http_client(timeout),
             )
+            self._chat = ChatSession(self.base_url, cfg.api_key(), cfg.timeout_s, cfg.connect_timeout_s)
             self._sem = asyncio.Semaphore(cfg.max_concurrency)
             self._loop = loop
         assert self._sem is not None
         return self._client, self._sem
+
+    @property
+    def chat(self) -> ChatSession:
+        assert self._chat is not None, "bind() first"
+        return self._chat
 
 
 def _http_client(timeout: Any) -> Any:
@@ -176,13 +179,13 @@ class BackendPool:
 
     async def _attempt(self, body: bytes, affinity: int | None) -> dict[str, Any]:
         replica = self._pick(affinity)
-        client, sem = replica.bind(self.cfg)
+        _, sem = replica.bind(self.cfg)
         replica.outstanding += 1
         try:
             async with sem:
-                # A raw post with `cast_to=object` returns the JSON as is: the SDK's request
-                # transforms and response models cost more CPU than the judge itself.
-                result = await client.post("/chat/completions", cast_to=object, **{_RAW_BODY: body})
+                # The JSON as is, through aiohttp: the SDK's request and response layers cost more
+                # CPU than the judge itself (chat_http.py).
+                result = await replica.chat.post(body)
         except Exception as exc:
             self._record(replica, ok=not is_transient(exc))
             raise
@@ -253,9 +256,11 @@ class BackendPool:
 
     async def aclose(self) -> None:
         for replica in self.replicas:
-            if replica._client is not None:
+            for closable in (replica._client, replica._chat):
+                if closable is None:
+                    continue
                 try:
-                    await replica._client.close()
+                    await closable.close()
                 except RuntimeError:  # its loop is gone; nothing left to close
                     pass
-                replica._client = None
+            replica._client = replica._chat = None
