@@ -17,7 +17,7 @@ from typing import Any
 
 import pydantic_core
 
-# pydantic-core's fixed nesting limit (its recursion guard); documented here for the README.
+# pydantic-core's fixed nesting limit (its recursion guard), stated here so errors and docs can name it.
 MAX_JSON_DEPTH = 200
 MAX_INT_DIGITS = 4300
 MAX_JSON_CONTAINERS = 1_000_000  # '{' + '[' in a body: ~100 MB of Python objects at most

@@ -172,8 +172,8 @@ class RewardResponse(BaseModel):
     id: str = Field(description="Request id (the caller's, or a generated one).")
     judges: list[str] = Field(description="The judges that scored this request, in order.")
     results: list[SampleResult] = Field(description="One entry per sample, in request order.")
-    combine: CombineInfo
-    timings: Timings
+    combine: CombineInfo = Field(description="The combine policy and weights this request was scored with.")
+    timings: Timings = Field(description="Where the time went.")
 
 
 class JudgeInfo(BaseModel):
@@ -181,17 +181,17 @@ class JudgeInfo(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    kind: str = Field(description="`yes_no`, `rubric`, `final_score`, or a head kind.")
-    weight: float
-    backend: str | None = None
-    model: str | None = None
-    template: TemplateRef | None = None
+    name: str = Field(description="The configured judge name (`[judges.NAME]`).")
+    kind: str = Field(description="`yes_no`, `rubric`, `final_score`, `critic`, or a head kind.")
+    weight: float = Field(description="Its weight in the combined reward.")
+    backend: str | None = Field(default=None, description="The backend a VLM judge runs on; null for heads.")
+    model: str | None = Field(default=None, description="The served model (VLM) or the head's model.")
+    template: TemplateRef | None = Field(default=None, description="The pinned template of a VLM judge.")
     media: list[str] = Field(default_factory=list, description="Media the judge needs per sample.")
     ready: bool | None = Field(
         default=None, description="Whether its backend answered the last readiness probe."
     )
-    ready_reason: str | None = None
+    ready_reason: str | None = Field(default=None, description="Why it is not ready (or still starting).")
 
 
 class ErrorBody(BaseModel):

@@ -318,7 +318,7 @@ return redis.call('ZCARD', KEYS[4])
         if aof == "yes" or (save or "").strip():
             return None
         why = ("Redis has neither AOF (appendonly = no) nor RDB snapshots (save = ''): a Redis restart loses every "
-               "stored result and pending request; set `appendonly yes` (see README \"Redis in production\")")
+               "stored result and pending request; set `appendonly yes` (docs: integrations/cosmos-rl.md, \"Redis in production\")")
         if policy == "refuse":
             raise StoreError(f"store.persistence = refuse: {why}")
         log.warning("store.persistence = warn: %s", why)

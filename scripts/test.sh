@@ -31,6 +31,10 @@ fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 echo "== unit tests"
 .venv/bin/python -m pytest tests/unit -q "$@"
+echo "== docs site (mkdocs build --strict: a broken link, anchor or page fails; the reference pages' staleness is a unit test)"
+.venv/bin/python -m pip install -q -e ".[docs]"   # the docs extra (mkdocs-material, mkdocstrings) into .venv
+# (no --quiet: it hides the warnings that --strict counts, so a broken link would pass)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
 echo "== reliability suite (fuzz, backend / Redis / replica / head faults; a few minutes)"
 # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
 # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost

@@ -40,7 +40,7 @@ def register_browse(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("browse", help="a local web page over scored run folders (or --export one HTML file)")
     s.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="folders written by `score -o`")
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only)")
-    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1")
     s.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="a Host header to answer besides localhost, 127.0.0.1 and --host (repeatable; "
                         "needed with --host 0.0.0.0)")

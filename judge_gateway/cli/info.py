@@ -43,5 +43,5 @@ def register_schema(sub: argparse._SubParsersAction) -> None:
 
 def register_judges(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("judges", help="configured judges and their readiness")
-    s.add_argument("--config")
+    s.add_argument("--config", help="TOML config (default: the embedded one)")
     s.set_defaults(func=_cmd_judges)

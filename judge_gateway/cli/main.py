@@ -18,7 +18,7 @@ from .tune import register_tune
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="judge-gateway", description=__doc__)
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="log DEBUG and INFO messages too (the head workers' output among them); default: warnings")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     # The order here is the order `--help` lists the commands in.

@@ -279,5 +279,5 @@ def register_score(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--batch-size", type=int, default=16, help="samples per request")
     s.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar (stderr)")
     s.set_defaults(func=run_score_command)

@@ -90,14 +90,14 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--host", help="override server.host")
     s.add_argument("--port", type=int, help="override server.port")
     s.add_argument("--api-key", action="append", help="accepted Bearer token (repeatable)")
-    s.add_argument("--log-level", default="info")
+    s.add_argument("--log-level", default="info", help="uvicorn's log level (critical, error, warning, info, debug)")
     s.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="deploy on Ray Serve and return (also when the config has a [ray] section; "
                         "ADDRESS overrides ray.address)")
     s.set_defaults(func=_cmd_serve)
 
     s = sub.add_parser("ray-status", help="Ray mode: deployments, replicas and their queue depths")
-    s.add_argument("--config")
+    s.add_argument("--config", help="TOML config with the [ray] section (default: the embedded one)")
     s.add_argument("--address", help="Ray cluster (default: ray.address)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the status as JSON")
     s.set_defaults(func=_cmd_ray_status)

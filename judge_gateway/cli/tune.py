@@ -17,7 +17,7 @@ def add_scoring_args(p: argparse.ArgumentParser, *, server: bool = True) -> None
         p.add_argument("--api-key", help="Bearer token for --server")
     p.add_argument("--batch-size", type=int, default=16, help="samples per request")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (stderr)")
 
 
 def add_tune_args(p: argparse.ArgumentParser) -> None:

@@ -227,7 +227,7 @@ class HPSv3Options(HeadOptions):
 
 
 class OcrOptions(HeadOptions):
-    max_batch_size: int = Field(8, ge=1, le=4096)
+    max_batch_size: int = Field(8, ge=1, le=4096, description="Images (or frames) per OCR pass.")
     min_confidence: float = Field(
         0.5, ge=0, le=1, description="Drop recognised lines below this score (PP-OCR default 0.5)."
     )
@@ -237,7 +237,7 @@ class OcrOptions(HeadOptions):
 class GenEvalOptions(HeadOptions):
     """GenEval (judge_gateway/heads/geneval/rules.py): an mmdet detector + open_clip colour zero-shot."""
 
-    max_batch_size: int = Field(4, ge=1, le=4096)
+    max_batch_size: int = Field(4, ge=1, le=4096, description="Images per detector pass.")
     detector_config: str = Field(
         "mask2former/mask2former_swin-s-p4-w7-224_8xb2-lsj-50e_coco.py",
         description=(

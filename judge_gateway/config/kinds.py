@@ -1,6 +1,6 @@
 """The one table of judge kinds: adding a kind is one row here (plus its options model and its
-judge / head classes). A new VLM kind also needs its template kind, a `_KIND_FIELDS` row in
-`prompts/parse.py`, and a parser of its replies in `parsers/`.
+judge / head classes). A new VLM kind also needs its template kind, a model of its template
+file in `prompts/parse.py` (`TEMPLATE_FILES`), and a parser of its replies in `parsers/`.
 
 A row names the kind's typed options (validated at config load), where it runs (a VLM backend
 through a prompt template of the same kind, or a local head worker), the media a head takes, and

@@ -1,4 +1,4 @@
-"""The config's models, one per section (see README "Configuration reference"):
+"""The config's models, one per section (docs/reference/configuration.md is generated from them):
 
     [server]    host, port, api_keys / api_keys_env, max_body_bytes, timeouts, header limits, ...
     [media]     decoded-pixel budgets per image, video and request
@@ -49,14 +49,16 @@ class AdmissionConfig(Strict):
 
 class ServerConfig(Strict):
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
-    port: int = Field(8080, ge=0, le=65535)
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port).")
     api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
     api_keys_env: str | None = Field(
         "JUDGE_GATEWAY_API_KEYS",
         description="Environment variable holding more accepted tokens, comma-separated.",
     )
     max_body_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest accepted request body.")
-    max_samples_per_request: int = Field(4096, gt=0)
+    max_samples_per_request: int = Field(
+        4096, gt=0, description="Most samples (Flow-Factory: prompts) in one request; more is refused (native API: 413)."
+    )
     readiness_interval_s: float = Field(
         5.0, gt=0, description="How long a backend readiness probe result is reused."
     )
@@ -64,7 +66,7 @@ class ServerConfig(Strict):
         False,
         description="Permit a non-loopback host without API keys (refused by default).",
     )
-    # Slow or oversized clients (see README "Limits"): enforced by the HTTP protocol the CLI runs.
+    # Slow or oversized clients (docs/guides/limits.md): enforced by the HTTP protocol the CLI runs.
     header_timeout_s: float = Field(
         10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
         "(or of the connection opening); else 408 and the connection is closed."
@@ -78,7 +80,9 @@ class ServerConfig(Strict):
         16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 431 (400 when h11's own buffer bound trips first, on headers still arriving)."
     )
     max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
-    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    admission: AdmissionConfig = Field(
+        default_factory=AdmissionConfig, description="Bounds on the synchronous requests scoring at once."
+    )
 
     @field_validator("api_keys")
     @classmethod
@@ -158,7 +162,10 @@ class EvalConfig(Strict):
 
 
 class CombineConfig(Strict):
-    policy: Literal["weighted_mean", "sum"] = "weighted_mean"
+    policy: Literal["weighted_mean", "sum"] = Field(
+        "weighted_mean", description="A sample's combined reward: the weighted mean of its judges' rewards, "
+        "or their weighted sum (weights: judges.NAME.weight)."
+    )
     on_invalid: Literal["invalidate", "skip", "fill"] = Field(
         "invalidate",
         description=(
@@ -167,7 +174,7 @@ class CombineConfig(Strict):
             "In every case the sample is flagged valid=false."
         ),
     )
-    fill_value: float = 0.0
+    fill_value: float = Field(0.0, description="on_invalid = fill: the reward an invalid judge counts as.")
 
 
 class BackendConfig(Strict):
@@ -175,11 +182,11 @@ class BackendConfig(Strict):
     base_urls: list[str] = Field(min_length=1, description="One OpenAI-compatible /v1 URL per replica.")
     api_key_env: str | None = Field(None, description="Environment variable with the backend's API key.")
     timeout_s: float = Field(120.0, gt=0, description="Per-attempt HTTP timeout.")
-    connect_timeout_s: float = Field(5.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0, description="Per-attempt TCP connect timeout.")
     max_concurrency: int = Field(64, gt=0, description="In-flight requests per replica.")
     max_retries: int = Field(2, ge=0, description="Retries of transient faults (connect, timeout, 429, 5xx).")
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
-    eject_cooldown_s: float = Field(10.0, ge=0)
+    eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
 
     @field_validator("base_urls")
     @classmethod
@@ -198,9 +205,9 @@ class BackendConfig(Strict):
 
 class ImageEncodingConfig(Strict):
     max_pixels: int | None = Field(None, gt=0, description="Downscale larger images to this many pixels.")
-    min_pixels: int | None = Field(None, gt=0)
-    format: Literal["png", "jpeg"] = "png"
-    jpeg_quality: int = Field(95, ge=1, le=100)
+    min_pixels: int | None = Field(None, gt=0, description="Upscale smaller images to this many pixels.")
+    format: Literal["png", "jpeg"] = Field("png", description="How the image is sent to the VLM (a data URL).")
+    jpeg_quality: int = Field(95, ge=1, le=100, description="format = jpeg: the encoder's quality.")
     resampler: Literal["fast", "pil"] = Field(
         "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")
 
@@ -211,7 +218,10 @@ class VideoSamplingConfig(Strict):
     max_frames: int = Field(160, gt=0, description="Stride down to at most this many frames.")
     max_pixels: int | None = Field(None, gt=0, description="Pixels per frame.")
     total_pixels: int | None = Field(None, gt=0, description="Pixels over all frames.")
-    even_frames: bool = True
+    even_frames: bool = Field(
+        True, description="Drop the last frame of an odd count (Qwen2.5-VL's temporal patch is 2 frames); a lone "
+        "frame is sent twice."
+    )
     codec: Literal["auto", "mjpeg", "libx264", "mpeg4"] = Field(
         "auto", description="auto: Motion JPEG (libjpeg-turbo frames in mp4); libx264 / mpeg4 through FFmpeg.")
     jpeg_quality: int = Field(95, ge=1, le=100, description="Motion JPEG quality (4:4:4 chroma from 90).")
@@ -232,15 +242,20 @@ class JudgeConfig(Strict):
     )
     options: JudgeOptions = Field(
         default_factory=dict, validate_default=True,  # type: ignore[arg-type]  # {} -> the kind's defaults
-        description="Kind-specific options: the kind's options model (kinds.py), validated here."
+        description="Options of the judge's kind (each kind's keys are listed per kind), validated at load."
     )
     bands: dict[str, StrictFloat] | None = Field(
         None, description="Score bands, label -> lower bound of the reward (the lowest band is open "
         "below), written to details['band']. Default: High >= 0.7, Medium >= 0.3, Low for judges "
         "that see a video, none for the others; {} turns bands off."
     )
-    image: ImageEncodingConfig = Field(default_factory=ImageEncodingConfig)
-    video: VideoSamplingConfig = Field(default_factory=VideoSamplingConfig)
+    image: ImageEncodingConfig = Field(
+        default_factory=ImageEncodingConfig, description="How a VLM judge's images are sized and encoded."
+    )
+    video: VideoSamplingConfig = Field(
+        default_factory=VideoSamplingConfig,
+        description="Which frames of a video a judge sees, and at what size (recorded in details['video']).",
+    )
 
     @field_validator("kind")
     @classmethod
@@ -277,18 +292,38 @@ class JudgeConfig(Strict):
 
 
 class GatewayConfig(Strict):
-    server: ServerConfig = Field(default_factory=ServerConfig)
-    media: MediaConfig = Field(default_factory=MediaConfig)
-    combine: CombineConfig = Field(default_factory=CombineConfig)
-    backends: dict[str, BackendConfig] = Field(default_factory=dict)
-    judges: dict[str, JudgeConfig] = Field(default_factory=dict)
+    """A whole config file. The descriptions here introduce each section in the docs' reference."""
+
+    server: ServerConfig = Field(
+        default_factory=ServerConfig,
+        description="The HTTP service: bind address, API keys, body and header limits, slow-client timeouts.",
+    )
+    media: MediaConfig = Field(default_factory=MediaConfig, description="Decoded-size budgets of the media a request brings.")
+    combine: CombineConfig = Field(
+        default_factory=CombineConfig, description="How a sample's judge scores become its one combined reward."
+    )
+    backends: dict[str, BackendConfig] = Field(
+        default_factory=dict, description="A served VLM: its model name on one or more vLLM (OpenAI-compatible) replicas."
+    )
+    judges: dict[str, JudgeConfig] = Field(
+        default_factory=dict,
+        description="A judge: a VLM kind on a backend through a pinned prompt template, or a local head kind.",
+    )
     # Drop-in protocol adapters and their result store (see protocols.py).
-    store: StoreConfig = Field(default_factory=StoreConfig)
-    cosmos_rl: CosmosRLConfig = Field(default_factory=CosmosRLConfig)
-    flow_factory: FlowFactoryConfig = Field(default_factory=FlowFactoryConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    # Distributed mode (`judge-gateway serve --ray`); absent: one machine, no Ray needed.
-    ray: RayConfig | None = None
+    store: StoreConfig = Field(
+        default_factory=StoreConfig,
+        description="Where the async protocol (cosmos-rl) keeps results until they are pulled: memory or Redis.",
+    )
+    cosmos_rl: CosmosRLConfig = Field(
+        default_factory=CosmosRLConfig, description="cosmos-rl's reward service protocol (/api/reward/*)."
+    )
+    flow_factory: FlowFactoryConfig = Field(
+        default_factory=FlowFactoryConfig, description="Flow-Factory's remote reward server protocol, one path per profile."
+    )
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="`judge-gateway eval`'s thresholds.")
+    ray: RayConfig | None = Field(
+        None, description="Distributed mode (`judge-gateway serve --ray`) on Ray Serve; absent: one machine, no Ray needed."
+    )
 
     def judge_options(self, name: str) -> JudgeOptions:
         return self.judges[name].options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from .base import Strict
 
@@ -12,12 +12,14 @@ from .base import Strict
 class NormalizeConfig(Strict):
     """reward = clip(f(raw)); f is identity, affine (raw*scale+offset) or minmax ((raw-min)/(max-min))."""
 
-    kind: Literal["identity", "affine", "minmax"] = "identity"
-    scale: float = 1.0
-    offset: float = 0.0
-    min: float | None = None
-    max: float | None = None
-    clip: tuple[float, float] | None = None
+    kind: Literal["identity", "affine", "minmax"] = Field(
+        "identity", description="identity: reward = raw; affine: raw * scale + offset; minmax: (raw - min) / (max - min)."
+    )
+    scale: float = Field(1.0, description="affine: the factor.")
+    offset: float = Field(0.0, description="affine: added after scaling.")
+    min: float | None = Field(None, description="minmax: the raw value that maps to 0 (required with minmax).")
+    max: float | None = Field(None, description="minmax: the raw value that maps to 1 (required with minmax).")
+    clip: tuple[float, float] | None = Field(None, description="[low, high]: the reward is clipped into it last.")
 
     @model_validator(mode="after")
     def _check(self) -> "NormalizeConfig":

@@ -72,7 +72,9 @@ class StoreConfig(Strict):
         description="kind = redis: at start-up, check (CONFIG GET) that Redis persists (AOF or RDB snapshots); "
         "without, a Redis restart loses every stored result. refuse: do not start; warn: log; off: no check.",
     )
-    queue: QueueConfig = Field(default_factory=QueueConfig)
+    queue: QueueConfig = Field(
+        default_factory=QueueConfig, description="The durable queue of accepted cosmos-rl work (Redis Streams)."
+    )
 
     @model_validator(mode="after")
     def _queue_needs_redis(self) -> StoreConfig:
@@ -116,11 +118,13 @@ SENTINEL_LABEL = "Error"
 class LegacyKey(Strict):
     """Where one legacy score key's value comes from in a JudgeScore."""
 
-    source: str = Field(description="`reward`, `raw` or `details.<key>`.")
+    source: str = Field(
+        description="`reward`, `raw` or `details.<key>`; a bare string in `keys` is short for {source = ...}."
+    )
     labels: tuple[str, str] | None = Field(
         None, description="Emit a label instead of the number: [below threshold, at or above]."
     )
-    threshold: float = 0.5
+    threshold: float = Field(0.5, description="With `labels`: the number at or above which the second label is emitted.")
     scale: float = Field(1.0, description="Multiply the number by this (the original's unified_reward is score / 5).")
     by_tag: TagSplit | None = Field(
         None, description="Emit a dict of lists, one per tag (the original's gen_eval_group) instead of a list."
@@ -244,8 +248,8 @@ class LatentDecoderConfig(Strict):
     wan2_2: WanVaeConfig | None = Field(None, description="Decoder of 48-channel latents (Wan2.2 VAE).")
     checkpoint: str | None = Field(None, description="Short for wan2_1.checkpoint.")
     subfolder: str | None = Field(None, description="Short for wan2_1.subfolder.")
-    device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = Field("cpu", description="torch device of the VAE (`cpu`, `cuda`, `cuda:N`).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="The VAE's weights and inputs.")
     batch_size: int = Field(1, gt=0, description="Samples decoded per VAE call.")
     denormalize: bool = Field(
         True, description="Apply the VAE's latents_mean/latents_std before decoding, as Wan pipelines do."
@@ -285,7 +289,7 @@ class LatentDecoderConfig(Strict):
 
 
 class CosmosRLConfig(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Serve /api/reward/ping, enqueue, pull and latent_attr.")
     max_pending: int = Field(64, gt=0, description="Accepted-but-unfinished requests; beyond: 503.")
     request_timeout_s: float = Field(
         1800.0, gt=0,
@@ -306,7 +310,7 @@ class CosmosRLConfig(Strict):
     )
     retry_backoff_s: float = Field(0.5, gt=0, description="First wait before a re-score; doubles each time.")
     retry_backoff_max_s: float = Field(8.0, gt=0, description="Longest wait between re-scores.")
-    max_batch: int = Field(1024, gt=0)
+    max_batch: int = Field(1024, gt=0, description="Largest batch B of one enqueue; larger is refused with 400.")
     on_failed: Literal["fill", "error"] = Field(
         "fill",
         description="A pull of a request that failed as a whole (deadline passed, latent decoding failed, its "
@@ -314,8 +318,16 @@ class CosmosRLConfig(Strict):
         "on_invalid policy (cosmos-rl's trainer never drops a uuid it cannot pull: an error stalls its "
         "training on it); error = 500 {status: failed, reason}.",
     )
-    rewards: dict[str, CosmosReward] = Field(default_factory=dict)
-    latents: LatentDecoderConfig = Field(default_factory=LatentDecoderConfig)
+    rewards: dict[str, CosmosReward] = Field(
+        default_factory=dict,
+        description="cosmos-rl reward name -> the judge that scores it and its legacy score keys; merged over the "
+        "original service's names (a name given here replaces the built-in one). Any configured judge also "
+        "answers to its own name.",
+    )
+    latents: LatentDecoderConfig = Field(
+        default_factory=LatentDecoderConfig,
+        description="The torch worker that loads torch payloads and decodes Wan latents into pixels.",
+    )
     default_pull_type: str = Field(
         "dance_grpo", description="The reward a pull without a `type` field asks for (the original's default)."
     )
@@ -344,8 +356,13 @@ class CosmosRLConfig(Strict):
 
 class FlowFactoryProfile(Strict):
     judges: dict[str, float] = Field(min_length=1, description="Judge name -> weight.")
-    mode: Literal["pointwise", "groupwise"] = "pointwise"
-    combine: Literal["weighted_mean", "sum"] = "weighted_mean"
+    mode: Literal["pointwise", "groupwise"] = Field(
+        "pointwise", description="pointwise: each sample's reward on its own; groupwise: the request is one "
+        "group and group_transform ranks or standardises it."
+    )
+    combine: Literal["weighted_mean", "sum"] = Field(
+        "weighted_mean", description="How the profile's judges' rewards become one (weights: `judges`)."
+    )
     group_transform: Literal["rank", "ordinal_rank", "zscore"] = Field(
         "ordinal_rank",
         description="groupwise: the request is one group. Default as Flow-Factory's groupwise "
@@ -356,7 +373,7 @@ class FlowFactoryProfile(Strict):
         description="A sample with an invalid judge score: fill (fill_value), mean (the mean of the "
         "request's valid rewards: neutral in a group), error (the request fails with {error}).",
     )
-    fill_value: float = 0.0
+    fill_value: float = Field(0.0, description="on_invalid = fill: the reward of such a sample.")
     video_fps: float = Field(16.0, gt=0, description="Frame rate of frame-list videos (the protocol sends none).")
 
     @field_validator("judges")
@@ -368,9 +385,11 @@ class FlowFactoryProfile(Strict):
 
 
 class FlowFactoryConfig(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Serve the profiles' routes.")
     path_prefix: str = Field("/flow-factory", description="Profiles are served at {path_prefix}/{name}.")
-    profiles: dict[str, FlowFactoryProfile] = Field(default_factory=dict)
+    profiles: dict[str, FlowFactoryProfile] = Field(
+        default_factory=dict, description="Profile name (a path segment) -> a weighted set of judges."
+    )
 
     @field_validator("path_prefix")
     @classmethod

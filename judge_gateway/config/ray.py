@@ -17,8 +17,8 @@ from .base import Strict
 
 
 class RayAutoscaling(Strict):
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(1, ge=1)
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas Serve keeps.")
+    max_replicas: int = Field(1, ge=1, description="Most replicas Serve starts.")
     target_ongoing_requests: float = Field(
         8.0, gt=0, description="Requests in flight per replica that Serve's autoscaler aims for.")
 
@@ -59,8 +59,10 @@ class RayConfig(Strict):
     namespace: str = Field("judge-gateway", description="Ray namespace of the deployment.")
     app_name: str = Field("judge-gateway", min_length=1, description="Serve application name.")
     http_host: str = Field("127.0.0.1", description="Where Serve's HTTP proxy binds (on the head node).")
-    http_port: int = Field(8000, ge=1, le=65535)
-    gateway: RayDeploymentConfig = Field(default_factory=RayDeploymentConfig)
+    http_port: int = Field(8000, ge=1, le=65535, description="Port of Serve's HTTP proxy.")
+    gateway: RayDeploymentConfig = Field(
+        default_factory=RayDeploymentConfig, description="The gateway ingress deployment (the same FastAPI app)."
+    )
     heads: dict[str, RayDeploymentConfig] = Field(
         default_factory=dict,
         description="Head judges run as their own Serve deployments; the others stay inside each gateway replica.")

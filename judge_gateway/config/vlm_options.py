@@ -10,6 +10,10 @@ from pydantic import Field, model_validator
 from .base import Strict
 
 
+_MAX_TOKENS = "Longest reply (default: the template's, else 2048); a reply cut by it is a parse_error."
+_STOP = "Stop sequences (default: the template's, else none)."
+
+
 class VLMOptions(Strict):
     """Options every VLM judge kind takes."""
 
@@ -42,15 +46,15 @@ class RubricOptions(VLMOptions):
     na_policy: Literal["skip", "value"] = Field(
         "skip", description="skip: leave N/A aspects out of the mean; value: count them as na_value."
     )
-    na_value: float | None = None
+    na_value: float | None = Field(None, description="na_policy = value: the score an N/A aspect counts as.")
     missing_policy: Literal["invalid", "skip"] | None = Field(
         None, description="An expected aspect absent from the reply makes the score invalid, or is left out "
         "of the mean (default: the template's, else invalid). A reply with no aspect score is invalid either way."
     )
     scale: tuple[float, float] | None = Field(None, description="Aspect scale (default: the template's).")
-    max_tokens: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(None, description=_STOP)
     guided_regex: str | None = Field(
         None, description="Constrain the reply with vLLM structured outputs (a regex)."
     )
@@ -80,16 +84,20 @@ class RubricOptions(VLMOptions):
 
 
 class FinalScoreOptions(VLMOptions):
-    scale: tuple[float, float] | None = None
-    label: str | None = None
-    max_tokens: int | None = Field(None, gt=0)
+    scale: tuple[float, float] | None = Field(
+        None, description="[low, high] of the final score; the reward maps it onto [0, 1] (default: the template's)."
+    )
+    label: str | None = Field(
+        None, description="The words before the number, e.g. `Final Score` (default: the template's, else that)."
+    )
+    max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
-    stop: list[str] | None = None
-    guided_regex: str | None = None
+    stop: list[str] | None = Field(None, description=_STOP)
+    guided_regex: str | None = Field(None, description="Constrain the reply with vLLM structured outputs (a regex).")
 
 
 class CriticOptions(VLMOptions):
-    """A critic: the reply is one JSON object in the template's schema (see README "Critic")."""
+    """A critic: the reply is one JSON object in the template's schema (docs: judges/critic.md)."""
 
     reward_field: str = Field(
         "video_analysis.physical_accuracy.score", pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
@@ -108,6 +116,6 @@ class CriticOptions(VLMOptions):
         None, description="Use this judge's [video] sampling, so a request scoring both encodes each "
         "clip once (the critic's own `video` table must then be left out)."
     )
-    max_tokens: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(None, description=_STOP)

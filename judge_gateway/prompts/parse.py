@@ -1,344 +1,452 @@
-"""A template file's TOML, parsed and validated into a `Template` (cached by content hash)."""
+"""A template file's TOML, validated into a `Template` (cached by content hash).
+
+One pydantic model per template kind (`TEMPLATE_FILES`) says which keys a file of that kind
+holds, their types and defaults, and what is checked across keys (the media markers of the user
+text, the aspects or label the prompt must ask for, the critic's reply schema). A file is
+validated once, by its kind's model; `TemplateError` lists every problem, each naming the file
+and the key (`answer.positive`, `aspects[1].weight`).
+"""
 
 from __future__ import annotations
 
 import json
-import math
 import tomllib
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, NamedTuple, get_args
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from ..parsers.json_schema import SchemaError, check_schema, subschema
 from .template import (
-    _MARKER_LIKE_RE,
     MEDIA_SLOTS,
     PROMPT_PLACEHOLDER,
     Aspect,
     Template,
     TemplateError,
-    _segments,
+    marker_like,
+    split_at_markers,
 )
 
 
-_COMMON_FIELDS = {"id", "version", "description", "kind", "system", "user", "source"}
-_KIND_FIELDS: dict[str, set[str]] = {
-    "yes_no": {"answer", "verbatim"},
-    "rubric": {"aspects", "scale", "stop", "max_tokens", "temperature", "missing_policy"},
-    "final_score": {"scale", "label", "stop", "max_tokens", "temperature"},
-    # critic: the reply is one JSON object; json_schema (a JSON text) is what vLLM's structured
-    # outputs enforce and what the reply is checked against; violations_field names its list of
-    # {label, t_s} violations.
-    "critic": {"json_schema", "violations_field", "stop", "max_tokens", "temperature"},
-}
-KINDS = tuple(_KIND_FIELDS)  # the template kinds; a VLM judge kind pins a template of its own kind
-_ANSWER_FIELDS = {"positive", "yes_words", "no_words"}
-_ASPECT_FIELDS = {"name", "weight", "na_allowed"}
-_SCALE_FIELDS = {"min", "max"}
-MISSING_POLICIES = ("invalid", "skip")
+class _KeyProblem(ValueError):
+    """A check across keys failed at `key`, a key of the table that ran the check."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
-_TEMPLATE_CACHE: dict[tuple[str, str], Template] = {}
+class _FilePlace(NamedTuple):
+    """Where the file lies: `<family>/<version>.toml`; its `id` and `version` must say the same."""
+
+    family: str
+    version: str
 
 
-def _parse_cached(path: str, family: str, version: str, digest: str, data: bytes) -> Template:
-    key = (path, digest)
-    template = _TEMPLATE_CACHE.get(key)
-    if template is None:
-        template = _parse(Path(path), family, version, digest, data)
-        _TEMPLATE_CACHE[key] = template
-    return template
-
-
-def _parse(path: Path, family: str, version: str, digest: str, data: bytes) -> Template:
-    def fail(field: str, message: str) -> TemplateError:
-        return TemplateError(f"template {path}: field {field!r}: {message}")
-
-    try:
-        raw = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise TemplateError(f"template {path} is not valid UTF-8 TOML: {exc}") from None
-
-    kind = _get_str(raw, "kind", fail)
-    if kind not in KINDS:
-        raise fail("kind", f"must be one of {list(KINDS)}, got {kind!r}")
-    allowed = _COMMON_FIELDS | _KIND_FIELDS[kind]
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise fail(unknown[0], f"unknown for kind {kind!r}; allowed: {sorted(allowed)}")
-
-    template_id = _get_str(raw, "id", fail)
-    if template_id != family:
-        raise fail("id", f"{template_id!r} must equal the folder name {family!r}")
-    file_version = _get_str(raw, "version", fail)
-    if file_version != version:
-        raise fail("version", f"{file_version!r} must equal the file name's stem {version!r}")
-    description = _get_str(raw, "description", fail)
-    source = _get_str(raw, "source", fail, required=False)
-
-    system = _get_str(raw, "system", fail, required=False, allow_empty=False)
-    if system is not None:
-        marker = _MARKER_LIKE_RE.search(system)
-        if marker:
-            raise fail("system", f"media markers belong in 'user', found {marker.group(0)!r}")
-        if PROMPT_PLACEHOLDER in system:
-            raise fail("system", "{prompt} is only substituted in 'user'")
-    user = _get_str(raw, "user", fail)
-    for match in _MARKER_LIKE_RE.finditer(user):
-        if match.group(1) not in MEDIA_SLOTS:
-            raise fail(
-                "user",
-                f"unknown media marker {match.group(0)!r}; "
-                f"known: {', '.join(f'<{s}>' for s in MEDIA_SLOTS)}",
-            )
-    if not any(is_media for is_media, _ in _segments(user)):
-        raise fail("user", "has no media marker: a judge template must show the sample")
-
-    positive: str | None = None
-    yes_words: tuple[str, ...] = ()
-    no_words: tuple[str, ...] = ()
-    aspects: tuple[Aspect, ...] = ()
-    scale: tuple[float, float] | None = None
-    label: str | None = None
-    stop: tuple[str, ...] = ()
-    max_tokens: int | None = None
-    temperature: float | None = None
-    missing_policy: str | None = None
-    json_schema: dict[str, Any] | None = None
-    violations_field: str | None = None
-
-    if kind == "critic":
-        stop = _parse_stop(raw, fail)
-        max_tokens = _parse_max_tokens(raw, fail)
-        temperature = _parse_temperature(raw, fail)
-        json_schema, violations_field = _parse_critic_schema(raw, fail)
-    elif kind == "yes_no":
-        positive, yes_words, no_words = _parse_answer(raw, fail)
-        # One question: the judge reads the first answer token, so it must be unambiguous.
-        text = "".join(value for is_media, value in _segments(user) if not is_media)
-        if not text.strip():
-            raise fail("user", "a yes_no template needs a question in the user text")
-        verbatim = raw.get("verbatim", False)
-        if not isinstance(verbatim, bool):
-            raise fail("verbatim", f"must be true or false, got {verbatim!r}")
-        if verbatim and source is None:
-            raise fail("verbatim", "a verbatim template must name its `source`")
-        # A peer's prompt copied byte for byte (to reproduce its numbers) keeps its wording.
-        if not verbatim and text.count("?") != 1:
-            raise fail(
-                "user",
-                f"a yes_no template must ask exactly one question, found {text.count('?')} '?' "
-                "(a peer's prompt reproduced byte for byte may set verbatim = true)",
-            )
-    else:
-        scale = _parse_scale(raw, fail)
-        stop = _parse_stop(raw, fail)
-        max_tokens = _parse_max_tokens(raw, fail)
-        temperature = _parse_temperature(raw, fail)
-        if kind == "rubric":
-            missing_policy = raw.get("missing_policy")
-            if missing_policy is not None and missing_policy not in MISSING_POLICIES:
-                raise fail("missing_policy", f"must be one of {list(MISSING_POLICIES)}, got {missing_policy!r}")
-            aspects = _parse_aspects(raw, fail)
-            for aspect in aspects:
-                # The parser finds aspects by name; a name the prompt never asks for is a typo.
-                if aspect.name not in user:
-                    raise fail(
-                        "aspects", f"aspect {aspect.name!r} does not appear in the user text"
-                    )
-        else:
-            label = _get_str(raw, "label", fail)
-            if label not in user:
-                raise fail("label", f"{label!r} does not appear in the user text")
-
-    return Template(
-        id=template_id,
-        version=file_version,
-        sha256=digest,
-        kind=kind,
-        description=description,
-        system=system,
-        user=user,
-        positive=positive,
-        yes_words=yes_words,
-        no_words=no_words,
-        aspects=aspects,
-        scale=scale,
-        label=label,
-        stop=stop,
-        max_tokens=max_tokens,
-        source=source,
-        path=path,
-        temperature=temperature,
-        missing_policy=missing_policy,
-        json_schema=json_schema,
-        violations_field=violations_field,
-    )
-
-
-def _get_str(
-    table: Mapping[str, Any],
-    field: str,
-    fail: Any,
-    *,
-    required: bool = True,
-    allow_empty: bool = False,
-    prefix: str = "",
-) -> Any:
-    name = f"{prefix}{field}"
-    if field not in table:
-        if required:
-            raise fail(name, "is required")
-        return None
-    value = table[field]
-    if not isinstance(value, str):
-        raise fail(name, f"must be a string, got {type(value).__name__} {value!r}")
-    if not allow_empty and not value.strip():
-        raise fail(name, "must not be empty")
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
     return value
 
 
-def _parse_answer(
-    raw: Mapping[str, Any], fail: Any
-) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    answer = raw.get("answer")
-    if not isinstance(answer, dict):
-        raise fail("answer", 'a yes_no template needs an [answer] table with positive = "yes"|"no"')
-    unknown = sorted(set(answer) - _ANSWER_FIELDS)
-    if unknown:
-        raise fail(f"answer.{unknown[0]}", f"unknown; allowed: {sorted(_ANSWER_FIELDS)}")
-    positive = _get_str(answer, "positive", fail, prefix="answer.")
-    if positive not in ("yes", "no"):
-        raise fail("answer.positive", f'must be "yes" or "no", got {positive!r}')
-    # Defaults match the yes/no parser's; it sums every case/space variant of each word.
-    yes_words = _word_list(answer, "yes_words", ("yes",), fail)
-    no_words = _word_list(answer, "no_words", ("no",), fail)
-    overlap = {w.strip().casefold() for w in yes_words} & {w.strip().casefold() for w in no_words}
-    if overlap:
-        raise fail("answer", f"yes_words and no_words overlap: {sorted(overlap)}")
-    return positive, yes_words, no_words
+Text = Annotated[str, AfterValidator(_not_blank)]  # a string with more than whitespace in it
+FiniteNumber = Annotated[float, Field(allow_inf_nan=False)]  # an integer or float, not nan / inf
 
 
-def _word_list(
-    table: Mapping[str, Any], field: str, default: tuple[str, ...], fail: Any
-) -> tuple[str, ...]:
-    if field not in table:
-        return default
-    value = table[field]
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(w, str) and w.strip() for w in value)
-    ):
-        raise fail(
-            f"answer.{field}", f"must be a non-empty list of non-empty strings, got {value!r}"
-        )
-    return tuple(value)
+class _Table(BaseModel):
+    """A TOML table: known keys only, and TOML's own types (no coercion: "1" is not a number)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _parse_scale(raw: Mapping[str, Any], fail: Any) -> tuple[float, float]:
-    scale = raw.get("scale")
-    if not isinstance(scale, dict):
-        raise fail("scale", "is required: a [scale] table with min and max")
-    unknown = sorted(set(scale) - _SCALE_FIELDS)
-    if unknown:
-        raise fail(f"scale.{unknown[0]}", f"unknown; allowed: {sorted(_SCALE_FIELDS)}")
-    bounds = []
-    for key in ("min", "max"):
-        value = scale.get(key)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            raise fail(f"scale.{key}", f"must be a finite number, got {value!r}")
-        bounds.append(float(value))
-    if bounds[0] >= bounds[1]:
-        raise fail("scale", f"min {bounds[0]} must be below max {bounds[1]}")
-    return bounds[0], bounds[1]
+# --------------------------------------------------------------------------- the inner tables
 
 
-def _parse_aspects(raw: Mapping[str, Any], fail: Any) -> tuple[Aspect, ...]:
-    items = raw.get("aspects")
-    if not isinstance(items, list) or not items:
-        raise fail("aspects", "a rubric template needs at least one [[aspects]] entry")
-    aspects: list[Aspect] = []
-    for index, item in enumerate(items):
-        prefix = f"aspects[{index}]."
-        if not isinstance(item, dict):
-            raise fail(f"aspects[{index}]", "must be a table with name, weight, na_allowed")
-        unknown = sorted(set(item) - _ASPECT_FIELDS)
+class AnswerTable(_Table):
+    """`[answer]` of a yes_no template: which answer is the good one, and the words of each."""
+
+    positive: Literal["yes", "no"] = Field(
+        description='the good answer, whose probability is the score: "yes" or "no"')
+    # The defaults are the yes/no parser's; it sums every case and space variant of each word.
+    yes_words: list[Text] = Field(
+        default_factory=lambda: ["yes"], min_length=1,
+        description="the answer words read as yes (the parser counts their case and space variants)")
+    no_words: list[Text] = Field(
+        default_factory=lambda: ["no"], min_length=1, description="the answer words read as no")
+
+    @model_validator(mode="after")
+    def _words_apart(self) -> AnswerTable:
+        def folded(words: list[str]) -> set[str]:
+            return {w.strip().casefold() for w in words}
+
+        overlap = folded(self.yes_words) & folded(self.no_words)
+        if overlap:
+            raise ValueError(f"yes_words and no_words overlap: {sorted(overlap)}")
+        return self
+
+
+class ScaleTable(_Table):
+    """`[scale]` of a rubric or final_score template: the range of the scores the reply gives."""
+
+    min: FiniteNumber = Field(description="the lowest score the prompt asks for")
+    max: FiniteNumber = Field(description="the highest score the prompt asks for")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ScaleTable:
+        if self.min >= self.max:
+            raise ValueError(f"min {self.min} must be below max {self.max}")
+        return self
+
+
+class AspectTable(_Table):
+    """One `[[aspects]]` entry of a rubric template."""
+
+    name: Text = Field(description="the aspect's name, as the user text asks for it")
+    weight: FiniteNumber = Field(1.0, ge=0, description="its weight in the mean of the aspects")
+    na_allowed: bool = Field(False, description="whether the reply may rate it N/A")
+
+
+# --------------------------------------------------------------------------- the template kinds
+
+
+class TemplateFile(_Table):
+    """The keys of every template file; each kind's model adds its own."""
+
+    id: Text = Field(description="the family: the name of the template's folder")
+    version: Text = Field(description="the version: the stem of the file's name")
+    description: Text = Field(description="one line on what the template asks")
+    kind: str = Field(description="the template kind: yes_no, rubric, final_score or critic; it "
+                      "says which other keys the file takes")
+    system: Text | None = Field(None, description="the system message (no media, no {prompt})")
+    user: Text = Field(
+        description="the user message: text with {prompt} and media markers "
+        + ", ".join(f"<{slot}>" for slot in MEDIA_SLOTS))
+    source: Text | None = Field(None, description="where the wording comes from")
+
+    @field_validator("id", "version")
+    @classmethod
+    def _named_as_the_file(cls, value: str, info: ValidationInfo) -> str:
+        if isinstance(place := info.context, _FilePlace):
+            expected, what = ((place.family, "the folder name") if info.field_name == "id"
+                              else (place.version, "the file name's stem"))
+            if value != expected:
+                raise ValueError(f"{value!r} must equal {what} {expected!r}")
+        return value
+
+    @field_validator("system")
+    @classmethod
+    def _system_is_text_only(cls, value: str) -> str:
+        markers = marker_like(value)
+        if markers:
+            raise ValueError(f"media markers belong in 'user', found {markers[0]!r}")
+        if PROMPT_PLACEHOLDER in value:
+            raise ValueError(f"{PROMPT_PLACEHOLDER} is only substituted in 'user'")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user_shows_the_sample(cls, value: str) -> str:
+        unknown = [marker for marker in marker_like(value) if marker[1:-1] not in MEDIA_SLOTS]
         if unknown:
-            raise fail(prefix + unknown[0], f"unknown; allowed: {sorted(_ASPECT_FIELDS)}")
-        name = _get_str(item, "name", fail, prefix=prefix)
-        weight = item.get("weight", 1.0)
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, (int, float))
-            or not math.isfinite(weight)
-            or weight < 0
-        ):
-            raise fail(prefix + "weight", f"must be a finite number >= 0, got {weight!r}")
-        na_allowed = item.get("na_allowed", False)
-        if not isinstance(na_allowed, bool):
-            raise fail(prefix + "na_allowed", f"must be true or false, got {na_allowed!r}")
-        aspects.append(Aspect(name=name, weight=float(weight), na_allowed=na_allowed))
-    names = [a.name for a in aspects]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise fail("aspects", f"duplicate aspect names {duplicates}")
-    if not any(a.weight > 0 for a in aspects):
-        raise fail("aspects", "at least one aspect needs a weight above 0")
-    return tuple(aspects)
+            raise ValueError(f"unknown media marker {unknown[0]!r}; "
+                             f"known: {', '.join(f'<{s}>' for s in MEDIA_SLOTS)}")
+        if not any(is_media for is_media, _ in split_at_markers(value)):
+            raise ValueError("has no media marker: a judge template must show the sample")
+        return value
+
+    def template(self, path: Path, sha256: str) -> Template:
+        """The loaded template of this file, which lies at `path` and hashes to `sha256`."""
+        raise NotImplementedError  # each kind's model builds its own
+
+    def _template(self, path: Path, sha256: str, **kind_fields: Any) -> Template:
+        return Template(id=self.id, version=self.version, sha256=sha256, kind=self.kind,
+                        description=self.description, system=self.system, user=self.user,
+                        source=self.source, path=path, **kind_fields)
 
 
-def _parse_critic_schema(raw: Mapping[str, Any], fail: Any) -> tuple[dict[str, Any], str]:
-    from ..parsers.json_schema import SchemaError, check_schema, subschema
+class YesNoFile(TemplateFile):
+    """A yes_no template: one question, read from the logprobs of the reply's first token."""
 
-    text = _get_str(raw, "json_schema", fail)
-    try:
-        schema = json.loads(text)
-        check_schema(schema)
-    except (json.JSONDecodeError, SchemaError) as exc:
-        raise fail("json_schema", str(exc)) from None
-    if schema.get("type") != "object":
-        raise fail("json_schema", "the reply must be a JSON object (type = object)")
-    path = _get_str(raw, "violations_field", fail)
-    node = subschema(schema, path)
-    item = node.get("items") if node is not None and node.get("type") == "array" else None
-    props = (item or {}).get("properties") or {}
-    if item is None or not {"label", "t_s"} <= set(props) or not {"label", "t_s"} <= set(item.get("required", [])):
-        raise fail("violations_field", f"{path!r} must be an array of objects with required "
-                   "'label' (string) and 't_s' (seconds) fields")
-    if props["label"].get("type") != "string" or "number" not in _schema_types(props["t_s"]):
-        raise fail("violations_field", "'label' must be a string and 't_s' a number (or null)")
-    return schema, path
+    answer: AnswerTable = Field(
+        description='the [answer] table: positive = "yes" | "no", optionally yes_words, no_words')
+    verbatim: bool = Field(
+        False, description="a peer's prompt copied byte for byte: it may ask several questions")
+
+    @model_validator(mode="after")
+    def _one_question(self) -> YesNoFile:
+        # The judge reads the first answer token, so the question must be unambiguous; a peer's
+        # prompt copied byte for byte (to reproduce its numbers) keeps its wording.
+        text = "".join(value for is_media, value in split_at_markers(self.user) if not is_media)
+        if not text.strip():
+            raise _KeyProblem("user", "a yes_no template needs a question in the user text")
+        if self.verbatim and self.source is None:
+            raise _KeyProblem("verbatim", "a verbatim template must name its `source`")
+        if not self.verbatim and text.count("?") != 1:
+            raise _KeyProblem(
+                "user", f"a yes_no template must ask exactly one question, found {text.count('?')} "
+                "'?' (a peer's prompt reproduced byte for byte may set verbatim = true)")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        return self._template(path, sha256, positive=self.answer.positive,
+                              yes_words=tuple(self.answer.yes_words),
+                              no_words=tuple(self.answer.no_words))
 
 
-def _schema_types(schema: Mapping[str, Any]) -> list[str]:
+class _GenerativeFile(TemplateFile):
+    """A template whose reply is generated text: the request's defaults (a judge's options win)."""
+
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="stop sequences of the request")
+    max_tokens: int | None = Field(None, gt=0, description="the request's max_tokens")
+    temperature: FiniteNumber | None = Field(
+        None, ge=0, le=2, description="the request's sampling temperature, in [0, 2]")
+
+    def _template(self, path: Path, sha256: str, **kind_fields: Any) -> Template:
+        return super()._template(path, sha256, stop=tuple(self.stop), max_tokens=self.max_tokens,
+                                 temperature=self.temperature, **kind_fields)
+
+
+class _ScoredFile(_GenerativeFile):
+    """A template whose reply gives scores on a scale."""
+
+    scale: ScaleTable = Field(description="the [scale] table: min and max of the scores asked for")
+
+    def _template(self, path: Path, sha256: str, **kind_fields: Any) -> Template:
+        return super()._template(path, sha256, scale=(self.scale.min, self.scale.max),
+                                 **kind_fields)
+
+
+class RubricFile(_ScoredFile):
+    """A rubric template: the reply scores each aspect on the scale; the reward is their mean."""
+
+    aspects: list[AspectTable] = Field(
+        min_length=1, description="at least one [[aspects]] entry: name, weight, na_allowed")
+    missing_policy: Literal["invalid", "skip"] | None = Field(
+        None, description="an aspect absent from the reply: the score is invalid, or it is "
+        "left out of the mean")
+
+    @model_validator(mode="after")
+    def _aspects_asked(self) -> RubricFile:
+        names = [aspect.name for aspect in self.aspects]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise _KeyProblem("aspects", f"duplicate aspect names {duplicates}")
+        if not any(aspect.weight > 0 for aspect in self.aspects):
+            raise _KeyProblem("aspects", "at least one aspect needs a weight above 0")
+        for name in names:
+            # The parser finds aspects by name; a name the prompt never asks for is a typo.
+            if name not in self.user:
+                raise _KeyProblem("aspects", f"aspect {name!r} does not appear in the user text")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        aspects = tuple(Aspect(a.name, a.weight, a.na_allowed) for a in self.aspects)
+        return self._template(path, sha256, aspects=aspects, missing_policy=self.missing_policy)
+
+
+class FinalScoreFile(_ScoredFile):
+    """A final_score template: the reply ends in `<label>: <score>` on the scale."""
+
+    label: Text = Field(description="the label the score follows, as the user text asks for it")
+
+    @model_validator(mode="after")
+    def _label_asked(self) -> FinalScoreFile:
+        if self.label not in self.user:
+            raise _KeyProblem("label", f"{self.label!r} does not appear in the user text")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        return self._template(path, sha256, label=self.label)
+
+
+class CriticFile(_GenerativeFile):
+    """A critic template: the reply is one JSON object, held to `json_schema` (vLLM's structured
+    outputs enforce it, and the reply is checked against it), with a list of violations."""
+
+    json_schema: Text = Field(
+        description="the reply's JSON schema, as JSON text: an object, in the subset this "
+        "gateway checks")
+    violations_field: Text = Field(
+        description="the dotted path of the reply's list of {label, t_s} violations")
+
+    @field_validator("json_schema")
+    @classmethod
+    def _a_schema_of_an_object(cls, value: str) -> str:
+        try:
+            schema = json.loads(value)
+            check_schema(schema)
+        except (json.JSONDecodeError, SchemaError) as exc:
+            raise ValueError(str(exc)) from None
+        if schema.get("type") != "object":
+            raise ValueError("the reply must be a JSON object (type = object)")
+        return value
+
+    @model_validator(mode="after")
+    def _violations_are_listed(self) -> CriticFile:
+        path = self.violations_field
+        node = subschema(self.reply_schema(), path)
+        item = node.get("items") if node is not None and node.get("type") == "array" else None
+        props = (item or {}).get("properties") or {}
+        needed = {"label", "t_s"}
+        if item is None or not needed <= set(props) or not needed <= set(item.get("required", [])):
+            raise _KeyProblem("violations_field", f"{path!r} must be an array of objects with "
+                              "required 'label' (string) and 't_s' (seconds) fields")
+        if props["label"].get("type") != "string" or "number" not in _schema_types(props["t_s"]):
+            raise _KeyProblem("violations_field",
+                              "'label' must be a string and 't_s' a number (or null)")
+        return self
+
+    def reply_schema(self) -> dict[str, Any]:
+        """The reply's JSON schema, parsed."""
+        schema: dict[str, Any] = json.loads(self.json_schema)
+        return schema
+
+    def template(self, path: Path, sha256: str) -> Template:
+        return self._template(path, sha256, json_schema=self.reply_schema(),
+                              violations_field=self.violations_field)
+
+
+def _schema_types(schema: dict[str, Any]) -> list[str]:
     t = schema.get("type")
     return [t] if isinstance(t, str) else list(t or [])
 
 
-def _parse_stop(raw: Mapping[str, Any], fail: Any) -> tuple[str, ...]:
-    value = raw.get("stop", [])
-    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
-        raise fail("stop", f"must be a list of non-empty strings, got {value!r}")
-    return tuple(value)
+# The model of each template kind, by the value of the file's `kind`; a VLM judge kind pins a
+# template of its own kind.
+TEMPLATE_FILES: dict[str, type[TemplateFile]] = {
+    "yes_no": YesNoFile,
+    "rubric": RubricFile,
+    "final_score": FinalScoreFile,
+    "critic": CriticFile,
+}
+KINDS = tuple(TEMPLATE_FILES)  # the template kinds
 
 
-def _parse_temperature(raw: Mapping[str, Any], fail: Any) -> float | None:
-    value = raw.get("temperature")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
-        raise fail("temperature", f"must be a number in [0, 2], got {value!r}")
-    return float(value)
+# --------------------------------------------------------------------------- parsing
+
+_TEMPLATE_CACHE: dict[tuple[str, str], Template] = {}
 
 
-def _parse_max_tokens(raw: Mapping[str, Any], fail: Any) -> int | None:
-    value = raw.get("max_tokens")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise fail("max_tokens", f"must be a positive integer, got {value!r}")
-    return value
+def parse_template(path: str | Path, family: str, version: str, digest: str,
+                   data: bytes) -> Template:
+    """The template in `data`, the bytes of `path` (`<family>/<version>.toml`, sha256 `digest`).
+
+    Validated by its kind's model; `TemplateError` names the file and every key at fault.
+    Cached by (path, digest), so an edited file is parsed anew.
+    """
+    key = (str(path), digest)
+    template = _TEMPLATE_CACHE.get(key)
+    if template is None:
+        template = read_template_file(Path(path), family, version, data).template(Path(path), digest)
+        _TEMPLATE_CACHE[key] = template
+    return template
+
+
+def read_template_file(path: Path, family: str, version: str, data: bytes) -> TemplateFile:
+    """The validated model of the bytes of `path` (`<family>/<version>.toml`: its `id` and
+    `version` must say the same); `TemplateError` names the file and every key at fault."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise TemplateError(f"template {path} is not valid UTF-8 TOML: {exc}") from None
+    kind = raw.get("kind")
+    model = TEMPLATE_FILES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        kinds = f"one of {list(KINDS)}"
+        problem = f"is required: {kinds}" if kind is None else f"must be {kinds}, got {_shown(kind)}"
+        raise TemplateError(f"template {path}: field 'kind': {problem}")
+    try:
+        return model.model_validate(raw, context=_FilePlace(family, version))
+    except ValidationError as err:
+        problems = [_problem(error, model, kind) for error in err.errors()]
+        raise TemplateError(f"template {path}: " + "; ".join(problems)) from None
+
+
+# --------------------------------------------------------------------------- error messages
+
+# What pydantic's error type says about a key, in the words of a TOML file.
+_MUST_BE = {
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "finite_number": "must be a finite number",
+    "list_type": "must be a list",
+    "model_type": "must be a table",
+    "too_short": "must not be empty",
+    "string_too_short": "must not be empty",
+    "greater_than": "must be above {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than_equal": "must be at most {le}",
+    "literal_error": "must be {expected}",
+}
+
+
+def _problem(error: ErrorDetails, model: type[TemplateFile], kind: str) -> str:
+    """`field 'KEY': what is wrong` for one validation error of a file of `model`."""
+    loc = tuple(error["loc"])
+    ctx = error.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, _KeyProblem):
+        loc += (cause.key,)
+    if error["type"] == "missing":
+        field = _table_at(model, loc).model_fields[str(loc[-1])]
+        message = f"is required: {field.description}"
+    elif error["type"] == "extra_forbidden":
+        allowed = sorted(_table_at(model, loc).model_fields)
+        where = f" for kind {kind!r}" if len(loc) == 1 else ""
+        message = f"unknown{where}; allowed: {allowed}"
+        if len(loc) > 1 and loc[-1] in model.model_fields:
+            message += (f" ({loc[-1]!r} is a top-level key: in TOML the keys below a [table] header "
+                        "belong to that table, so put it above the first table)")
+    elif isinstance(cause, ValueError):
+        message = str(cause)
+    elif error["type"] in _MUST_BE:
+        message = _MUST_BE[error["type"]].format(**ctx) + f", got {_shown(error['input'])}"
+    else:
+        message = error["msg"]
+    return f"field {_key_name(loc)!r}: {message}"
+
+
+def _table_at(model: type[_Table], loc: tuple[int | str, ...]) -> type[_Table]:
+    """The table model that holds the last key of `loc`, in a file of `model`."""
+    for part in loc[:-1]:
+        if isinstance(part, str):
+            model = _tables_in(model.model_fields[part].annotation)[0]
+    return model
+
+
+def _tables_in(annotation: Any) -> list[type[_Table]]:
+    if isinstance(annotation, type) and issubclass(annotation, _Table):
+        return [annotation]
+    return [table for arg in get_args(annotation) for table in _tables_in(arg)]
+
+
+def _key_name(loc: tuple[int | str, ...]) -> str:
+    """`aspects[1].weight` for ("aspects", 1, "weight")."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else part
+    return name
+
+
+_TOML_TYPES = {"str": "string", "int": "integer", "bool": "boolean", "list": "array", "dict": "table"}
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: its TOML type and a short repr."""
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    name = type(value).__name__
+    return f"{_TOML_TYPES.get(name, name)} {text}"

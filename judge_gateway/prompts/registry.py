@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .lock import _read_lock, _sha256, _write_lock
-from .parse import _parse_cached
+from .parse import parse_template
 from .template import Template, TemplateError
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def load_template(ref: str) -> Template:
             "version."
         )
     # Parsing is cached by content hash, so an edited file is never served from the cache.
-    return _parse_cached(str(path), family, version, digest, data)
+    return parse_template(str(path), family, version, digest, data)
 
 
 def list_templates() -> list[Template]:
@@ -138,7 +138,7 @@ def lock_new_templates() -> list[str]:
             continue
         family, version = parse_ref(ref)
         data = files[ref].read_bytes()
-        _parse_cached(str(files[ref]), family, version, _sha256(data), data)  # validate
+        parse_template(str(files[ref]), family, version, _sha256(data), data)  # validate
         lock[ref] = _sha256(data)
         added.append(ref)
     if added or not LOCK_PATH.exists():

@@ -47,18 +47,23 @@ class Template:
     description: str
     system: str | None
     user: str
-    positive: str | None
-    yes_words: tuple[str, ...]
-    no_words: tuple[str, ...]
-    aspects: tuple[Aspect, ...]
-    scale: tuple[float, float] | None
-    label: str | None
-    stop: tuple[str, ...]
-    max_tokens: int | None
     source: str | None
     path: Path
-    # Defaults for the judge's options (a judge's own options win): the sampling temperature,
-    # and what an aspect absent from the reply does to the score (rubric).
+    # The fields of one kind; a template of another kind leaves them at these empty values.
+    # yes_no: the answer that counts as positive and the words read as yes / as no.
+    positive: str | None = None
+    yes_words: tuple[str, ...] = ()
+    no_words: tuple[str, ...] = ()
+    # rubric: the scored aspects; rubric and final_score: the score scale (min, max);
+    # final_score: the label the score follows.
+    aspects: tuple[Aspect, ...] = ()
+    scale: tuple[float, float] | None = None
+    label: str | None = None
+    # rubric, final_score, critic: defaults for the judge's request and options (a judge's own
+    # options win): stop sequences, max_tokens, the sampling temperature, and what an aspect
+    # absent from the reply does to the score (rubric).
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None
     temperature: float | None = None
     missing_policy: str | None = None
     # critic: the reply's JSON schema and the dotted path of its violations list.
@@ -72,7 +77,7 @@ class Template:
     @property
     def media_slots(self) -> tuple[str, ...]:
         """Media markers of the user text in order of appearance, repeats included."""
-        return tuple(slot for is_media, slot in _segments(self.user) if is_media)
+        return tuple(slot for is_media, slot in split_at_markers(self.user) if is_media)
 
     def render(self, prompt: str, media: Mapping[str, Sequence[dict]]) -> list[dict]:
         """OpenAI chat messages for one sample.
@@ -85,7 +90,7 @@ class Template:
         _check_prompt(prompt, self.ref)
         queues = self._media_queues(media)
         parts: list[dict] = []
-        for is_media, value in _segments(self.user):
+        for is_media, value in split_at_markers(self.user):
             if is_media:
                 queue = queues[value]
                 if not queue:
@@ -114,7 +119,7 @@ class Template:
         _check_prompt(prompt, self.ref)
         user = "".join(
             f"[{value}]" if is_media else value.replace(PROMPT_PLACEHOLDER, prompt)
-            for is_media, value in _segments(self.user)
+            for is_media, value in split_at_markers(self.user)
         )
         if self.system is None:
             return f"[user]\n{user}"
@@ -152,9 +157,15 @@ class Template:
         return queues
 
 
+def marker_like(text: str) -> list[str]:
+    """Every `<name>` in `text` that has a media marker's shape, known or not: a template file
+    that holds one it does not know (a typo such as `<img>`) is refused."""
+    return [match.group(0) for match in _MARKER_LIKE_RE.finditer(text)]
 
-def _segments(user: str) -> list[tuple[bool, str]]:
-    """The user text as (is_media, text-or-slot) pieces, split at media markers."""
+
+def split_at_markers(user: str) -> list[tuple[bool, str]]:
+    """The user text as (is_media, text-or-slot) pieces, split at media markers: how `render`
+    lays out the content parts, and how a template file's user text is checked."""
     pieces = _MEDIA_SPLIT_RE.split(user)
     # re.split with one group alternates text, marker, text, ...
     return [

@@ -139,8 +139,10 @@ async def prometheus(gateway: GatewayDep) -> Response:
 
 
 def document_reward_request(app: FastAPI) -> None:
-    """The reward body is validated in a worker thread, so FastAPI does not see its model: put its
-    schema into the app's OpenAPI document by hand."""
+    """Two things FastAPI cannot see, written into the app's OpenAPI document: the reward body is
+    validated in a worker thread, so its model's schema is added by hand; and a parameter that
+    fails FastAPI's own checks is answered in the one error body (errors.request_validation_error),
+    not FastAPI's HTTPValidationError, so the 422s say ErrorBody."""
     original_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -152,6 +154,15 @@ def document_reward_request(app: FastAPI) -> None:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(defs)
         components["RewardRequest"] = req
+        if components.pop("HTTPValidationError", None) is not None:
+            components.pop("ValidationError", None)
+            components["ErrorBody"] = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+            for methods in schema.get("paths", {}).values():
+                for op in methods.values():
+                    reply = op.get("responses", {}).get("422")
+                    if reply is not None:
+                        reply["description"] = "Invalid request (the body names the field)"
+                        reply["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
         app.openapi_schema = schema
         return schema
 

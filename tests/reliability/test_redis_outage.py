@@ -134,7 +134,7 @@ async def test_a_gateway_refuses_to_start_on_redis_without_persistence(tmp_path)
 
 
 async def test_results_survive_a_redis_restart_with_aof(tmp_path):
-    """What the README asks of a deployment: with AOF, a killed Redis keeps every stored result."""
+    """What the docs ask of a deployment: with AOF, a killed Redis keeps every stored result."""
     redis = RedisServer(tmp_path, persist=True)
     store = RedisStore(redis.url, prefix="jg-aof:", ttl_s=600, max_entries=1000)
     try:

@@ -2,7 +2,7 @@
 
 A failed start raises (the tests fail, they do not skip): scripts/test.sh installs redis-server.
 `stop()` then `start()` is a Redis outage and restart on the same port; `persist=True` runs it with
-AOF (what a deployment needs, see README "Redis in production"), so a restart keeps its data.
+AOF (what a deployment needs, see docs/integrations/cosmos-rl.md, "Redis in production"), so a restart keeps its data.
 """
 
 from __future__ import annotations

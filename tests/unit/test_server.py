@@ -139,3 +139,8 @@ async def test_openapi_describes_request_and_response(make_client):
     assert schemas["SampleInput"]["properties"]["image"]["description"]
     op = spec["paths"]["/v1/rewards"]["post"]
     assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("RewardRequest")
+    # FastAPI's own parameter errors are answered in the one error body (errors.request_validation_error)
+    assert "HTTPValidationError" not in schemas and "ErrorBody" in schemas
+    four22 = [op["responses"]["422"] for methods in spec["paths"].values() for op in methods.values()
+              if "422" in op.get("responses", {})]
+    assert four22 and all(r["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody") for r in four22)
