@@ -87,3 +87,24 @@ def test_image_paths_say_which_resampler_ran() -> None:
     assert psnr(png(fast), png(ref)) >= 40.0
     same = encode_image(img, ImageEncoding(format="png"))
     assert same.details()["resampler"] is None and not same.resized
+
+
+def test_a_container_is_decoded_frame_by_frame_and_not_kept() -> None:
+    frames = natural_frames(12, 320, 180)
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=12)
+        stream.width, stream.height, stream.pix_fmt = 320, 180, "yuv420p"
+        stream.options = {"crf": "10", "preset": "ultrafast"}
+        for i, f in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    video = VideoMedia.from_mp4(buf.getvalue())
+    wanted = [0, 0, 3, 6, 9]
+    streamed = np.stack(list(video.iter_frames(wanted)))
+    assert not video._decoded  # nothing kept on the medium
+    assert np.array_equal(streamed, video.frames_array(wanted))  # the same pixels as the kept decode
+    enc = encode_video(video, VideoSampling(fps=4, max_pixels=160 * 90))
+    assert enc.frame_indices == [0, 3, 6, 9] and (enc.width, enc.height) == (140, 84)
