@@ -1,15 +1,18 @@
 """Probing an encoded video (mp4, webm, mkv, mov: whatever PyAV demuxes) without decoding it:
 stream facts from the header, packets counted by demuxing, one frame decoded to prove the
 stream decodes. Truncation shows as fewer packets than the header lists or a demux error.
+`_stream_frames` decodes the frames an encode needs, one at a time.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import av
+import numpy as np
 
 from .limits import MediaError, _check_num_frames, _check_size, _check_video_pixels
 from .wire import sniff_image_format
@@ -107,6 +110,35 @@ def _first_frame_and_packet_count(
             f"corrupt or truncated video: unreadable {where} ({_av_message(e)})"
         ) from None
     return first, counted
+
+
+def _stream_frames(data: bytes, idx: list[int], width: int, height: int, declared: int) -> Iterator[np.ndarray]:
+    """RGB frames at `idx` (non-decreasing source indices), decoding up to the last one and
+    converting only those, each handed over as it comes: the clip is never held whole (a 720p
+    clip's 80 frames are 221 MB of RGB)."""
+    if not idx:
+        return
+    k, n = 0, -1
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"  # FFmpeg's frame threads: decode on every core
+            for n, frame in enumerate(container.decode(stream)):
+                if n != idx[k]:
+                    continue
+                rgb = frame.to_ndarray(format="rgb24")
+                if rgb.shape[:2] != (height, width):
+                    raise MediaError(f"decoded frames are {rgb.shape[1]}x{rgb.shape[0]}, header said {width}x{height}")
+                while k < len(idx) and idx[k] == n:
+                    yield rgb
+                    k += 1
+                if k == len(idx):
+                    return
+    except MediaError:
+        raise
+    except Exception as e:
+        raise MediaError(f"cannot decode video: {_av_message(e)}") from None
+    raise MediaError(f"video decoded to {n + 1} frames but its header says {declared}; frame {idx[k]} is missing")
 
 
 _CONTAINER_MIME = {

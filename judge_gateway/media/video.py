@@ -17,7 +17,7 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container
+from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container, _stream_frames
 from .image import ImageMedia, _check_uint8, _image_json_schema
 from .limits import (
     MAX_FPS,
@@ -394,40 +394,11 @@ class VideoMedia:
         if all(i in self._decoded for i in idx) or any(b < a for a, b in zip(idx, idx[1:])):
             yield from self.frames_array(idx)
             return
-        yield from self._stream_container(idx)
-
-    def _stream_container(self, idx: list[int]) -> Iterator[np.ndarray]:
-        """Decode up to the last wanted frame (non-decreasing indices), converting only the wanted
-        ones to RGB and handing each over as it comes: the clip is never held whole (a 720p
-        clip's 80 frames are 221 MB of RGB), and nothing is kept on the medium."""
         for i in idx:
             if not 0 <= i < self._num_frames:
                 raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
-        if not idx:
-            return
         assert self._bytes is not None
-        k, n = 0, -1
-        try:
-            with av.open(io.BytesIO(self._bytes), mode="r") as container:
-                stream = container.streams.video[0]
-                stream.thread_type = "AUTO"  # FFmpeg's frame threads: decode on every core
-                for n, frame in enumerate(container.decode(stream)):
-                    if n == idx[k]:
-                        rgb = frame.to_ndarray(format="rgb24")
-                        if rgb.shape[:2] != (self._height, self._width):
-                            raise MediaError(f"decoded frames are {rgb.shape[1]}x{rgb.shape[0]}, header said "
-                                             f"{self._width}x{self._height}")
-                        while k < len(idx) and idx[k] == n:
-                            yield rgb
-                            k += 1
-                        if k == len(idx):
-                            return
-        except MediaError:
-            raise
-        except Exception as e:
-            raise MediaError(f"cannot decode video: {_av_message(e)}") from None
-        raise MediaError(f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
-                         f"frame {idx[k]} is missing")
+        yield from _stream_frames(self._bytes, idx, self._width, self._height, self._num_frames)
 
     def _rows(self, indices: Sequence[int]) -> list[int]:
         """Rows of _array holding these source frames (the same numbers unless presampled)."""
