@@ -102,7 +102,7 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
         got16 = await worker.decode(z16)
         got48 = await worker.decode(z48)
         got48_image = await worker.decode(_z(48, 1, b=1, seed=2))
-        # the judge's frames only, resized on the worker's device (cosmos_rl/device_sampling.py)
+        # the judge's frames only, resized on the worker's device (cosmos_rl/payload.py: device_plan)
         small16 = await worker.decode(z16, frames=KEEP, size=(14, 11))
         sampled16 = await worker.decode(z16, frames=KEEP)
         with pytest.raises(TorchWorkerError, match="out of range for 9 decoded frames"):

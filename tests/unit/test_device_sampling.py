@@ -9,7 +9,7 @@ import numpy as np
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia, VideoSampling, encode_video
-from judge_gateway.server.cosmos_rl.device_sampling import device_plan
+from judge_gateway.server.cosmos_rl.payload import device_plan
 
 COSMOS = {"max_frames": 160, "total_pixels": 7_225_344}
 

@@ -37,9 +37,8 @@ from ...schema import (
 )
 from ...store import ResultStore, StoreError, retry_store_write
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
-from .device_sampling import device_plan
 from .envelope import failed_envelope, result_envelope
-from .payload import JudgeUnready, PayloadChecks, Prepared
+from .payload import JudgeUnready, PayloadChecks, Prepared, device_plan
 from .tensors import PayloadError, decoded_video_shape
 
 log = logging.getLogger(__name__)
