@@ -190,6 +190,12 @@ def compare(title: str, kind: str, old: tuple[float, float], new: tuple[float, f
     print(f"  new/old CPU {t_new / t_old:.3f} ({t_old / t_new:.1f}x less)", flush=True)
 
 
+def pil_bicubic(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BICUBIC))
+
+
 def png_bytes(arr: np.ndarray) -> bytes:
     from PIL import Image
 
@@ -263,6 +269,18 @@ def bench_videos(reps: int, shapes: list[tuple[int, int, int]]) -> None:
         old = cpu_ms(lambda: old_video(video, old_sampling), reps)
         new = cpu_ms(lambda: new_video(video, new_sampling), reps)
         compare(f"  uint8 array [{n},{h},{w},3]", "video", (v, old), (v, new))
+        # cosmos-rl latents: the old path gets the full decode (its [B,3,T,H,W] pixels transposed
+        # into a clip); the new one only the judge's frames, resized on the latent decoder's device
+        decoded = np.ascontiguousarray(frames.transpose(3, 0, 1, 2))
+        kept = np.stack([pil_bicubic(frames[i], (enc.width, enc.height)) for i in enc.frame_indices])
+        v_old = cpu_ms(lambda: VideoMedia.from_array(decoded.transpose(1, 2, 3, 0), 16), max(1, reps // 2))
+        v_new = cpu_ms(lambda: VideoMedia.from_presampled(
+            kept, 16.0, source_frames=n, source_width=w, source_height=h, indices=enc.frame_indices,
+            resampled_by="device"), reps)
+        presampled = VideoMedia.from_presampled(kept, 16.0, source_frames=n, source_width=w, source_height=h,
+                                                indices=enc.frame_indices, resampled_by="device")
+        new = cpu_ms(lambda: new_video(presampled, new_sampling), reps)
+        compare("  cosmos-rl latents (new: frames resized on the decoder's device)", "video", (v_old, old), (v_new, new))
         mp4 = h264_bytes(frames, 16)
         b64 = base64.b64encode(mp4).decode()
 
