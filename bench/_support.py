@@ -153,3 +153,16 @@ def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
                   fill=(255, 255, 255) if row % 2 else (10, 10, 10), font=font)
     canvas = np.asarray(im)
     return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
+
+
+def run_on_vllm(main_async, args) -> None:
+    """`asyncio.run(main_async(args, base_url))` on `args.base_url`, else on the tiny CPU vLLM
+    started here (scripts/start_vllm.sh --cpu) and stopped after, serving `args.model`."""
+    import asyncio
+    import tempfile
+
+    if args.base_url:
+        asyncio.run(main_async(args, args.base_url))
+        return
+    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
+        asyncio.run(main_async(args, server.base_url))

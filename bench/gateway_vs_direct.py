@@ -253,14 +253,10 @@ def main() -> int:
     p.add_argument("--py-spy", default="py-spy", help="the py-spy executable (pip install py-spy)")
     args = p.parse_args()
 
-    if args.base_url:
-        asyncio.run(main_async(args, args.base_url))
-        return 0
-    # bench/_support.py: the tiny VLM, built and cached as the tests do
-    from _support import CpuVllm
+    # bench/_support.py: the tiny VLM (built and cached as the tests do) unless --base-url
+    from _support import run_on_vllm
 
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
-        asyncio.run(main_async(args, server.base_url))
+    run_on_vllm(main_async, args)
     return 0
 
 

@@ -23,7 +23,6 @@ import io
 import re
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -127,13 +126,10 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    if args.base_url:
-        asyncio.run(main_async(args, args.base_url))
-        return 0
-    from _support import CpuVllm
+    # bench/_support.py: the tiny VLM (built and cached as the tests do) unless --base-url
+    from _support import run_on_vllm
 
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
-        asyncio.run(main_async(args, server.base_url))
+    run_on_vllm(main_async, args)
     return 0
 
 

@@ -253,49 +253,53 @@ def bench_images(reps: int) -> None:
 
 
 def bench_videos(reps: int, shapes: list[tuple[int, int, int]]) -> None:
+    for n, h, w in shapes:
+        bench_video_shape(n, h, w, reps)
+
+
+def bench_video_shape(n: int, h: int, w: int, reps: int) -> None:
+    """One clip shape: an array, cosmos-rl latents, an h264 mp4."""
     from judge_gateway.media import VideoMedia, VideoSampling, encode_video
     from judge_gateway.media.container import _probe_container
 
     new_sampling = VideoSampling(**COSMOS_SAMPLING)
     old_sampling = VideoSampling(**COSMOS_SAMPLING, codec="libx264", resampler="pil")
-    for n, h, w in shapes:
-        frames = natural_clip(n, h, w)
-        enc = encode_video(VideoMedia.from_array(frames, 16), new_sampling)
-        print(f"{n}-frame {w}x{h} clip at 16 fps, cosmos_reason1 sampling -> {enc.num_frames} frames "
-              f"{enc.width}x{enc.height} ({enc.num_bytes / 1e6:.2f} MB mjpeg)")
-        # array input: validate = from_array's snapshot of the caller's buffer (both paths)
-        v = cpu_ms(lambda: VideoMedia.from_array(frames, 16), max(1, reps // 2))
-        video = VideoMedia.from_array(frames, 16)
-        old = cpu_ms(lambda: old_video(video, old_sampling), reps)
-        new = cpu_ms(lambda: new_video(video, new_sampling), reps)
-        compare(f"  uint8 array [{n},{h},{w},3]", "video", (v, old), (v, new))
-        # cosmos-rl latents: the old path gets the full decode (its [B,3,T,H,W] pixels transposed
-        # into a clip); the new one only the judge's frames, resized on the latent decoder's device
-        decoded = np.ascontiguousarray(frames.transpose(3, 0, 1, 2))
-        kept = np.stack([pil_bicubic(frames[i], (enc.width, enc.height)) for i in enc.frame_indices])
-        v_old = cpu_ms(lambda: VideoMedia.from_array(decoded.transpose(1, 2, 3, 0), 16), max(1, reps // 2))
-        v_new = cpu_ms(lambda: VideoMedia.from_presampled(
-            kept, 16.0, source_frames=n, source_width=w, source_height=h, indices=enc.frame_indices,
-            resampled_by="device"), reps)
-        presampled = VideoMedia.from_presampled(kept, 16.0, source_frames=n, source_width=w, source_height=h,
-                                                indices=enc.frame_indices, resampled_by="device")
-        new = cpu_ms(lambda: new_video(presampled, new_sampling), reps)
-        compare("  cosmos-rl latents (new: frames resized on the decoder's device)", "video", (v_old, old), (v_new, new))
-        mp4 = h264_bytes(frames, 16)
-        b64 = base64.b64encode(mp4).decode()
+    frames = natural_clip(n, h, w)
+    enc = encode_video(VideoMedia.from_array(frames, 16), new_sampling)
+    print(f"{n}-frame {w}x{h} clip at 16 fps, cosmos_reason1 sampling -> {enc.num_frames} frames "
+          f"{enc.width}x{enc.height} ({enc.num_bytes / 1e6:.2f} MB mjpeg)")
+    # array input: validate = from_array's snapshot of the caller's buffer (both paths)
+    v = cpu_ms(lambda: VideoMedia.from_array(frames, 16), max(1, reps // 2))
+    video = VideoMedia.from_array(frames, 16)
+    old = cpu_ms(lambda: old_video(video, old_sampling), reps)
+    new = cpu_ms(lambda: new_video(video, new_sampling), reps)
+    compare(f"  uint8 array [{n},{h},{w},3]", "video", (v, old), (v, new))
+    # cosmos-rl latents: the old path gets the full decode (its [B,3,T,H,W] pixels transposed
+    # into a clip); the new one only the judge's frames, resized on the latent decoder's device
+    decoded = np.ascontiguousarray(frames.transpose(3, 0, 1, 2))
+    kept = np.stack([pil_bicubic(frames[i], (enc.width, enc.height)) for i in enc.frame_indices])
+    v_old = cpu_ms(lambda: VideoMedia.from_array(decoded.transpose(1, 2, 3, 0), 16), max(1, reps // 2))
+    v_new = cpu_ms(lambda: VideoMedia.from_presampled(
+        kept, 16.0, source_frames=n, source_width=w, source_height=h, indices=enc.frame_indices,
+        resampled_by="device"), reps)
+    presampled = VideoMedia.from_presampled(kept, 16.0, source_frames=n, source_width=w, source_height=h,
+                                            indices=enc.frame_indices, resampled_by="device")
+    new = cpu_ms(lambda: new_video(presampled, new_sampling), reps)
+    compare("  cosmos-rl latents (new: frames resized on the decoder's device)", "video", (v_old, old), (v_new, new))
+    mp4 = h264_bytes(frames, 16)
+    b64 = base64.b64encode(mp4).decode()
 
-        def old_validate() -> Any:
-            data = old_b64decode(b64)
-            _probe_container(data)
-            return VideoMedia.from_mp4(data)
+    def old_validate() -> Any:
+        data = old_b64decode(b64)
+        _probe_container(data)
+        return VideoMedia.from_mp4(data)
 
-        v_old = cpu_ms(old_validate, reps)
-        v_new = cpu_ms(lambda: VideoMedia.validate(b64), reps)
-        # a fresh VideoMedia each time: decoded frames are kept on the medium
-        old = cpu_ms(lambda: old_video(VideoMedia.from_mp4(mp4), old_sampling), reps)
-        new = cpu_ms(lambda: new_video(VideoMedia.from_mp4(mp4), new_sampling), reps)
-        compare(f"  h264 mp4 ({len(mp4) / 1e6:.2f} MB)", "video", (v_old, old), (v_new, new))
-        del frames, video
+    v_old = cpu_ms(old_validate, reps)
+    v_new = cpu_ms(lambda: VideoMedia.validate(b64), reps)
+    # a fresh VideoMedia each time: decoded frames are kept on the medium
+    old = cpu_ms(lambda: old_video(VideoMedia.from_mp4(mp4), old_sampling), reps)
+    new = cpu_ms(lambda: new_video(VideoMedia.from_mp4(mp4), new_sampling), reps)
+    compare(f"  h264 mp4 ({len(mp4) / 1e6:.2f} MB)", "video", (v_old, old), (v_new, new))
 
 
 def bench_parallel(count: int) -> None:

@@ -9,7 +9,6 @@ SDK keeps everything else (model listing for readiness).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -48,7 +47,7 @@ class ChatSession:
                 content_type = resp.headers.get("Content-Type", "")
         except aiohttp.ConnectionTimeoutError as err:  # the connect phase: the replica is not there
             raise openai.APIConnectionError(message="Connection timed out.", request=self._request()) from err
-        except (aiohttp.SocketTimeoutError, asyncio.TimeoutError) as err:
+        except (TimeoutError, aiohttp.SocketTimeoutError) as err:
             raise openai.APITimeoutError(request=self._request()) from err
         except aiohttp.ClientError as err:  # refused, reset, closed mid-reply
             raise openai.APIConnectionError(message=f"Connection error: {err}", request=self._request()) from err

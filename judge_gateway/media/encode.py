@@ -19,7 +19,14 @@ from .image import ImageMedia
 from .limits import MediaError
 from .native import cv2
 from .resize import resize_rgb
-from .sampling import RESAMPLERS, Resampler, VideoSampling, _frame_size, fit_pixels, sample_frame_indices
+from .sampling import (
+    RESAMPLERS,
+    Resampler,
+    VideoSampling,
+    _frame_size,
+    fit_pixels,
+    sample_frame_indices,
+)
 from .video import VideoMedia
 from .wire import _data_url
 

@@ -17,7 +17,13 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container, _stream_frames
+from .container import (
+    _CONTAINER_MIME,
+    _av_message,
+    _ContainerInfo,
+    _probe_container,
+    _stream_frames,
+)
 from .image import ImageMedia, _check_uint8, _image_json_schema
 from .limits import (
     MAX_FPS,

@@ -12,10 +12,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from judge_gateway.media import ImageEncoding, ImageMedia, VideoMedia, VideoSampling, encode_image, encode_video
+from judge_gateway.media import (
+    ImageEncoding,
+    ImageMedia,
+    VideoMedia,
+    VideoSampling,
+    encode_image,
+    encode_video,
+)
 from judge_gateway.media.resize import resize_rgb
 from judge_gateway.media.wire import parse_data_url
 from tests.support.natural_media import natural_frames, photo, psnr
+
 
 def pil_bicubic(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize(size, Image.Resampling.BICUBIC))
@@ -90,18 +98,9 @@ def test_image_paths_say_which_resampler_ran() -> None:
 
 
 def test_a_container_is_decoded_frame_by_frame_and_not_kept() -> None:
-    frames = natural_frames(12, 320, 180)
-    buf = io.BytesIO()
-    with av.open(buf, mode="w", format="mp4") as out:
-        stream = out.add_stream("libx264", rate=12)
-        stream.width, stream.height, stream.pix_fmt = 320, 180, "yuv420p"
-        stream.options = {"crf": "10", "preset": "ultrafast"}
-        for i, f in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
-            frame.pts = i
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
-    video = VideoMedia.from_mp4(buf.getvalue())
+    clip = encode_video(VideoMedia.from_array(natural_frames(12, 320, 180), 12),
+                        VideoSampling(codec="libx264", crf=10, even_frames=False))
+    video = VideoMedia.from_mp4(parse_data_url(clip.data_url)[1])
     wanted = [0, 0, 3, 6, 9]
     streamed = np.stack(list(video.iter_frames(wanted)))
     assert not video._decoded  # nothing kept on the medium

@@ -13,7 +13,13 @@ import numpy as np
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.media import ImageEncoding, ImageMedia, MediaCache, VideoMedia, VideoSampling
+from judge_gateway.media import (
+    ImageEncoding,
+    ImageMedia,
+    MediaCache,
+    VideoMedia,
+    VideoSampling,
+)
 from judge_gateway.media.pool import MediaPool
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
