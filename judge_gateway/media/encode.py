@@ -37,7 +37,7 @@ X264_PRESET = "ultrafast"
 # What codec="auto" tries, in order. "mjpeg": each frame a JPEG by libjpeg-turbo (OpenCV), muxed
 # into mp4 as Motion JPEG, which vLLM's video loader (OpenCV's FFmpeg) decodes to the same frame
 # count and rate. At 392x224 it costs ~0.55 ms a frame against x264 ultrafast's ~1.5 (its RGB to
-# YUV conversion included), and at quality 95, 4:4:4 it is closer to the frames (PSNR ~41 dB
+# YUV conversion included), and at quality 95, 4:4:4 it is closer to the frames (PSNR ~40 dB
 # against ~35 dB for x264 crf 18 in 4:2:0 on text) for ~3x the bytes (bench/RESULTS.md).
 VIDEO_CODECS = ("mjpeg", "libx264", "mpeg4")
 
