@@ -22,11 +22,11 @@ x264 `ultrafast` crf 18 for video, PIL's PNG/JPEG, the stdlib's base64 and json.
     .venv/bin/python bench/media.py                      # every input, 3 repetitions
     .venv/bin/python bench/media.py --only image --reps 20
     .venv/bin/python bench/media.py --only video --parallel
-    python bench/media.py --latents --device cuda:0      # the latent worker on a GPU (see below)
+    .venv/bin/python bench/media.py --latents .venv-latents/bin/python --device cuda:0 --batch 1
 
-`--latents` (run under an interpreter with torch + diffusers, e.g. .venv-latents, on a GPU) times
-the latent worker's decode of Wan2.1 latents for 81-frame 720p clips on a full-size random-weight
-Wan2.1 VAE followed by the device-side sampling and resize, and prints videos/s.
+`--latents PYTHON` (an interpreter with torch + diffusers, e.g. .venv-latents; on a GPU) runs the
+latent worker as the gateway does on a full-size random-weight Wan2.1 VAE and prints videos/s for
+81-frame 720p latents decoded whole against decoded + sampled + resized on the device.
 """
 
 from __future__ import annotations
@@ -323,38 +323,60 @@ def bench_parallel(count: int) -> None:
           f"{cores} workers {all_cores:.2f} videos/s ({all_cores / one:.2f}x, wall time)")
 
 
-def bench_latents(device: str, batch: int, reps: int) -> None:
-    """The latent worker's VAE decode + device-side sampling/resize on a full-size Wan2.1 VAE."""
-    import torch
-    from diffusers import AutoencoderKLWan
+BUILD_WAN21 = """
+import sys, torch
+from diffusers import AutoencoderKLWan
+torch.manual_seed(0)
+AutoencoderKLWan(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                 temperal_downsample=[False, True, True]).save_pretrained(sys.argv[1])
+"""
 
-    from judge_gateway import latent_worker
+
+def bench_latents(python: str, device: str, batch: int, reps: int, shape: tuple[int, int, int],
+                  vae: str | None) -> None:
+    """The latent worker as the gateway runs it (a subprocess under `python`, torch + diffusers) on
+    a full-size random-weight Wan2.1 VAE: 81-frame 720p latents decoded whole (every frame back
+    through the pipe) against decoded + sampled + resized on the device (Cosmos-Reason1's 80
+    frames at 392x224)."""
+    import asyncio
+    import subprocess
+    import tempfile
+
+    from judge_gateway.config import LatentDecoderConfig
+    from judge_gateway.latents import TorchWorker
     from judge_gateway.media import VideoSampling, sample_frame_indices
     from judge_gateway.media.sampling import _frame_size
 
-    torch.manual_seed(0)
-    # Wan2.1's VAE as its config has it (base_dim 96, z_dim 16), random weights
-    vae = AutoencoderKLWan(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-                           temperal_downsample=[False, True, True]).to(device, torch.bfloat16).eval()
+    t, lh, lw = shape  # latent frames, height, width: Wan2.1 decodes 4(t-1)+1 frames of 8lh x 8lw
     sampling = VideoSampling(**COSMOS_SAMPLING)
-    frames, _ = sample_frame_indices(81, 16.0, sampling)
-    w, h, _ = _frame_size(1280, 720, len(frames), sampling)
-    lat = torch.randn(batch, 16, 21, 90, 160, device=device, dtype=torch.bfloat16)  # 81 x 720 x 1280
-    timings = {}
-    with torch.inference_mode():
-        for what, keep, size in (("decode only (all frames, uint8)", None, None),
-                                 (f"decode + sample {len(frames)} frames + resize to {w}x{h}", [frames] * batch, [w, h])):
-            for i in range(reps + 1):
-                if i == 1:
-                    torch.cuda.synchronize()
-                    start = time.perf_counter()
-                video = vae.decode(lat, return_dict=False)[0]
-                out = latent_worker.sample_and_resize(video, keep, size, "truncate").cpu()
-            torch.cuda.synchronize()
-            timings[what] = batch * reps / (time.perf_counter() - start)
-            print(f"latent worker on {device}, Wan2.1 VAE (bf16, random weights), 81-frame 720p latents, "
-                  f"{what}: {timings[what]:.2f} videos/s (batch {batch}; {out.numel() / 1e6:.0f} MB to the host "
-                  f"per batch)", flush=True)
+    frames, _ = sample_frame_indices(4 * (t - 1) + 1, 16.0, sampling)
+    w, h, _ = _frame_size(8 * lw, 8 * lh, len(frames), sampling)
+    latents = np.random.default_rng(0).standard_normal((batch, 16, t, lh, lw)).astype(np.float32)
+
+    async def run(checkpoint: str) -> None:
+        worker = TorchWorker(LatentDecoderConfig.model_validate({
+            "python": python, "device": device, "dtype": "bfloat16", "batch_size": batch, "timeout_s": 3600,
+            "wan2_1": {"checkpoint": checkpoint}}))
+        try:
+            for what, keep, size in ((f"decoded whole ({4 * (t - 1) + 1} frames at {8 * lw}x{8 * lh})", None, None),
+                                     (f"sampled + resized on {device} ({len(frames)} frames at {w}x{h})",
+                                      [frames] * batch, (w, h))):
+                await worker.decode(latents, keep, size)  # warm: the VAE's load, kernels
+                start = time.perf_counter()
+                for _ in range(reps):
+                    out = await worker.decode(latents, keep, size)
+                rate = batch * reps / (time.perf_counter() - start)
+                print(f"latent worker, Wan2.1 VAE (bf16, random weights) on {device}, batch {batch}: {what}: "
+                      f"{rate:.2f} videos/s; {out.nbytes / batch / 1e6:.1f} MB per clip back", flush=True)
+        finally:
+            await worker.aclose()
+
+    if vae is not None:  # a VAE on disk (Wan2.1's own, or a test's tiny one)
+        asyncio.run(run(vae))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([python, "-c", BUILD_WAN21, tmp + "/wan21"], check=True)
+        asyncio.run(run(tmp + "/wan21"))
 
 
 def cpu_model() -> str:
@@ -374,12 +396,17 @@ def main() -> int:
     p.add_argument("--shapes", default="81x720x1280,121x704x1280,81x480x832",
                    help="video shapes, frames x height x width, comma-separated")
     p.add_argument("--parallel", action="store_true", help="also measure the media pool on every core")
-    p.add_argument("--latents", action="store_true", help="time the latent worker (torch + diffusers, a GPU)")
+    p.add_argument("--latents", metavar="PYTHON",
+                   help="time the latent worker under this interpreter (torch + diffusers; on a GPU)")
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--latents-vae", help="an AutoencoderKLWan directory (default: build a random-weight Wan2.1 one)")
+    p.add_argument("--latent-shape", default="21x90x160",
+                   help="latent frames x height x width (default: an 81-frame 720p clip)")
     args = p.parse_args()
     if args.latents:
-        bench_latents(args.device, args.batch, args.reps)
+        shape = tuple(int(x) for x in args.latent_shape.split("x"))
+        bench_latents(args.latents, args.device, args.batch, args.reps, shape, args.latents_vae)  # type: ignore[arg-type]
         return 0
     from judge_gateway.media.pool import default_workers
 
