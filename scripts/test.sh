@@ -1,46 +1,119 @@
 #!/usr/bin/env bash
-# The test command: set up what the tests need on a fresh machine, then run unit tests and the
-# integration tests against a real vLLM OpenAI server on the CPU (a tiny Qwen2.5-VL the tests build)
-# and the local heads (worker processes under .venv-heads, tiny models the tests build).
+# The test command: set up what the tests need on a fresh machine, then run unit tests, build the
+# docs site (mkdocs --strict), run the reliability suite, the integration tests against a real vLLM OpenAI server on the CPU (a tiny
+# Qwen2.5-VL the tests build) and the local heads (worker processes under their own venvs, tiny
+# models the tests build), and the Ray mode tests. Prints each stage's time, and a table of them
+# at the end (also in run/test-stages.tsv).
+#
+# The environments are built by `judge-gateway env build` from judge_gateway/envs/specs.toml (the
+# mechanism `judge-gateway prepare` uses), side by side: two lanes of pip installs, and the
+# GenEval environment (its mmcv build, ~10 min of CPU on 2 cores) at low priority in the
+# background, overlapping the other set-up and the unit and reliability stages; the integration
+# stage waits for it.
 #
 # Usage: scripts/test.sh [extra pytest args]
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
+LOGS="$REPO_ROOT/run/test-logs"
+STAGES="$REPO_ROOT/run/test-stages.tsv"
+mkdir -p "$LOGS"
+: > "$STAGES"
+T0=$SECONDS
 
-scripts/bootstrap.sh     # .venv: the gateway (no torch) with its dev, tune, redis, ocr and browse extras
-scripts/setup_vllm_cpu.sh
-scripts/setup_heads.sh  # .venv-heads: torch, open_clip, transformers, rapidocr for the head workers
-scripts/setup_hpsv3.sh  # .venv-hpsv3: the hpsv3 package under its transformers 4.45.2 pin (~2.5 min)
-scripts/setup_latents.sh   # torch worker venv for the cosmos-rl latent / torch-payload tests
-scripts/setup_geneval.sh   # .venv-geneval: mmdet + mmcv (built once per machine, ~10-20 min) for the gen_eval head
-scripts/setup_imagereward.sh   # .venv-imagereward: the image-reward package (transformers 4.45 stack), ~2.5 min
-scripts/setup_cosmos_rl_client.sh   # .venv-cosmosrl: cosmos-rl's real trainer reward client (--no-deps + CPU torch), ~2.5 min
-scripts/setup_ray.sh    # .venv-ray: the gateway with the `ray` extra (ray[serve]) for the Ray mode tests, ~1 min
-# The Redis result-store tests start their own redis-server (a missing one is a failure).
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "== installing redis-server (Debian)"
-    apt-get update -qq && apt-get install -y -qq redis-server
-fi
-# The results browser's tests drive Debian's chromium headless through its chromedriver (selenium).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-    echo "== installing chromium + chromium-driver (Debian)"
-    apt-get update -qq && apt-get install -y -qq chromium chromium-driver
-fi
+print_stages() {
+    echo "== stage times (s since start: begin -> end, duration)"
+    awk -F'\t' '{ printf "   %-56s %6d -> %6d  %6d s  %s\n", $1, $2, $3, $3 - $2, $4 }' "$STAGES"
+    printf "   %-56s %23d s\n" total "$((SECONDS - T0))"
+}
+# Background stages still running when the command ends (a stage failed) end with it.
+kill_tree() {
+    local child
+    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+declare -A BG_PID=()
+finish() {
+    local status=$? pid
+    for pid in "${BG_PID[@]}"; do kill -0 "$pid" 2>/dev/null && kill_tree "$pid"; done
+    print_stages
+    exit "$status"
+}
+trap finish EXIT
 
+# stage NAME COMMAND...: run it, record its begin / end (seconds since the start) and status.
+stage() {
+    local name="$1" begin=$((SECONDS - T0)) status=0
+    shift
+    echo "== $name"
+    "$@" || status=$?
+    printf '%s\t%d\t%d\t%s\n' "$name" "$begin" "$((SECONDS - T0))" "$([[ $status -eq 0 ]] && echo ok || echo "FAILED ($status)")" >> "$STAGES"
+    echo "== $name: $((SECONDS - T0 - begin)) s"
+    return "$status"
+}
+
+# A background stage: its output goes to run/test-logs/NAME.log, shown when it is waited for.
+log_of() { local slug="${1//[^A-Za-z0-9.-]/_}"; echo "$LOGS/${slug}.log"; }
+background() {
+    local name="$1"
+    shift
+    ( stage "$name" "$@" ) > "$(log_of "$name")" 2>&1 &
+    BG_PID[$name]=$!
+}
+wait_for() {
+    local name="$1" status=0
+    wait "${BG_PID[$name]}" || status=$?
+    echo "== output of $name (background):"
+    cat "$(log_of "$name")"
+    [[ $status -eq 0 ]] || { echo "== $name FAILED ($status)"; exit "$status"; }
+}
+
+env_build() { scripts/lib/env_build.sh "$1" "$REPO_ROOT/$2" --torch auto; }
+lane() { local spec; for spec in "$@"; do env_build "${spec%%:*}" "${spec#*:}" || return; done; }
+
+# The Redis result-store tests start their own redis-server (a missing one is a failure); the
+# results browser's tests drive Debian's chromium headless through its chromedriver (selenium).
+apt_tools() {
+    local missing=()
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+    [[ ${#missing[@]} -eq 0 ]] && { echo "redis-server, chromium and chromedriver are installed"; return 0; }
+    echo "installing ${missing[*]} (Debian)"
+    # Another apt on the machine (a second test run) holds its lock: wait for it, up to 10 min.
+    apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
+}
+
+stage "set-up: .venv (bootstrap)" scripts/bootstrap.sh  # the gateway (no torch): dev, tune, redis, ocr, browse extras
+background "set-up: .venv-geneval (mmcv build, low priority)" nice -n 15 env MAX_JOBS=2 \
+    scripts/lib/env_build.sh geneval "$REPO_ROOT/.venv-geneval" --torch auto
+background "set-up: apt (redis-server, chromium)" apt_tools
+background "set-up: lane 2 (hpsv3, imagereward, latents, ray)" \
+    lane hpsv3:.venv-hpsv3 imagereward:.venv-imagereward latents:.venv-latents ray:.venv-ray
+stage "set-up: lane 1 (vllm, heads, cosmosrl)" lane vllm:.venv-vllm heads:.venv-heads cosmosrl:.venv-cosmosrl
+wait_for "set-up: lane 2 (hpsv3, imagereward, latents, ray)"
+wait_for "set-up: apt (redis-server, chromium)"
+
+# A failing test stage does not stop the later ones (each says what it found); the command fails
+# at the end. A failing set-up stage stops it at once: nothing after it could run.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-echo "== unit tests"
-.venv/bin/python -m pytest tests/unit -q "$@"
-echo "== docs site (mkdocs build --strict: a broken link, anchor or page fails; the reference pages' staleness is a unit test)"
-.venv/bin/python -m pip install -q -e ".[docs]"   # the docs extra (mkdocs-material, mkdocstrings) into .venv
-# (no --quiet: it hides the warnings that --strict counts, so a broken link would pass)
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
-echo "== reliability suite (fuzz, backend / Redis / replica / head faults; a few minutes)"
+failed=0
+stage "unit tests" .venv/bin/python -m pytest tests/unit -q --durations=10 "$@" || failed=1
+# The docs site: a broken link, anchor or page fails (the reference pages' staleness is a unit
+# test). No --quiet: it hides the warnings that --strict counts, so a broken link would pass.
+docs_site() {
+    .venv/bin/python -m pip install -q -e ".[docs]" &&  # the docs extra (mkdocs-material, mkdocstrings) into .venv
+        NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
+}
+stage "docs site (mkdocs build --strict)" docs_site || failed=1
 # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
 # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
 # process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.
-.venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@"
-echo "== integration tests (real vLLM on CPU, local heads)"
-.venv/bin/python -m pytest tests/integration -q "$@"
-echo "== Ray mode tests (.venv-ray; two-node local Ray cluster, real vLLM on CPU, replica kills)"
-.venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@"
+stage "reliability suite" .venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@" || failed=1
+wait_for "set-up: .venv-geneval (mmcv build, low priority)"
+# --durations: the slowest tests, where CI time goes.
+stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q \
+    --durations=25 "$@" || failed=1
+stage "Ray mode tests (.venv-ray; two-node local Ray cluster)" \
+    .venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@" || failed=1
+exit "$failed"

@@ -8,12 +8,15 @@ import sys
 
 from ..config import ConfigError
 from .browse import register_browse
+from .env import register_env
 from .eval import register_eval
 from .info import register_judges, register_schema
+from .prepare import register_prepare
 from .prompts import register_prompts
 from .score import register_score
 from .serve import register_serve
 from .tune import register_tune
+from .up import register_up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_score(sub)
     register_browse(sub)
     register_eval(sub)
+    register_prepare(sub)
+    register_up(sub)
+    register_env(sub)
     return p
 
 

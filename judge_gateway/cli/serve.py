@@ -84,12 +84,17 @@ def _cmd_ray_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_serve(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("serve", help="run the HTTP service")
+def add_gateway_options(s: argparse.ArgumentParser) -> None:
+    """The options of a served gateway (serve, and up, which passes them on to serve)."""
     s.add_argument("--config", help="TOML config (default: the embedded configs/default.toml)")
     s.add_argument("--host", help="override server.host")
     s.add_argument("--port", type=int, help="override server.port")
     s.add_argument("--api-key", action="append", help="accepted Bearer token (repeatable)")
+
+
+def register_serve(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("serve", help="run the HTTP service")
+    add_gateway_options(s)
     s.add_argument("--log-level", default="info", help="uvicorn's log level (critical, error, warning, info, debug)")
     s.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="deploy on Ray Serve and return (also when the config has a [ray] section; "

@@ -7,6 +7,7 @@
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
+    launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
     loading.py       reading the TOML and the checks across sections
 
 This face re-exports the names callers use.
@@ -25,6 +26,7 @@ from .head_options import (
     VideoAlignOptions,
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
+from .launch import VLLM_PRESETS, LaunchConfig
 from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
 from .models import (
     AdmissionConfig,
@@ -64,6 +66,8 @@ from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
 from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
 
 __all__ = [
+    "LaunchConfig",
+    "VLLM_PRESETS",
     # loading
     "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
     # sections

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -30,6 +31,7 @@ from ..bands import check_bands
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
 from .base import Strict
 from .kinds import KINDS, JudgeOptions, KindSpec
+from .launch import LaunchConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
@@ -187,6 +189,9 @@ class BackendConfig(Strict):
     max_retries: int = Field(2, ge=0, description="Retries of transient faults (connect, timeout, 429, 5xx).")
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
     eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
+    launch: LaunchConfig | None = Field(
+        None, description="How `judge-gateway up` starts this backend's vLLM servers here (one per base_urls "
+        "entry); absent: an external server, never started by judge-gateway.")
 
     @field_validator("base_urls")
     @classmethod
@@ -195,6 +200,16 @@ class BackendConfig(Strict):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         return [u.rstrip("/") for u in urls]
+
+    @model_validator(mode="after")
+    def _launch_here(self) -> "BackendConfig":
+        if self.launch is not None:
+            for url in self.base_urls:
+                parsed = urlsplit(url)
+                if parsed.hostname not in (*LOOPBACK_HOSTS, "0.0.0.0") or parsed.port is None:
+                    raise ValueError(f"launch starts servers on this machine: base_urls entry {url!r} must name "
+                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1)")
+        return self
 
     def api_key(self) -> str:
         # vLLM without --api-key accepts any token; the openai client insists on one.

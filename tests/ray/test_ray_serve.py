@@ -38,9 +38,9 @@ from tests.support.ray_cluster import (
     LocalRayCluster,
     gateway_test_config,
     kill_replica,
-    to_toml,
 )
 from tests.support.served_gateway import ServedGateway
+from tests.support.toml_text import to_toml
 
 pytestmark = pytest.mark.integration
 

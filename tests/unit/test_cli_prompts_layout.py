@@ -57,6 +57,18 @@ COMMANDS = {
                        ('--folds', False, 5), ('--seed', False, 0), ('--out-dir', False, None),
                        ('--name', False, None), ('--plot', False, None)]
        for cmd, flag in (('rubric', '--judge'), ('weights', '--judges'))},
+    # Commands added after the split: env, prepare, up.
+    'env': [],
+    'env list': [],
+    'env build': [('name', True, None), ('--venv', False, None), ('--force', False, False), ('--dry-run', False, False),
+                  ('--torch', False, 'auto'), ('--torch-index', False, None), ('--wheel-cache', False, None)],
+    'prepare': [('--config', False, None), ('--judges', False, None), ('--offline', False, False),
+                ('--download-dir', False, None), ('--start', False, False), ('--no-build', False, False),
+                ('--rebuild', False, False), ('--run-dir', False, 'run/prepare'), ('--dry-run', False, False),
+                ('--torch', False, 'auto'), ('--torch-index', False, None), ('--wheel-cache', False, None)],
+    'up': [('--config', False, None), ('--host', False, None), ('--port', False, None), ('--api-key', False, None),
+           ('--run-dir', False, 'run/up'), ('--stop-timeout', False, 30.0), ('--no-gateway', False, False),
+           ('--dry-run', False, False)],
 }
 
 

@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
+        "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
     ("config, schema", ("config", "schema")),
     ("backends, store, combine", (
@@ -39,6 +40,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "latents", "latent_worker",  # the cosmos-rl latent decoder
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
+        "launch",  # `up`: the vLLM servers and the gateway as supervised processes
     )),
     ("heads, judges", ("heads", "judges")),
     ("registry", ("registry",)),
@@ -46,6 +48,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
         "tuning", "evaluation", "browse", "runs",
+        "prepare",  # environments, weights and a probe per judge before serving
     )),
     ("cli", ("cli",)),
 ]

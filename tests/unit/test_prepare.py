@@ -1,0 +1,87 @@
+"""`prepare`'s parts without workers: the weights each kind names, the check of a weight, the
+environments a config needs (and a venv two specs would share), the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from judge_gateway.cli import main
+from judge_gateway.config import HEAD_KINDS, validate_config
+from judge_gateway.envs import load_specs
+from judge_gateway.prepare import Row, WeightRef, check_weight, environment_needs, format_table, judge_weights
+from judge_gateway.prepare.weights import WEIGHT_OPTIONS
+
+
+def _judge(kind: str, **options):
+    return validate_config({"judges": {"j": {"kind": kind, "options": options}}}).judges["j"]
+
+
+def test_every_head_kind_says_which_options_name_weights():
+    assert set(WEIGHT_OPTIONS) == set(HEAD_KINDS)
+
+
+def test_the_weights_each_kind_names_are_read_as_its_loader_reads_them():
+    refs = {r.option: (r.ref, r.form) for r in judge_weights(_judge("image_reward"))}
+    assert refs == {"options.checkpoint": ("THUDM/ImageReward/ImageReward.pt", "file"),
+                    "options.med_config": ("THUDM/ImageReward/med_config.json", "file"),
+                    "options.tokenizer": ("bert-base-uncased", "repo")}
+    hpsv3 = {r.option: r.ref for r in judge_weights(_judge("hpsv3"))}
+    assert hpsv3["options.base_model"] == "Qwen/Qwen2-VL-7B-Instruct"  # the package yaml's own
+    open_clip = judge_weights(_judge("clip", library="open_clip", model="ViT-L-14", pretrained="openai"))
+    assert [(r.option, r.form) for r in open_clip] == [("options.pretrained", "library")]  # model: an architecture
+    local = judge_weights(_judge("hpsv2", checkpoint="/models/hps.pt"))
+    assert [(r.ref, r.form) for r in local] == [("/models/hps.pt", "path")]
+    assert judge_weights(_judge("ocr")) == []
+
+
+def test_a_weight_is_local_missing_or_not_in_the_cache(tmp_path):
+    file = tmp_path / "w.pt"
+    file.write_bytes(b"x")
+    assert check_weight(WeightRef("options.checkpoint", str(file), "path"), offline=True, download_dir=None).ok
+    missing = check_weight(WeightRef("options.checkpoint", str(tmp_path / "no.pt"), "path"), offline=True,
+                           download_dir=None)
+    assert not missing.ok and missing.detail == f"options.checkpoint: {tmp_path / 'no.pt'} not found"
+    bad = check_weight(WeightRef("options.checkpoint", "just-a-name.pt", "file"), offline=True, download_dir=None)
+    assert not bad.ok and "neither a local path nor repo_id/filename" in bad.detail
+    pytest.importorskip("huggingface_hub")
+    cold = check_weight(WeightRef("options.model", "org/never-downloaded", "repo"), offline=True,
+                        download_dir=tmp_path / "hub")
+    assert not cold.ok and "not in the hub cache (--offline: nothing fetched)" in cold.detail
+
+
+def test_one_venv_for_two_specs_is_a_problem_of_the_second_judge():
+    cfg = validate_config({"judges": {
+        "pick": {"kind": "pickscore", "options": {"python": ".venv-x/bin/python"}},
+        "hps3": {"kind": "hpsv3", "options": {"python": ".venv-x/bin/python"}},
+        "ocr": {"kind": "ocr"}}})
+    rows = {n: Row(n, cfg.judges[n].kind) for n in cfg.judges}
+    needs = environment_needs(cfg, list(cfg.judges), load_specs(), rows)
+    assert [(n.spec, n.users) for n in needs] == [("heads", ["pick"])]
+    assert rows["hps3"].problems and "is the 'heads' environment of pick, but hpsv3 needs 'hpsv3'" in rows["hps3"].problems[0]
+    assert rows["ocr"].env is None  # no python of its own: the gateway's interpreter
+
+
+def test_the_table_has_a_row_per_judge():
+    rows = [Row("ocr", "ocr", load="ok", probe="ok (reward 1)", seconds=2.04), Row("clip", "clip")]
+    lines = format_table(rows).splitlines()
+    assert lines[0].split() == ["judge", "env", "weights", "load", "probe", "time"]
+    assert lines[1].split()[:2] == ["ocr", "gateway's"] and lines[1].endswith("2.0 s")
+    assert lines[2].split()[-1] == "-"
+
+
+def test_prepare_torch_cuda_dry_run_prints_the_index_and_pins(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the venvs are relative to it: a dry run must create none
+    config = tmp_path / "c.toml"
+    config.write_text('[judges.pick]\nkind = "pickscore"\noptions = { python = ".venv-heads/bin/python" }\n'
+                      '[judges.h3]\nkind = "hpsv3"\noptions = { python = ".venv-hpsv3/bin/python" }\n')
+    assert main(["prepare", "--config", str(config), "--torch", "cuda", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "torch 2.13.0 (cuda build: --torch cuda) from the configured package index" in out
+    assert "environment heads for pick:" in out and "environment hpsv3 for h3:" in out
+    assert "constraints: torch==2.13.0 torchvision==0.28.0 transformers==4.45.2" in out
+    assert "pip install torch==2.13.0   # cuda build" in out
+    assert "judge pick (pickscore): weights options.model=yuvalkirstain/PickScore_v1 (repo)" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["c.toml"]
+    main(["prepare", "--config", str(config), "--torch", "cuda", "--torch-index",
+          "https://download.pytorch.org/whl/cu126", "--dry-run"])
+    assert "pip install --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.13.0" in capsys.readouterr().out
