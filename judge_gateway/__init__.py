@@ -1,7 +1,16 @@
 """judge-gateway: rewards for RL of image and video generators, in one score schema."""
 
+from ._version import __version__
 from .client import AsyncRewardClient, RewardAPIError, RewardClient
 from .config import ConfigError, GatewayConfig, load_config
+from .exceptions import (
+    ConfigurationError,
+    InvalidInput,
+    JudgeGatewayError,
+    Overloaded,
+    ScoringFailed,
+    Unavailable,
+)
 from .gateway import Gateway, UnknownJudgeError
 from .schema import (
     SCHEMA_VERSION,
@@ -16,11 +25,10 @@ from .schema import (
     TemplateRef,
 )
 
-__version__ = "0.1.0"
-
 __all__ = [
     "AsyncRewardClient", "RewardClient", "RewardAPIError", "ConfigError", "GatewayConfig", "load_config",
     "Gateway", "UnknownJudgeError", "SCHEMA_VERSION", "ErrorCode", "JudgeInfo", "JudgeScore",
     "RewardRequest", "RewardResponse", "SampleInput", "SampleResult", "ScoreError", "TemplateRef",
+    "JudgeGatewayError", "InvalidInput", "ConfigurationError", "Overloaded", "Unavailable", "ScoringFailed",
     "__version__",
 ]

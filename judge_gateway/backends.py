@@ -4,7 +4,13 @@ One long-lived `AsyncOpenAI` client per replica (created on the event loop that 
 concurrency limit per replica, least-outstanding-requests balancing (or, for a call that names
 its medium, the replica that medium hashes to, so the k judges of one image share vLLM's
 encoder and prefix caches there), ejection of a replica that keeps failing, and tenacity
-retries for transient faults only.
+retries for transient faults only: with jittered exponential back-off until the call's deadline
+(`call_deadline`: the judge's deadline_s, a cosmos-rl request's own deadline), or `retry_for_s`
+when it has none. A fault shorter than the deadline is waited out, not turned into an invalid
+score.
+
+Fault messages reach clients in scores: they name the backend and the replica's index, never its
+URL, and never echo the backend's error body (both go to the log).
 """
 
 from __future__ import annotations
@@ -14,21 +20,26 @@ import hashlib
 import logging
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 from openai import AsyncOpenAI
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from .chat_http import ChatSession
 from .config import BackendConfig
+from .exceptions import Unavailable
 from .media.body import dumps as dumps_body
 
 log = logging.getLogger(__name__)
+LOG_EVERY_S = 10.0  # a backend's failures are logged at most this often per kind
 
 
-class BackendFault(Exception):
+class BackendFault(Unavailable):
     """A backend call failed; `code` is the score schema's error code."""
 
     code = "backend_error"
@@ -68,17 +79,55 @@ def _failed_to_connect(exc: BaseException) -> bool:
     return False
 
 
-def _as_fault(exc: BaseException, replica: str) -> BackendFault:
+def _root_cause(exc: BaseException) -> str:
+    """The innermost exception's type: what went wrong, without the host or path its text names."""
+    seen = exc
+    while (seen.__cause__ or seen.__context__) is not None:
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    return type(seen).__name__
+
+
+def _as_fault(exc: BaseException, where: str) -> BackendFault:
+    """The fault a score reports: `where` names the backend and replica, never their URL, and the
+    backend's own error text stays out (the caller logs it)."""
     if isinstance(exc, openai.APIConnectionError) and _failed_to_connect(exc):
-        return BackendUnavailable(f"{replica}: cannot connect ({exc.__cause__ or exc})")
+        return BackendUnavailable(f"{where}: cannot connect ({_root_cause(exc)})")
     if isinstance(exc, openai.APITimeoutError):
-        return BackendTimeout(f"{replica}: request timed out")
+        return BackendTimeout(f"{where}: request timed out")
     if isinstance(exc, openai.APIConnectionError):
-        return BackendUnavailable(f"{replica}: cannot connect ({exc.__cause__ or exc})")
+        return BackendUnavailable(f"{where}: connection failed ({_root_cause(exc)})")
     if isinstance(exc, openai.APIStatusError):
-        body = exc.response.text[:500] if exc.response is not None else ""
-        return BackendError(f"{replica}: HTTP {exc.status_code}: {body}")
-    return BackendError(f"{replica}: {type(exc).__name__}: {exc}")
+        return BackendError(f"{where}: HTTP {exc.status_code} (the backend's reply is in the gateway's log)")
+    return BackendError(f"{where}: {type(exc).__name__}")
+
+
+def _backend_text(exc: BaseException) -> str:
+    """What the log keeps of a failed call: the backend's reply or the connection error."""
+    if isinstance(exc, openai.APIStatusError) and exc.response is not None:
+        return f"HTTP {exc.status_code}: {exc.response.text[:500]}"
+    return f"{type(exc).__name__}: {exc.__cause__ or exc}"
+
+
+# ---- the call's deadline ------------------------------------------------------------------------
+
+_DEADLINE: ContextVar[float | None] = ContextVar("backend_call_deadline", default=None)
+
+
+def call_deadline() -> float | None:
+    """When (time.monotonic()) the current call must be answered by, or None."""
+    return _DEADLINE.get()
+
+
+@contextmanager
+def deadline_at(when: float | None) -> Iterator[None]:
+    """Calls made inside (and in tasks started inside) retry transient faults only while a retry
+    can start before `when`. Nested deadlines keep the earlier one; None adds none."""
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(when if outer is None else outer if when is None else min(outer, when))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 def _mix64(x: int) -> int:
@@ -150,6 +199,7 @@ class BackendPool:
         self.cfg = cfg
         self.model = cfg.model
         self.replicas = [Replica(url, cfg.max_concurrency) for url in cfg.base_urls]
+        self._logged: dict[str, float] = {}  # fault kind -> when it was last logged
 
     def _pick(self, affinity: int | None = None) -> Replica:
         now = time.monotonic()
@@ -193,23 +243,36 @@ class BackendPool:
             replica.outstanding -= 1
         self._record(replica, ok=True)
         if not isinstance(result, dict):
-            raise BackendError(f"{replica.base_url}: expected a JSON object, got {type(result).__name__}")
+            raise BackendError(f"backend {self.name!r}: expected a JSON object, got {type(result).__name__}")
         return result
 
     async def chat(self, *, affinity: int | None = None, **params: Any) -> dict[str, Any]:
         """A chat completion as the server's JSON; raises a BackendFault subclass on failure.
 
         `params` are the OpenAI chat parameters; `extra_body` entries are merged into the body.
+        Transient faults are retried with back-off until the call's deadline (`call_deadline`),
+        else for `retry_for_s`: no attempt starts after it; `max_retries`, when set, caps the
+        attempts too. An attempt in flight is the caller's to end (asyncio.timeout around this
+        call: the judge's deadline_s, a cosmos-rl request's timeout, which fails it as a whole).
         `affinity` (a medium's key, MediaCache.affinity) routes the first attempt to that
-        medium's replica; retries go to the least loaded. The caller owns the overall deadline
-        (asyncio.timeout around this call)."""
+        medium's replica; retries go to the least loaded."""
         extra = params.pop("extra_body", None) or {}
         # Serialised once for every attempt, data URLs spliced in (media/body.py).
         body = dumps_body({"model": self.model, **params, **extra})
+        deadline = call_deadline()
+        if deadline is None:
+            deadline = time.monotonic() + self.cfg.retry_for_s
+        cap = self.cfg.max_retries
+
+        def give_up(state: RetryCallState) -> bool:
+            if cap is not None and state.attempt_number > cap:
+                return True
+            return time.monotonic() + state.upcoming_sleep >= deadline  # no attempt left in time
+
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_transient),
-            stop=stop_after_attempt(self.cfg.max_retries + 1),
-            wait=wait_random_exponential(multiplier=0.1, max=2.0),
+            stop=give_up,
+            wait=wait_random_exponential(multiplier=0.1, max=self.cfg.retry_backoff_max_s),
             reraise=True,
         )
         try:
@@ -220,26 +283,40 @@ class BackendPool:
         except BackendFault:
             raise
         except openai.OpenAIError as exc:
-            raise _as_fault(exc, f"backend {self.name}") from exc
-        raise BackendError(f"backend {self.name}: no attempt was made")  # pragma: no cover
+            self._log_failure(exc)
+            raise _as_fault(exc, f"backend {self.name!r}") from exc
+        raise BackendError(f"backend {self.name!r}: no attempt was made")  # pragma: no cover
+
+    def _log_failure(self, exc: BaseException) -> None:
+        """The backend's own words, for the operator (rate-limited: an outage fails every call)."""
+        now = time.monotonic()
+        key = type(exc).__name__
+        if now - self._logged.get(key, 0.0) >= LOG_EVERY_S:
+            self._logged[key] = now
+            log.warning("backend %s (%s): %s", self.name, ", ".join(r.base_url for r in self.replicas),
+                        _backend_text(exc))
 
     async def probe(self, timeout_s: float = 2.0) -> tuple[bool, str | None]:
-        """Ready when at least one replica lists the served model."""
+        """Ready when at least one replica lists the served model. The reason names replicas by
+        index (it reaches /readyz); their URLs and errors go to the log."""
         reasons = []
-        for replica in self.replicas:
+        n = len(self.replicas)
+        for i, replica in enumerate(self.replicas):
+            where = f"replica {i + 1} of {n}"
             client, _ = replica.bind(self.cfg)
             try:
                 models = await asyncio.wait_for(client.models.list(), timeout_s)
             except asyncio.TimeoutError:
-                reasons.append(f"{replica.base_url}: no answer within {timeout_s:.0f}s")
+                reasons.append(f"{where}: no answer within {timeout_s:.0f}s")
                 continue
             except Exception as exc:  # any failure means "not ready", with the reason
-                reasons.append(f"{replica.base_url}: {_as_fault(exc, 'replica')}")
+                log.info("backend %s: probe of %s failed: %s", self.name, replica.base_url, _backend_text(exc))
+                reasons.append(str(_as_fault(exc, where)))
                 continue
             ids = [m.id for m in models.data]
             if self.model in ids:
                 return True, None
-            reasons.append(f"{replica.base_url}: serves {ids}, not {self.model!r}")
+            reasons.append(f"{where}: serves {ids}, not {self.model!r}")
         return False, "; ".join(reasons)
 
     def stats(self) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import httpx
 
 from .config import GatewayConfig, load_config
+from .exceptions import JudgeGatewayError
 from .gateway import Gateway
 from .schema import JudgeInfo, RewardRequest, RewardResponse, SampleInput
 
@@ -33,7 +34,7 @@ RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 MAX_RETRY_WAIT_S = 30.0
 
 
-class RewardAPIError(Exception):
+class RewardAPIError(JudgeGatewayError):
     """The service refused a request or failed; `status` and `body` say how."""
 
     def __init__(self, status: int, message: str, body: Any = None) -> None:

@@ -8,13 +8,18 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
-from .backends import BackendPool
+from .backends import BackendPool, deadline_at
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
+from .exceptions import InvalidInput
 from .judges import Judge, ScoreContext
+from .judges.queue import hold_queues
 from .media import MediaCache
+from .media.budget import MediaBudget
 from .media.pool import MediaPool
+from .media.scope import MediaScope, media_scope
 from .metrics import Metrics
 from .registry import build_judges
 from .schema import (
@@ -28,13 +33,14 @@ from .schema import (
 )
 
 log = logging.getLogger(__name__)
+MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
 
 
-class UnknownJudgeError(ValueError):
+class UnknownJudgeError(InvalidInput):
     """A request named a judge that is not configured."""
 
 
-class RequestTooLargeError(ValueError):
+class RequestTooLargeError(InvalidInput):
     """A request holds more samples than server.max_samples_per_request."""
 
 
@@ -48,6 +54,12 @@ class Gateway:
         # Decoding, resizing and encoding of every request's media, on every core ([media]).
         self.media_pool = MediaPool(config.media.workers, config.media.max_pending)
         self.metrics = Metrics()
+        # Decoded pixels all requests scoring at once may hold (media/budget.py): the servers reserve a
+        # request's share before it scores.
+        self.media_budget = MediaBudget(config.media.process_pixels(),
+                                        retry_after_s=config.server.admission.retry_after_s)
+        self.metrics.watch_media_budget(self.media_budget)
+        self.metrics.watch_queues({name: j.queue for name, j in self.judges.items() if j.queue is not None})
         self._readiness: dict[str, tuple[bool, str | None]] = {}
         self._readiness_at = 0.0
         self._readiness_lock: asyncio.Lock | None = None
@@ -64,6 +76,20 @@ class Gateway:
         return (f"{pool.pending} media jobs queued or running on {pool.workers} media workers "
                 f"(media.max_pending = {pool.max_pending})")
 
+    def capacity(self) -> dict[str, int]:
+        """What the configured judges can work on at once: per used backend its replicas x
+        max_concurrency (once, however many judges share it), per head judge its max_batch_size.
+        The admission bounds default to the sum (server.admission)."""
+        out: dict[str, int] = {}
+        for name, judge in self.judges.items():
+            backend = judge.backend_name
+            if backend is not None and backend in self.config.backends:
+                b = self.config.backends[backend]
+                out[f"backend:{backend}"] = len(b.base_urls) * b.max_concurrency
+            elif judge.queue is not None:
+                out[f"head:{name}"] = int(getattr(judge.cfg.options, "max_batch_size", 1))
+        return out
+
     def default_judges(self) -> list[str]:
         return [name for name, j in self.config.judges.items() if j.default]
 
@@ -79,8 +105,16 @@ class Gateway:
             raise UnknownJudgeError("a judge is named twice in `judges`")
         return list(names)
 
-    async def score(self, request: RewardRequest) -> RewardResponse:
-        """Score every sample with every requested judge; failures stay in their cell."""
+    async def score(self, request: RewardRequest, *, deadline: float | None = None,
+                    when_busy: Literal["refuse", "wait"] = "wait") -> RewardResponse:
+        """Score every sample with every requested judge; failures stay in their cell.
+
+        `deadline` (time.monotonic()): backend retries of transient faults stop before it
+        (backends.deadline_at). `when_busy`: a head judge whose queue has no room for the
+        request is waited for ("wait": library callers, accepted work) or raises QueueFull
+        ("refuse": the synchronous APIs answer 429 / 503 with Retry-After). When the
+        request ends, however it ends, its decode/encode threads stop at their next frame and
+        are waited for (media/scope.py), so what it decoded is released before this returns."""
         started = time.perf_counter()
         limit = self.config.server.max_samples_per_request
         if len(request.samples) > limit:
@@ -91,6 +125,10 @@ class Gateway:
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
         ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex)
+        demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
+                  for name in names if (judge := self.judges[name]).queue is not None}
+        held = await hold_queues(demand, wait=when_busy == "wait")
+        scope = MediaScope()
 
         async def cell(sample_index: int, name: str) -> JudgeScore:
             try:
@@ -98,13 +136,16 @@ class Gateway:
             except asyncio.CancelledError:  # the request was abandoned (client gone, shutdown)
                 self.metrics.cancelled_scores.labels(name).inc()
                 raise
+            finally:
+                held.give(name, sample_index)
             self._observe(score)
             return score
 
-        tasks = [
-            [asyncio.ensure_future(cell(i, name)) for name in names]
-            for i in range(len(request.samples))
-        ]
+        with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
+            tasks = [
+                [asyncio.ensure_future(cell(i, name)) for name in names]
+                for i in range(len(request.samples))
+            ]
         try:
             await asyncio.gather(*(t for row in tasks for t in row))
         except BaseException:
@@ -113,6 +154,11 @@ class Gateway:
                     t.cancel()
             raise
         finally:
+            held.give_all()
+            scope.stop()
+            if not await scope.wait_idle(MEDIA_STOP_WAIT_S):
+                log.warning("request %s: %d media threads still running %.0f s after it ended", ctx.request_id,
+                            scope.busy, MEDIA_STOP_WAIT_S)
             self.metrics.observe_media(ctx.media.encodes_by_kind, ctx.media.hits_by_kind)
 
         weights = {name: self.judges[name].weight for name in names}

@@ -17,6 +17,8 @@ from typing import Any
 
 import pydantic_core
 
+from .exceptions import InvalidInput
+
 # pydantic-core's fixed nesting limit (its recursion guard), stated here so errors and docs can name it.
 MAX_JSON_DEPTH = 200
 MAX_INT_DIGITS = 4300
@@ -27,7 +29,7 @@ JSON_RULES = (f"JSON must be UTF-8, nest at most {MAX_JSON_DEPTH} levels, hold i
               f"{MAX_INT_DIGITS} digits and no lone UTF-16 surrogates")
 
 
-class JSONBodyError(ValueError):
+class JSONBodyError(InvalidInput):
     """The bytes are not acceptable JSON; the message says why and where (`reason`: the parser's
     words with the rules, for callers that phrase their own message)."""
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -67,9 +70,42 @@ class Metrics:
             "max_waiting, max_wait_s.", ["bound"], registry=self.registry,
         )
         self.admission_refused = Counter(
-            "judge_gateway_admission_refused_total", "Synchronous requests refused by admission control.",
+            "judge_gateway_admission_refused_total", "Synchronous requests refused by admission control, by API "
+            "and reason (queue_full, wait_timeout, media_budget, judge_queue).",
             ["api", "reason"], registry=self.registry,
         )
+        self.media_budget = Gauge(
+            "judge_gateway_media_budget_pixels", "The process-wide decoded-media budget (media.max_process_pixels): "
+            "state=limit, and state=in_use, the decoded pixels reserved by the requests scoring now.",
+            ["state"], registry=self.registry,
+        )
+        self.media_budget_waiting = Gauge(
+            "judge_gateway_media_budget_waiting", "Requests waiting for room in the decoded-media budget.",
+            registry=self.registry,
+        )
+        self.judge_queue = Gauge(
+            "judge_gateway_judge_queue", "A head judge's queue: items (images or frames) or their pixels "
+            "(measure) accepted and not answered (state=queued), and its bound (state=limit).",
+            ["judge", "measure", "state"], registry=self.registry,
+        )
+        self._at_scrape: list[Callable[[], None]] = []  # gauges read from their sources at each scrape
+
+    def watch_media_budget(self, budget: Any) -> None:
+        """Export the process-wide decoded-media budget (media/budget.py), read at each scrape."""
+        def read() -> None:
+            self.media_budget.labels("limit").set(budget.limit)
+            self.media_budget.labels("in_use").set(budget.in_use)
+            self.media_budget_waiting.set(budget.waiting)
+        self._at_scrape.append(read)
+
+    def watch_queues(self, queues: dict[str, Any]) -> None:
+        """Export each bounded judge queue (judges/queue.py): what it holds and its bounds."""
+        def read() -> None:
+            for judge, q in queues.items():
+                for measure, queued, limit in (("items", q.items, q.max_items), ("pixels", q.pixels, q.max_pixels)):
+                    self.judge_queue.labels(judge, measure, "queued").set(queued)
+                    self.judge_queue.labels(judge, measure, "limit").set(limit)
+        self._at_scrape.append(read)
 
     def observe_media(self, encodes: dict[str, int], hits: dict[str, int]) -> None:
         for kind, n in encodes.items():
@@ -78,4 +114,7 @@ class Metrics:
             self.media_cache_hits.labels(kind).inc(n)
 
     def render(self) -> bytes:
+        for read in self._at_scrape:
+            read()
         return generate_latest(self.registry)
+

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .exceptions import ConfigurationError
+
 FORMAT = "judge-gateway/aggregation-profile"
 FORMAT_VERSION = 1
 KINDS = ("rubric_aspects", "judge_weights")
@@ -29,7 +31,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _FILE_RE = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)@(?P<version>[0-9]+)\.json")
 
 
-class ProfileError(ValueError):
+class ProfileError(ConfigurationError):
     """A profile that cannot be used; the message names the file and the field."""
 
 

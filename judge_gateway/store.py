@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .config import StoreConfig
+from .exceptions import Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ DAY_S = 86400.0
 T = TypeVar("T")
 
 
-class StoreError(RuntimeError):
+class StoreError(Unavailable):
     """The store could not be reached or answered nonsense."""
 
 

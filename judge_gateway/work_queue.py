@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import QueueConfig
+from .exceptions import Overloaded
 from .store import RedisStore, StoreError
 
 log = logging.getLogger(__name__)
 
 
-class BacklogFull(RuntimeError):
+class BacklogFull(Overloaded):
     pass
 
 

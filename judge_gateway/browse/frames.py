@@ -6,8 +6,9 @@ import io
 import math
 from pathlib import Path
 
-import av
 from PIL import Image
+
+from ..media.container import open_container
 
 THUMB_WIDTH = 160
 MAX_SHOWN = 32  # more would make an unreadable sheet; evenly spaced ones are shown
@@ -20,7 +21,8 @@ def contact_sheet(video: Path, indices: list[int]) -> bytes:
         indices = [indices[int(k * step)] for k in range(MAX_SHOWN)]
     wanted = set(indices)
     got: dict[int, Image.Image] = {}
-    with av.open(str(video)) as container:
+    # The file came with the samples: opened under the media allow-list like a request's video.
+    with open_container(video.read_bytes()) as container:
         for n, frame in enumerate(container.decode(video=0)):
             if n in wanted:
                 img = frame.to_image()

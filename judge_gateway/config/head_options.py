@@ -43,6 +43,14 @@ class HeadOptions(BaseModel):
         None, ge=1, le=4096, description="While the device is idle, start a batch as soon as it holds this many "
         "items instead of waiting for max_batch_size or max_wait_ms: the first images of a GRPO step start the "
         "forward while the rest arrive (batches after it fill while it runs). Default: off.")
+    max_queue_items: int = Field(
+        4096, ge=1, description="Items (images or frames) accepted and not yet answered; a request that would "
+        "go over is refused with Retry-After (429 native, 503 Flow-Factory; accepted cosmos-rl work waits). "
+        "An empty queue takes any request."
+    )
+    max_queue_pixels: int = Field(
+        2**28, ge=1, description="Pixels of those items (2^28: ~0.8 GB of RGB); the same rule."
+    )
     overlap_preprocessing: bool | None = Field(
         None,
         description=(

@@ -4,26 +4,22 @@ naming its key."""
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from ..exceptions import ConfigurationError
 from .models import GatewayConfig, JudgeConfig, is_loopback
 from .protocols import check_protocols
 from .ray import check_ray
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigurationError):
     """A configuration that cannot be used; the message names the key."""
 
 

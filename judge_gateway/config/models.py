@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 
 from ..bands import check_bands
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
+from ..media.budget import auto_process_pixels
 from .base import Strict
 from .kinds import KINDS, JudgeOptions, KindSpec
 from .launch import LaunchConfig
@@ -41,12 +42,31 @@ class AdmissionConfig(Strict):
     """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
     at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
     most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
-    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending)."""
+    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending).
+    Unset bounds are derived from what the configured judges can work on at once (/readyz says)."""
 
-    max_active: int = Field(256, gt=0, description="Synchronous requests scored at once (native + Flow-Factory).")
-    max_waiting: int = Field(512, ge=0, description="Requests that may wait for a slot; beyond: refused at once.")
-    max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot; then refused.")
+    max_active: int | None = Field(
+        None, gt=0, description="Synchronous requests scored at once (native + Flow-Factory). Default: the "
+        "judges' capacity, i.e. each used backend's replicas x max_concurrency plus each head's max_batch_size "
+        "(at most 256)."
+    )
+    max_waiting: int | None = Field(
+        None, ge=0, description="Requests that may wait for a slot; beyond: refused at once. Default: max_active "
+        "(at most 512)."
+    )
+    max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot (or for room in the decoded-media "
+                              "budget); then refused.")
     retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
+
+    def bounds(self, capacity: int) -> tuple[int, int]:
+        """(max_active, max_waiting): as set, else derived from the judges' capacity."""
+        active = self.max_active if self.max_active is not None else max(1, min(capacity, DEFAULT_MAX_ACTIVE))
+        waiting = self.max_waiting if self.max_waiting is not None else min(active, DEFAULT_MAX_WAITING)
+        return active, waiting
+
+
+DEFAULT_MAX_ACTIVE = 256  # ceilings of the derived bounds
+DEFAULT_MAX_WAITING = 512
 
 
 class ServerConfig(Strict):
@@ -137,6 +157,13 @@ class MediaConfig(Strict):
     max_pending: int | None = Field(
         None, gt=0, description="Media jobs queued or running beyond which new synchronous requests are refused "
         "(429 / 503 with Retry-After; default: 32 per worker).")
+    max_process_pixels: int | None = Field(
+        None, gt=0, description="Decoded pixels all requests scoring at once may hold, process-wide: a request "
+        "reserves what its compressed media (and cosmos-rl latents) decode to before it scores and waits for room "
+        "(server.admission.max_wait_s; then 429 native / 503 Flow-Factory with Retry-After; accepted cosmos-rl "
+        "work waits until its deadline). Default: a quarter of the machine's memory (its cgroup limit when lower) "
+        "in RGB pixels, at least max_request_pixels."
+    )
 
     @model_validator(mode="after")
     def _order(self) -> "MediaConfig":
@@ -144,11 +171,18 @@ class MediaConfig(Strict):
             raise ValueError("max_video_pixels must be >= max_image_pixels (a video holds at least one frame)")
         if self.max_request_pixels < max(self.max_image_pixels, self.max_video_pixels):
             raise ValueError("max_request_pixels must be >= max_image_pixels and max_video_pixels")
+        if self.max_process_pixels is not None and self.max_process_pixels < self.max_request_pixels:
+            raise ValueError("max_process_pixels must be >= max_request_pixels (one request must fit)")
         return self
 
     def limits(self) -> MediaLimits:
-        return MediaLimits(self.max_image_pixels, self.max_video_frames, self.max_video_pixels,
-                           self.max_request_pixels)
+        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending"}))
+
+    def process_pixels(self) -> int:
+        """max_process_pixels, or its default for this machine."""
+        if self.max_process_pixels is not None:
+            return self.max_process_pixels
+        return auto_process_pixels(self.max_request_pixels)
 
 
 class EvalConfig(Strict):
@@ -186,7 +220,17 @@ class BackendConfig(Strict):
     timeout_s: float = Field(120.0, gt=0, description="Per-attempt HTTP timeout.")
     connect_timeout_s: float = Field(5.0, gt=0, description="Per-attempt TCP connect timeout.")
     max_concurrency: int = Field(64, gt=0, description="In-flight requests per replica.")
-    max_retries: int = Field(2, ge=0, description="Retries of transient faults (connect, timeout, 429, 5xx).")
+    max_retries: int | None = Field(
+        None, ge=0, description="A cap on retries of transient faults (connect, timeout, 429, 5xx); none (the "
+        "default): they are retried with back-off until the call's deadline (the judge's deadline_s, a cosmos-rl "
+        "request's request_timeout_s), or for retry_for_s when it has none."
+    )
+    retry_for_s: float = Field(
+        30.0, gt=0, description="How long transient faults of a call without a deadline of its own are retried "
+        "(a backend restarting, a replica ejected): a fault shorter than this is waited out."
+    )
+    retry_backoff_max_s: float = Field(2.0, gt=0, description="Longest wait between two attempts (jittered "
+                                       "exponential back-off from 0.1 s).")
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
     eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
     launch: LaunchConfig | None = Field(

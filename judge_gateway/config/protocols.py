@@ -304,9 +304,11 @@ class CosmosRLConfig(Strict):
     )
     fill_value: float = Field(0.0, description="on_invalid = value: the number; group_mean: the constant of an all-invalid request.")
     fill_label: str = Field("Invalid", description="Label (e.g. `prediction`) for fill_value.")
-    retry_attempts: int = Field(
-        2, ge=0, description="Re-scores of a sample whose judge failed transiently (timeout, backend_unavailable, "
-        "backend_error), within request_timeout_s, before it is filled."
+    retry_attempts: int | None = Field(
+        None, ge=0, description="A cap on re-scores of a sample whose judge failed transiently (timeout, "
+        "backend_unavailable, backend_error) before it is filled; none (the default): re-scored with back-off "
+        "until request_timeout_s (backend calls retry until it too), so a fault shorter than that gives real "
+        "scores, not fills."
     )
     retry_backoff_s: float = Field(0.5, gt=0, description="First wait before a re-score; doubles each time.")
     retry_backoff_max_s: float = Field(8.0, gt=0, description="Longest wait between re-scores.")

@@ -15,16 +15,18 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
+from ..exceptions import ConfigurationError, Unavailable
+
 TorchBuild = Literal["cpu", "cuda"]
 STEP_KINDS = ("torch", "pip", "self", "remove", "patch", "mmcv")
 PATCHES = ("torchvision",)
 
 
-class SpecError(ValueError):
+class SpecError(ConfigurationError):
     """specs.toml does not say what the code reads (a packaging mistake, caught by the tests)."""
 
 
-class EnvBuildError(RuntimeError):
+class EnvBuildError(Unavailable):
     """A step failed, or the environment still does not import what it needs: says which and why."""
 
 

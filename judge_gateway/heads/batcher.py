@@ -11,15 +11,28 @@ Two stages: a head may split its work into `prepare` (preprocessing: resize, nor
 CLIP family also its prompts' text rows; safe to run beside a forward on another thread) and
 `infer(images, prompts, prepared)` (the forward pass). `stage(jobs)` runs the first, `run(jobs, staged)` the second, so the worker can
 prepare batch k+1 on another thread while batch k runs on the device (worker.py).
+
+Small jobs are not starved by huge ones: the worker's `FairJobQueue` hands out the job with the
+fewest pixels first (a job that has waited `FAIR_AGING_S` goes first whatever its size, so a
+huge one is not starved either), and a batch never mixes items whose sizes differ by more than
+`MAX_BATCH_SIZE_RATIO` (a small image in the batch of a 4096² one would wait for it: per-pixel
+heads such as OCR take seconds on one).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import queue
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+FAIR_AGING_S = 2.0  # a job waiting this long is handed out next, whatever its size
+MAX_BATCH_SIZE_RATIO = 16  # pixels per item: a batch's largest at most this many times its first
 
 import numpy as np
 
@@ -37,6 +50,88 @@ class Control:
 
     msg_id: int
     op: str
+
+
+def job_pixels(job: Job) -> int:
+    """Pixels of all of a job's frames (its cost for per-pixel heads)."""
+    n, h, w = job.frames.shape[:3]
+    return int(n * h * w)
+
+
+def item_pixels(job: Job) -> int:
+    return int(job.frames.shape[1] * job.frames.shape[2]) if job.frames.ndim >= 3 else 0
+
+
+class FairJobQueue:
+    """The worker's queue (filled by its reader thread): jobs smallest first (pixels), a job older
+    than FAIR_AGING_S first of all; other messages (controls, end of stream) in arrival order
+    after every job that arrived before them. The `queue.Queue` calls the batcher uses."""
+
+    def __init__(self, aging_s: float = FAIR_AGING_S) -> None:
+        self.aging_s = aging_s
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._jobs: dict[int, tuple[float, Job]] = {}  # seq -> (arrived, job), in arrival order
+        self._by_size: list[tuple[int, int]] = []  # heap of (pixels, seq); stale entries skipped
+        self._others: deque[tuple[int, Any]] = deque()
+
+    def put(self, msg: Any) -> None:
+        self._put(next(self._seq), time.monotonic(), msg)
+
+    def put_back(self, msg: Any, seq: int, arrived: float) -> None:
+        """Return a job taken out (kept for the next batch) with its place in line."""
+        self._put(seq, arrived, msg)
+
+    def _put(self, seq: int, arrived: float, msg: Any) -> None:
+        with self._cond:
+            if isinstance(msg, Job):
+                self._jobs[seq] = (arrived, msg)
+                heapq.heappush(self._by_size, (job_pixels(msg), seq))
+            else:
+                self._others.append((seq, msg))
+            self._cond.notify()
+
+    def qsize(self) -> int:
+        with self._cond:
+            return len(self._jobs) + len(self._others)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        return self.get_entry(block, timeout)[0]
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def get_entry(self, block: bool = True, timeout: float | None = None) -> tuple[Any, int, float]:
+        """(message, its sequence number, when it arrived): what put_back needs."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                entry = self._next()
+                if entry is not None:
+                    return entry
+                if not block:
+                    raise queue.Empty
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise queue.Empty
+                self._cond.wait(remaining)
+
+    def _next(self) -> tuple[Any, int, float] | None:
+        oldest_job = next(iter(self._jobs), None)
+        if self._others and (oldest_job is None or self._others[0][0] < oldest_job):
+            seq, msg = self._others.popleft()
+            return msg, seq, 0.0
+        if oldest_job is None:
+            return None
+        arrived, _ = self._jobs[oldest_job]
+        if time.monotonic() - arrived >= self.aging_s:
+            seq = oldest_job
+        else:
+            while self._by_size[0][1] not in self._jobs:
+                heapq.heappop(self._by_size)
+            seq = heapq.heappop(self._by_size)[1]
+        arrived, job = self._jobs.pop(seq)
+        return job, seq, arrived
 
 
 InferFn = Callable[..., list[dict[str, Any]]]
@@ -64,16 +159,23 @@ class MicroBatcher:
         self.batch_sizes: dict[int, int] = {}
         self.prepare_s = 0.0  # time in `prepare` (preprocessing) and in `infer` (forward passes)
         self.infer_s = 0.0
+        self._held: Job | None = None  # a job kept for the next batch (a plain FIFO queue's)
 
-    def collect(self, q: "queue.Queue[Any]", idle: Callable[[], bool] | None = None) -> tuple[list[Job], list[Any]]:
+    def collect(self, q: "queue.Queue[Any] | FairJobQueue",
+                idle: Callable[[], bool] | None = None) -> tuple[list[Job], list[Any]]:
         """Block for one message, then gather jobs until the batch is full or the wait is over
         (or, with `pipeline_min_batch`, holds that many items while `idle()` says the device waits).
-        Returns (jobs, other messages that arrived meanwhile, in order after the jobs)."""
-        first = q.get()
+        Returns (jobs, other messages that arrived meanwhile, in order after the jobs). A job
+        whose items are over MAX_BATCH_SIZE_RATIO times the first's is left for the next batch."""
+        if self._held is not None:
+            first, self._held = self._held, None
+        else:
+            first = q.get()
         if not isinstance(first, Job):
             return [], [first]
         jobs, others = [first], []
         items = self.job_size(first)
+        largest = max(1, item_pixels(first)) * MAX_BATCH_SIZE_RATIO
         deadline = time.monotonic() + self.max_wait_s
         early = self.pipeline_min_batch if idle is not None else None
         while items < self.max_batch_size:
@@ -83,13 +185,22 @@ class MicroBatcher:
             if early is not None and items >= early:
                 remaining = min(remaining, 0.001)  # look at the device again soon
             try:
-                msg = q.get(timeout=remaining) if remaining > 0 else q.get_nowait()
+                if isinstance(q, FairJobQueue):
+                    msg, seq, arrived = q.get_entry(timeout=remaining) if remaining > 0 else q.get_entry(False)
+                else:
+                    msg = q.get(timeout=remaining) if remaining > 0 else q.get_nowait()
             except queue.Empty:
                 if early is not None and items >= early and deadline > time.monotonic():
                     continue
                 break
             if not isinstance(msg, Job):
                 others.append(msg)  # control / end of stream: run what we have first
+                break
+            if item_pixels(msg) > largest:  # it would hold the small ones back: next batch
+                if isinstance(q, FairJobQueue):
+                    q.put_back(msg, seq, arrived)
+                else:
+                    self._held = msg
                 break
             jobs.append(msg)
             items += self.job_size(msg)

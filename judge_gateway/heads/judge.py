@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import HeadOptions, JudgeConfig, NormalizeConfig
-from ..media import VideoSampling, sample_frame_indices
+from ..media import MediaError, VideoSampling, sample_frame_indices
 from ..schema import ErrorCode
 from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
+from ..judges.queue import JudgeQueue
 from .ocr_text import extract_target_text, ocr_reward
 from .pooling import pool_scores
 from .supervisor import HeadError, HeadWorker
@@ -35,6 +36,20 @@ class HeadJudge(Judge):
         # Heads score frames independently: no even-frame rule (that is Qwen-VL's temporal patch).
         self.sampling = VideoSampling(num_frames=v.num_frames, fps=v.fps, max_frames=v.max_frames,
                                       even_frames=False)
+        self.queue = JudgeQueue(name, self.options.max_queue_items, self.options.max_queue_pixels)
+
+    def demand(self, sample: "SampleInput") -> tuple[int, int]:
+        """The frames this head is sent for the sample (an image is one), and their pixels."""
+        if sample.image is not None:
+            return 1, sample.image.width * sample.image.height
+        if sample.video is not None:
+            video = sample.video
+            try:
+                n = len(sample_frame_indices(video.num_frames, video.fps, self.sampling)[0])
+            except MediaError:  # the cell says why; it sends nothing
+                return 0, 0
+            return n, n * video.width * video.height
+        return 0, 0
 
     @property
     def model(self) -> str | None:

@@ -28,12 +28,12 @@ import queue
 import sys
 import threading
 import traceback
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..workers.framing import ProtocolError, read_frame, write_frame
-from .batcher import Control, Job, MicroBatcher, Staged
+from .batcher import Control, FairJobQueue, Job, MicroBatcher, Staged
 from .factory import build_head
 from .models.base import HeadLoadError
 from .protocol import jobs_from_frame
@@ -103,7 +103,7 @@ def _attach_arena(spec: Any) -> tuple[ArenaView | None, str | None]:
         return None, f"cannot map the shared-memory arena ({type(exc).__name__}: {exc})"
 
 
-def _reader(stream: BinaryIO, q: "queue.Queue[Any]", writer: _Writer, arena: ArenaView | None = None,
+def _reader(stream: BinaryIO, q: "queue.Queue[Any] | FairJobQueue", writer: _Writer, arena: ArenaView | None = None,
             cancels: _Cancels | None = None) -> None:
     try:
         while True:
@@ -173,7 +173,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     atexit.register(head.close)  # its preprocessing processes and shared memory
     writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid()}})
 
-    q: queue.Queue[Any] = queue.Queue()
+    q = FairJobQueue()  # small jobs first, none starved (batcher.py)
     cancels = _Cancels()
     threading.Thread(target=_reader, args=(stdin, q, writer, arena, cancels), daemon=True,
                      name="head-reader").start()
@@ -218,7 +218,7 @@ class _Batch:
     staged: Staged | None
 
 
-def _batches(batcher: MicroBatcher, q: "queue.Queue[Any]", cancels: _Cancels | None = None,
+def _batches(batcher: MicroBatcher, q: "queue.Queue[Any] | FairJobQueue", cancels: _Cancels | None = None,
              writer: _Writer | None = None, idle: Callable[[], bool] | None = None) -> Iterator[Any]:
     """Collected batches with their CPU preparation done, then the messages that came after
     them (controls, the end of stream), in arrival order. Cancelled jobs are dropped unrun, and

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..bands import band_of
 from ..config import JudgeConfig, NormalizeConfig
+from ..exceptions import ScoringFailed
 from ..schema import ErrorCode, JudgeInfo, JudgeScore, TemplateRef
+from .queue import JudgeQueue
 
 if TYPE_CHECKING:
     from ..media import MediaCache
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class JudgeFailure(Exception):
+class JudgeFailure(ScoringFailed):
     """Raised inside a judge to end one (sample, judge) cell with an invalid score."""
 
     def __init__(self, code: ErrorCode | str, message: str, *, details: dict[str, Any] | None = None,
@@ -56,6 +58,12 @@ class Judge(ABC):
 
     kind: str  # the configured kind (config.kinds)
     _nonfinite_code: ErrorCode = ErrorCode.backend_error  # a NaN / inf verdict: whose fault it is
+    # The bounded queue its work waits in (heads: one worker each); None: no queue of its own.
+    queue: JudgeQueue | None = None
+
+    def demand(self, sample: "SampleInput") -> tuple[int, int]:
+        """(items, pixels) scoring `sample` adds to this judge's queue (judges with a queue)."""
+        return 0, 0
 
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         self.name = name
@@ -119,15 +127,17 @@ class Judge(ABC):
 
     async def score(self, sample: "SampleInput", ctx: ScoreContext) -> JudgeScore:
         """Score one sample; every failure becomes an invalid JudgeScore with its code."""
-        from ..backends import BackendFault
+        from ..backends import BackendFault, deadline_at
         from ..media import MediaError
         from ..parsers import ParseError
 
         started = time.perf_counter()
         try:
             if self.deadline_s is not None:
-                async with asyncio.timeout(self.deadline_s):
-                    verdict = await self.evaluate(sample, ctx)
+                # the backend's retries stop in time for it too (backends.deadline_at)
+                with deadline_at(time.monotonic() + self.deadline_s):
+                    async with asyncio.timeout(self.deadline_s):
+                        verdict = await self.evaluate(sample, ctx)
             else:
                 verdict = await self.evaluate(sample, ctx)
         except JudgeFailure as exc:

@@ -19,9 +19,10 @@ from urllib.parse import urlsplit
 from ..config import BackendConfig, GatewayConfig
 from ..envs.builder import source_checkout
 from ..envs.torch_build import nvidia_gpus
+from ..exceptions import ConfigurationError
 
 
-class LaunchError(ValueError):
+class LaunchError(ConfigurationError):
     """The plan cannot be made (too few GPUs, no launcher script, a launcher that refuses)."""
 
 

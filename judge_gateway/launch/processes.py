@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from ..exceptions import Unavailable
 from .plan import ProcessPlan
 
 Say = Callable[[str], None]
@@ -63,7 +64,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-class StartFailed(RuntimeError):
+class StartFailed(Unavailable):
     """A process exited, or never answered its health URL, during its first start."""
 
 

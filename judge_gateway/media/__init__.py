@@ -19,12 +19,16 @@ Size budgets (`MediaLimits`): declared sizes (image header, container stream inf
 are checked before any pixel is decoded: pixels per image or frame, frames and decoded pixels
 per video, and decoded pixels of all compressed media in one request (`request_limits`, which
 the server enters per request; outside it the module defaults apply and nothing is summed).
+A video's frames are checked again as they are decoded (`VideoMedia.iter_frames`), and the
+decoded pixels of all requests scoring at once are bounded by a process-wide `MediaBudget`.
 
 Modules (each imports its siblings directly, never this face):
 `limits` (MediaError, the size budgets and the checks against them), `wire` (data URLs, base64,
 magic bytes, the uint8 array object, their JSON Schema pieces), `image` (ImageMedia),
-`container` (probing an encoded video with PyAV), `video` (VideoMedia), `sampling` (which frames
-and what size a VLM sees), `encode` (encode_image / encode_video), `cache` (MediaCache).
+`container` (opening an encoded video under the container / codec allow-list, probing it),
+`video` (VideoMedia and its decode loop), `scope` (a request's stop flag for the threads decoding
+its media), `budget` (the process-wide decoded-media budget), `sampling` (which frames and what
+size a VLM sees), `encode` (encode_image / encode_video), `cache` (MediaCache).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from .limits import (
     request_limits,
 )
 from .limits import current_limits as current_limits
+from .limits import request_pixels
 from .sampling import VideoSampling, sample_frame_indices
 from .sampling import fit_pixels as fit_pixels
 from .video import VideoMedia
@@ -77,5 +82,6 @@ __all__ = [
     "encode_image",
     "encode_video",
     "request_limits",
+    "request_pixels",
     "sample_frame_indices",
 ]

@@ -27,6 +27,7 @@ from .image import ImageMedia
 from .limits import MediaError
 from .pool import MediaPool, default_pool
 from .sampling import VideoSampling
+from .scope import working
 from .video import VideoMedia
 
 Medium = ImageMedia | VideoMedia
@@ -211,8 +212,12 @@ class MediaCache:
         return await asyncio.shield(task)
 
     async def _run(self, fn: Callable[[], T], what: str, inline: bool) -> T:
+        def counted() -> T:
+            with working():  # the request waits for this thread before its media budget is freed
+                return fn()
+
         try:
-            return fn() if inline else await self.pool.run(fn)
+            return counted() if inline else await self.pool.run(counted)
         except MediaError:
             raise
         except Exception as e:

@@ -7,7 +7,7 @@ bytes pass through untouched when they already are what the spec asks for.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -27,6 +27,7 @@ from .sampling import (
     fit_pixels,
     sample_frame_indices,
 )
+from .scope import check_stop
 from .video import VideoMedia
 from .wire import _data_url
 
@@ -267,6 +268,7 @@ def _mux_jpeg_frames(frames: Iterable[np.ndarray], w: int, h: int, fps: float,
         stream.width, stream.height, stream.pix_fmt = w, h, "yuvj444p" if full else "yuvj420p"
         time_base = 1 / rate
         for i, rgb in enumerate(frames):
+            check_stop()  # the request ended: stop encoding for nobody
             ok, jpeg = cv.imencode(".jpg", cv.cvtColor(rgb, cv.COLOR_RGB2BGR), params)
             if not ok:
                 raise MediaError(f"OpenCV could not encode frame {i} ({w}x{h}) as JPEG")
@@ -296,6 +298,7 @@ def _encode_frames_mp4(frames: Iterable[np.ndarray], w: int, h: int, fps: float,
             opts = {"bit_rate": max(1_000_000, int(w * h * float(rate) * 1.5))}
             stream.bit_rate = opts["bit_rate"]
         for i, rgb in enumerate(frames):
+            check_stop()  # the request ended: stop encoding for nobody
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
             frame.pts = i
             out.mux(stream.encode(frame))
@@ -362,7 +365,9 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
             raise MediaError(f"this clip was resized to {video.presampled_size} by {video.resampled_by}; "
                              f"this judge's sampling asks for {(w, h)}")
         resampler = video.resampled_by  # type: ignore[assignment]
-    frames = _sized_frames(video.iter_frames(idx), w, h, resized, resampler)
+    # Each frame is resized (or cropped) as it is decoded, in media's decode loop: the full-size
+    # frames are never all held; what is kept is the clip at the judge's size.
+    frames = video.frames_array(idx, transform=_frame_transform(w, h, resized, resampler))
     try:
         if codec == "mjpeg":
             data, opts = _mux_jpeg_frames(frames, w, h, fps, sampling.jpeg_quality)
@@ -382,12 +387,11 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
     )
 
 
-def _sized_frames(frames: Iterable[np.ndarray], w: int, h: int, resized: bool,
-                  resampler: Resampler) -> Iterator[np.ndarray]:
-    """Each frame at the judge's size, one at a time (a clip's frames never all sit in memory
-    at the source size twice)."""
-    for f in frames:
+def _frame_transform(w: int, h: int, resized: bool, resampler: Resampler) -> Callable[[np.ndarray], np.ndarray]:
+    def sized(f: np.ndarray) -> np.ndarray:
         if f.shape[:2] == (h, w):  # already the judge's size (a presampled clip)
-            yield f
-        else:  # without a resize, at most one row/column is cropped to even sides
-            yield resize_rgb(f, w, h, resampler) if resized else f[:h, :w]
+            return f
+        # Without a resize, at most one row/column is cropped to even sides.
+        return resize_rgb(f, w, h, resampler) if resized else f[:h, :w]
+
+    return sized

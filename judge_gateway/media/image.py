@@ -29,6 +29,10 @@ from .wire import (
     sniff_image_format,
 )
 
+# Pillow plugins an image may be read with (magic bytes pick the format first; this keeps every
+# other plugin, e.g. EPS, which runs Ghostscript, away from request bytes).
+ACCEPTED_IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
+
 
 def _probe_encoded_image(data: bytes) -> tuple[str, int, int]:
     """Format and size from the header; PNG chunk CRCs are checked (no inflate), JPEG must end."""
@@ -44,7 +48,8 @@ def _probe_encoded_image(data: bytes) -> tuple[str, int, int]:
             f"unknown image format (first bytes {data[:8].hex()}): expected PNG, JPEG or WebP"
         )
     try:
-        with Image.open(io.BytesIO(data)) as im:  # lazy: reads the header, decodes nothing
+        # lazy: reads the header, decodes nothing; only the accepted formats' plugins may read it
+        with Image.open(io.BytesIO(data), formats=ACCEPTED_IMAGE_FORMATS) as im:
             w, h = im.size
             _check_size(w, h, f"{fmt.upper()} image")
             if fmt == "png":
@@ -265,7 +270,7 @@ class ImageMedia:
     def _decode(self) -> np.ndarray:
         assert self._bytes is not None
         try:
-            with Image.open(io.BytesIO(self._bytes)) as im:
+            with Image.open(io.BytesIO(self._bytes), formats=ACCEPTED_IMAGE_FORMATS) as im:
                 if im.mode in ("RGB", "L"):
                     # OpenCV's decoders (libjpeg-turbo, libpng, libwebp) give the same pixels
                     # for these modes at ~60% of PIL's CPU; EXIF orientation is ignored, as PIL

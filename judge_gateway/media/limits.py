@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..exceptions import InvalidInput
+
 # Defaults of the [media] budgets (config.MediaConfig); read at each check, so tests may patch
 # them here (on `media.limits`: the package face only holds copies).
 MAX_IMAGE_PIXELS = 4096 * 4096  # one image or frame: 48 MiB of RGB
@@ -29,7 +31,7 @@ MAX_REQUEST_PIXELS = 2**29  # decoded pixels of a request's compressed media: 1.
 MAX_FPS = 1000.0
 
 
-class MediaError(ValueError):
+class MediaError(InvalidInput):
     """A medium could not be decoded, validated or encoded. The message says why."""
 
 
@@ -85,6 +87,13 @@ def request_limits(limits: MediaLimits) -> Iterator[None]:
     finally:
         _BUDGET.reset(t_budget)
         _LIMITS.reset(t_limits)
+
+
+def request_pixels() -> int:
+    """Decoded pixels charged so far in the current request (0 outside `request_limits`): what it
+    reserves of the process-wide budget (media/budget.py) before it scores."""
+    budget = _BUDGET.get()
+    return budget.used if budget is not None else 0
 
 
 def _charge(pixels: int, what: str) -> None:

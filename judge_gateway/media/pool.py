@@ -11,6 +11,7 @@ letting a backlog of encodes grow without limit. Work already submitted always r
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 from collections.abc import Callable
@@ -57,7 +58,8 @@ class MediaPool:
         with self._lock:
             self.pending += 1
         try:
-            future = self._executor.submit(fn)
+            # The caller's context goes along (media/scope.py: the request's stop flag and count).
+            future = self._executor.submit(contextvars.copy_context().run, fn)
         except BaseException:
             self._finished(None)
             raise

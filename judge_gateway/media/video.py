@@ -1,17 +1,15 @@
 """`VideoMedia`: one validated video (a list of frames, a [T,H,W,3] array or an encoded
 container), usable as a pydantic field type. Container pixels are decoded lazily with PyAV,
-up to the last frame asked for, and kept.
+up to the last frame asked for, frame by frame (`VideoMedia.iter_frames`, the decode loop), and
+never kept: whoever asked holds what it keeps.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import av
 import numpy as np
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
@@ -22,7 +20,8 @@ from .container import (
     _av_message,
     _ContainerInfo,
     _probe_container,
-    _stream_frames,
+    open_container,
+    video_stream,
 )
 from .image import ImageMedia, _check_uint8, _image_json_schema
 from .limits import (
@@ -37,6 +36,7 @@ from .limits import (
     _check_video_pixels,
     current_limits,
 )
+from .scope import check_stop, working
 from .wire import (
     _array_from_json,
     _array_json_schema,
@@ -48,9 +48,12 @@ from .wire import (
     _media_core_schema,
 )
 
+# What the decode loop applies to each RGB uint8 [H, W, 3] frame as it arrives (iter_frames).
+FrameTransform = Callable[[np.ndarray], np.ndarray]
+
 _VIDEO_FORMS_DOC = (
     "A video: an object with exactly one of 'frames' (a list of images, all the same size, "
-    "each in any image form), 'mp4' (base64 or a data: URL of an mp4/webm/mkv file) or 'array' "
+    "each in any image form), 'mp4' (base64 or a data: URL of an mp4/mov, webm/mkv or avi file) or 'array' "
     "(the JSON form of a uint8 array of shape [T, H, W, 3]), plus 'fps' (required for frames "
     "and array; for mp4 it overrides the container's rate). A bare data: URL / base64 string is "
     f"read as 'mp4'. At most {MAX_VIDEO_FRAMES} frames and {MAX_VIDEO_PIXELS} decoded pixels by "
@@ -65,7 +68,7 @@ def _video_json_schema() -> dict[str, Any]:
         "maximum": MAX_FPS,
         "description": "frames per second",
     }
-    mp4 = {"type": "string", "description": "base64 or data:video/mp4;base64,... (webm/mkv too)"}
+    mp4 = {"type": "string", "description": "base64 or data:video/mp4;base64,... (mov, webm/mkv, avi too)"}
     return {
         "title": "Video",
         "description": _VIDEO_FORMS_DOC,
@@ -109,10 +112,11 @@ def _video_json_schema() -> dict[str, Any]:
 
 
 class VideoMedia:
-    """One validated video: decoded frames, a [T,H,W,3] array or a container (mp4/webm/mkv).
+    """One validated video: decoded frames, a [T,H,W,3] array or a container (mp4/mov,
+    webm/mkv, avi).
 
-    Container pixels are decoded lazily with PyAV, only up to the last requested frame, and the
-    decoded frames are kept, so several samplings of one video decode it at most once.
+    Container pixels are decoded lazily with PyAV, only up to the last requested frame, and
+    are not kept: each sampling decodes what it needs (iter_frames).
     """
 
     def __init__(
@@ -143,8 +147,6 @@ class VideoMedia:
         # _array, and who resized them (details.video.resampler).
         self._kept: dict[int, int] | None = None
         self.resampled_by: str | None = None
-        self._decoded: dict[int, np.ndarray] = {}
-        self._lock = threading.Lock()  # frames_array runs in worker threads
 
     # ---- construction ------------------------------------------------------------------------
 
@@ -166,18 +168,15 @@ class VideoMedia:
         w, h = items[0].width, items[0].height
         for i, im in enumerate(items):
             if (im.width, im.height) != (w, h):
-                raise MediaError(
-                    f"video frame {i} is {im.width}x{im.height} but frame 0 is {w}x{h}: "
-                    "all frames must be the same size"
-                )
+                raise MediaError(f"video frame {i} is {im.width}x{im.height} but frame 0 is {w}x{h}: "
+                                 "all frames must be the same size")
         _check_video_pixels(len(items), w, h, "video 'frames' list")
         return cls(kind="frames", fps=fps, num_frames=len(items), width=w, height=h, frames=items)
 
     @classmethod
     def from_array(cls, arr: np.ndarray, fps: float, *, copy: bool = True) -> VideoMedia:
-        """A [T, H, W, 3] uint8 clip, snapshotted (callers often reuse their buffers); `copy=False`
-        when the caller hands a C-contiguous buffer over for good (a decoder's fresh output: a
-        720p clip's copy is 224 MB)."""
+        """A [T, H, W, 3] uint8 clip, snapshotted (callers reuse buffers); `copy=False` takes a
+        C-contiguous buffer over for good (a decoder's fresh output: a 720p clip is 224 MB)."""
         fps = _check_fps(fps)
         if not isinstance(arr, np.ndarray):
             raise MediaError(f"video array must be a numpy array, got {type(arr).__name__}")
@@ -201,11 +200,10 @@ class VideoMedia:
     @classmethod
     def from_presampled(cls, frames: np.ndarray, fps: float, *, source_frames: int, source_width: int,
                         source_height: int, indices: Sequence[int], resampled_by: str) -> VideoMedia:
-        """A clip a decoder already sampled and resized for a judge (the latent worker, on its
-        device): `frames[k]` is source frame `indices[k]` at the judge's size. It reports the
-        source's frame count, size and rate, so the judge's sampling finds the same indices and
-        size (encode_video then only encodes); a frame outside `indices` is a MediaError. The
-        buffer is taken over, not copied."""
+        """A clip a decoder sampled and resized for a judge (the latent worker, on its device):
+        `frames[k]` is source frame `indices[k]`. It reports the source's frame count, size and
+        rate, so the judge's sampling finds the same indices and size (encode_video only encodes);
+        another frame is a MediaError. The buffer is taken over, not copied."""
         video = cls.from_array(frames, fps, copy=False)
         if len(indices) != frames.shape[0]:
             raise MediaError(f"{frames.shape[0]} presampled frames for {len(indices)} indices")
@@ -221,8 +219,9 @@ class VideoMedia:
     def from_mp4(
         cls, data: bytes | bytearray | memoryview | str, fps: float | None = None
     ) -> VideoMedia:
-        """An encoded video (mp4, webm, mkv, mov: whatever PyAV demuxes). `fps`, when given,
-        overrides the container's rate."""
+        """An encoded video: mp4/mov, matroska/webm or avi (container.ACCEPTED_CONTAINERS;
+        anything else is refused before FFmpeg sees it). `fps`, when given, overrides the
+        container's rate."""
         if isinstance(data, str):
             raw, info = _decode_string_medium(data, "video", _probe_container)
         else:
@@ -257,27 +256,19 @@ class VideoMedia:
         if isinstance(value, (bytes, bytearray, memoryview, str)):
             return cls.from_mp4(value)
         if isinstance(value, np.ndarray):
-            raise MediaError(
-                "a bare video array has no frame rate: pass {'array': arr, 'fps': ...} or use "
-                "VideoMedia.from_array(arr, fps)"
-            )
+            raise MediaError("a bare video array has no frame rate: pass {'array': arr, 'fps': ...} or use "
+                             "VideoMedia.from_array(arr, fps)")
         if not isinstance(value, dict):
-            raise MediaError(
-                f"unsupported video input of type {type(value).__name__}: expected an object "
-                "with one of 'frames', 'mp4', 'array' and 'fps'"
-            )
+            raise MediaError(f"unsupported video input of type {type(value).__name__}: expected an object "
+                             "with one of 'frames', 'mp4', 'array' and 'fps'")
         allowed = {"frames", "mp4", "array", "fps"}
         extra = set(value) - allowed
         if extra:
-            raise MediaError(
-                f"video object has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}"
-            )
+            raise MediaError(f"video object has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}")
         sources = [k for k in ("frames", "mp4", "array") if k in value]
         if len(sources) != 1:
-            raise MediaError(
-                "video object needs exactly one of 'frames', 'mp4', 'array'"
-                + (f", got {sources}" if sources else "")
-            )
+            raise MediaError("video object needs exactly one of 'frames', 'mp4', 'array'"
+                             + (f", got {sources}" if sources else ""))
         src = sources[0]
         fps = value.get("fps")
         if src == "mp4":
@@ -365,46 +356,71 @@ class VideoMedia:
 
     # ---- pixels ------------------------------------------------------------------------------
 
-    def frames_array(self, indices: Sequence[int] | None = None) -> np.ndarray:
-        """uint8 [n, H, W, 3] for the given source frame indices (all frames when None)."""
-        idx = list(range(self._num_frames)) if indices is None else [int(i) for i in indices]
-        for i in idx:
-            if not 0 <= i < self._num_frames:
-                raise MediaError(
-                    f"frame index {i} out of range for a {self._num_frames}-frame video"
-                )
-        if not idx:
-            return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
-        if self._array is not None:
-            return self._array[self._rows(idx)]
-        if self._frames is not None:
-            return np.stack([self._frames[i].to_array() for i in idx])
-        self._decode_container(set(idx))
-        return np.stack([self._decoded[i] for i in idx])
+    def iter_frames(
+        self, indices: Sequence[int], transform: FrameTransform | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """The decode loop: each distinct source frame of `indices` once, in source order, as
+        (index, frame), the frame an RGB uint8 [H, W, 3] array or what `transform` makes of it.
 
-    def iter_frames(self, indices: Sequence[int]) -> Iterator[np.ndarray]:
-        """uint8 [H, W, 3] frames at the given source indices, one at a time: views of an array
-        input (no copy of the clip), decoded pixels otherwise."""
-        if self._array is not None:
-            for i in indices:
-                if not 0 <= i < self._num_frames:
-                    raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
-            for row in self._rows(indices):
-                yield self._array[row]
+        Frames are handed out as they are decoded and nothing is kept here: memory holds the
+        frame being decoded plus what the caller keeps of those handed out. `transform` runs on
+        each frame as it arrives (resize it to the size a judge sees, say), so the full-size frame
+        is dropped at once. A container is decoded up to the last index only, and every frame
+        decoded is checked as it comes (media.limits' budgets hold for what is decoded, not only
+        for what the header declared): a frame whose size differs from the validated one (a
+        stream that switches size mid-way), or one frame more than the container listed, stops
+        the decode with a MediaError; the decoder refuses frames over media.max_image_pixels
+        before allocating them. Between frames it stops when its request has ended
+        (`MediaCancelled`, media/scope.py).
+        """
+        idx = self._checked(sorted({int(i) for i in indices}))
+        if not idx:
             return
-        if self._frames is not None:
-            for i in indices:
-                yield self.frames_array([i])[0]
-            return
-        idx = [int(i) for i in indices]
-        if all(i in self._decoded for i in idx) or any(b < a for a, b in zip(idx, idx[1:])):
-            yield from self.frames_array(idx)
-            return
+        with working():
+            for i, frame in self._source_frames(idx):
+                yield i, frame if transform is None else transform(frame)
+
+    def _checked(self, idx: list[int]) -> list[int]:
         for i in idx:
             if not 0 <= i < self._num_frames:
                 raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
-        assert self._bytes is not None
-        yield from _stream_frames(self._bytes, idx, self._width, self._height, self._num_frames)
+        return idx
+
+    def _source_frames(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        if self._bytes is not None:
+            yield from self._decode_container(idx)
+            return
+        for i in idx:
+            check_stop()
+            if self._array is not None:
+                yield i, self._array[self._rows([i])[0]]
+            else:
+                assert self._frames is not None
+                yield i, self._frames[i].to_array()
+
+    def frames_array(
+        self, indices: Sequence[int] | None = None, transform: FrameTransform | None = None
+    ) -> np.ndarray:
+        """uint8 [n, ...] for the given source frame indices, in that order (repeats allowed; all
+        frames when None): RGB [n, H, W, 3], or `transform`'s output per frame (iter_frames)."""
+        idx = list(range(self._num_frames)) if indices is None else [int(i) for i in indices]
+        if not idx:
+            return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
+        if transform is None and self._array is not None:
+            return self._array[self._rows(self._checked(idx))]
+        slots: dict[int, list[int]] = {}
+        for pos, i in enumerate(idx):
+            slots.setdefault(i, []).append(pos)
+        out: np.ndarray | None = None
+        for i, frame in self.iter_frames(idx, transform):
+            if out is None:
+                out = np.empty((len(idx), *frame.shape), dtype=frame.dtype)
+            elif frame.shape != out.shape[1:]:
+                raise MediaError(f"frame {i} is {frame.shape} but the first sampled frame is {out.shape[1:]}")
+            for pos in slots[i]:
+                out[pos] = frame
+        assert out is not None
+        return out
 
     def _rows(self, indices: Sequence[int]) -> list[int]:
         """Rows of _array holding these source frames (the same numbers unless presampled)."""
@@ -419,9 +435,7 @@ class VideoMedia:
     @property
     def presampled_size(self) -> tuple[int, int] | None:
         """(width, height) of a presampled clip's kept frames, else None."""
-        if self._kept is None or self._array is None:
-            return None
-        return self._array.shape[2], self._array.shape[1]
+        return None if self._kept is None or self._array is None else (self._array.shape[2], self._array.shape[1])
 
     def first_frame(self) -> ImageMedia:
         """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""
@@ -429,42 +443,46 @@ class VideoMedia:
             return self._frames[0]
         return ImageMedia.from_array(self.frames_array([0])[0])
 
-    def _decode_container(self, wanted: set[int]) -> None:
-        """Decode sequentially up to the last wanted frame, keeping only the wanted ones."""
-        with self._lock:
-            missing = wanted - self._decoded.keys()
-            if not missing:
-                return
-            last = max(missing)
-            assert self._bytes is not None
-            n = -1
-            try:
-                with av.open(io.BytesIO(self._bytes), mode="r") as container:
-                    stream = container.streams.video[0]
-                    stream.thread_type = "AUTO"
-                    for n, frame in enumerate(container.decode(stream)):
-                        if n in missing:
-                            self._decoded[n] = frame.to_ndarray(format="rgb24")
-                        if n >= last:
-                            break
-            except Exception as e:
-                raise MediaError(f"cannot decode video: {_av_message(e)}") from None
-            if n < last:
-                raise MediaError(
-                    f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
-                    f"frame {last} is missing"
-                )
-            shape = next(iter(self._decoded.values())).shape
-            if shape[:2] != (self._height, self._width):
-                raise MediaError(
-                    f"decoded frames are {shape[1]}x{shape[0]}, header said "
-                    f"{self._width}x{self._height}"
-                )
-
-    def clear_decoded(self) -> None:
-        """Drop decoded container frames (memory); they are decoded again when needed."""
-        with self._lock:
-            self._decoded.clear()
+    def _decode_container(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        assert self._bytes is not None
+        wanted, last = set(idx), idx[-1]
+        size = (self._width, self._height)
+        n = -1
+        try:
+            with open_container(self._bytes, self._container.format if self._container else None) as container:
+                stream = video_stream(container)
+                stream.thread_type = "AUTO"
+                frames = container.decode(stream)
+                while True:
+                    check_stop()
+                    try:
+                        frame = next(frames)
+                    except StopIteration:
+                        break
+                    n += 1
+                    if (frame.width, frame.height) != size:
+                        raise MediaError(
+                            f"video frame {n} is {frame.width}x{frame.height} but the video was validated as "
+                            f"{size[0]}x{size[1]}: a video that changes size mid-stream is refused"
+                        )
+                    if n >= self._num_frames:
+                        raise MediaError(f"video decodes to more frames than the {self._num_frames} it listed")
+                    if n in wanted:
+                        rgb = frame.to_ndarray(format="rgb24")
+                        del frame
+                        yield n, rgb
+                    if n >= last:
+                        break
+        except MediaError:
+            raise
+        except Exception as e:  # av.error.FFmpegError: corrupt data, or a frame over max_pixels
+            raise MediaError(
+                f"cannot decode video frame {n + 1} ({_av_message(e)}): corrupt data, or a frame larger "
+                "than media.max_image_pixels"
+            ) from None
+        if n < last:
+            raise MediaError(f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
+                             f"frame {last} is missing")
 
     def to_json(self) -> dict[str, Any]:
         if self._bytes is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..exceptions import ScoringFailed
+
 # Codes shared with the score schema (`judge_gateway.schema.ErrorCode`); kept as plain strings
 # so the parsers stay importable without pydantic.
 PARSE_ERROR = "parse_error"
@@ -11,7 +13,7 @@ ANSWER_MISSING = "answer_missing"
 _CODES = frozenset({PARSE_ERROR, ANSWER_MISSING})
 
 
-class ParseError(ValueError):
+class ParseError(ScoringFailed, ValueError):
     """The reply has no trustworthy answer. `code` is the schema error code.
 
     `details` holds partial facts worth reporting with the invalid score (the answer mass of a

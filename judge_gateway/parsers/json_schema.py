@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..exceptions import ConfigurationError
+
 # Keywords a template schema may use; anything else is refused when the template loads.
 SUPPORTED_KEYWORDS = frozenset({
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
@@ -20,7 +22,7 @@ SUPPORTED_KEYWORDS = frozenset({
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 
-class SchemaError(ValueError):
+class SchemaError(ConfigurationError):
     """A template's schema uses something this validator cannot check."""
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..exceptions import ConfigurationError
+
 MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
 PROMPT_PLACEHOLDER = "{prompt}"
 
@@ -23,7 +25,7 @@ _MEDIA_SPLIT_RE = re.compile("(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS)
 _MARKER_LIKE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
 
 
-class TemplateError(ValueError):
+class TemplateError(ConfigurationError):
     """A template ref, file, lock entry or render request is unusable."""
 
 

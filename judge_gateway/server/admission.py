@@ -3,10 +3,14 @@
 Without it, at 10x a backend's capacity every request queued inside the backend pool and waited
 (p50 5-10 s, all eventually 200): trainers' clients time out and retry, doubling the load. Here a
 request either gets one of `max_active` slots, waits for one (at most `max_waiting` requests, each
-at most `max_wait_s`), or is refused at once. The caller turns `Refused` into its protocol's
-status (429 native, 503 Flow-Factory) with `Retry-After`. A request is also refused at once while
-`busy` names a reason (the media pool's backlog past [media] max_pending): work already admitted
-finishes, new work waits at the client instead of in an unbounded queue here.
+at most `max_wait_s`), or is refused at once. The bounds default to the judges' capacity
+(AdmissionConfig.bounds): a small backend gets a small bound, so refusals engage in front of it.
+A request is also refused at once while `busy` names a reason (the media pool's backlog past
+[media] max_pending): work already admitted finishes, new work waits at the client instead of in
+an unbounded queue here. Once validated, a request also reserves what its media decode to in the
+process-wide decoded-media budget (`media`, waiting at most max_wait_s) and room in its head
+judges' queues (Gateway.score raises QueueFull). The caller turns `Refused` into its protocol's
+status (429 native, 503 Flow-Factory) with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from ..config import AdmissionConfig
+from ..exceptions import Overloaded
+from ..gateway import Gateway
+from ..judges.queue import QueueFull
+from ..media import request_pixels
+from ..media.budget import BudgetSpent, MediaBudget
 from ..metrics import Metrics
+from ..schema import RewardRequest, RewardResponse
 
 
-class Refused(Exception):
+class Refused(Overloaded):
     """No slot now; `retry_after_s` says when to come back."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
@@ -28,26 +39,68 @@ class Refused(Exception):
 
 
 class Admission:
-    def __init__(self, cfg: AdmissionConfig, metrics: Metrics, busy: Callable[[], str | None] | None = None) -> None:
+    def __init__(self, cfg: AdmissionConfig, metrics: Metrics, *, capacity: dict[str, int] | None = None,
+                 budget: MediaBudget | None = None,
+                 busy: Callable[[], str | None] | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics
+        self.capacity = capacity or {}
+        self.max_active, self.max_waiting = cfg.bounds(sum(self.capacity.values()))
+        self.budget = budget
         self.busy = busy
-        self._slots = asyncio.Semaphore(cfg.max_active)
+        self._slots = asyncio.Semaphore(self.max_active)
         self.active = 0
         self.waiting = 0
-        metrics.admission_limit.labels("max_active").set(cfg.max_active)
-        metrics.admission_limit.labels("max_waiting").set(cfg.max_waiting)
+        metrics.admission_limit.labels("max_active").set(self.max_active)
+        metrics.admission_limit.labels("max_waiting").set(self.max_waiting)
         metrics.admission_limit.labels("max_wait_s").set(cfg.max_wait_s)
+
+    def describe(self) -> dict[str, Any]:
+        """The bounds in force and where they came from (for /readyz)."""
+        derived = [k for k in ("max_active", "max_waiting") if getattr(self.cfg, k) is None]
+        out: dict[str, Any] = {
+            "max_active": self.max_active, "max_waiting": self.max_waiting, "max_wait_s": self.cfg.max_wait_s,
+            "retry_after_s": self.cfg.retry_after_s, "active": self.active, "waiting": self.waiting,
+            "derived": derived, "capacity": self.capacity,
+        }
+        if self.budget is not None:
+            out["media_budget_pixels"] = {"limit": self.budget.limit, "in_use": self.budget.in_use,
+                                          "waiting": self.budget.waiting}
+        return out
 
     def _refuse(self, api: str, reason: str, message: str) -> Refused:
         self.metrics.admission_refused.labels(api, reason).inc()
         return Refused(message, self.cfg.retry_after_s)
 
+    async def scored(self, api: str, gateway: Gateway, request: RewardRequest) -> RewardResponse:
+        """Score an admitted, validated request: what its media decode to held in the process-wide
+        budget while it scores, room in its heads' queues taken (or Refused)."""
+        async with self.media(api, request_pixels()):
+            try:
+                return await gateway.score(request, when_busy="refuse")
+            except QueueFull as err:
+                raise self._refuse(api, "judge_queue", f"{err}; retry after {self.cfg.retry_after_s} s") from None
+
+    @asynccontextmanager
+    async def media(self, api: str, pixels: int) -> AsyncIterator[None]:
+        """Hold `pixels` of the process-wide decoded-media budget while the block scores."""
+        if self.budget is None:
+            yield
+            return
+        try:
+            await self.budget.acquire(pixels, wait_s=self.cfg.max_wait_s)
+        except BudgetSpent as err:
+            raise self._refuse(api, "media_budget", str(err)) from None
+        try:
+            yield
+        finally:
+            self.budget.release(pixels)
+
     async def _wait(self, api: str, until: Callable[[Awaitable[bool]], Awaitable[bool]] | None) -> None:
-        if self.waiting >= self.cfg.max_waiting:
+        if self.waiting >= self.max_waiting:
             raise self._refuse(api, "queue_full", (
-                f"overloaded: {self.active} requests scoring (server.admission.max_active = {self.cfg.max_active}) "
-                f"and {self.waiting} waiting (max_waiting = {self.cfg.max_waiting}); retry after "
+                f"overloaded: {self.active} requests scoring (server.admission.max_active = {self.max_active}) "
+                f"and {self.waiting} waiting (max_waiting = {self.max_waiting}); retry after "
                 f"{self.cfg.retry_after_s} s"))
         self.waiting += 1
         self.metrics.admission_waiting.set(self.waiting)
@@ -65,7 +118,7 @@ class Admission:
             if isinstance(err, TimeoutError):
                 raise self._refuse(api, "wait_timeout", (
                     f"overloaded: no scoring slot within server.admission.max_wait_s = {self.cfg.max_wait_s} s "
-                    f"({self.cfg.max_active} requests scoring); retry after {self.cfg.retry_after_s} s")) from None
+                    f"({self.max_active} requests scoring); retry after {self.cfg.retry_after_s} s")) from None
             raise
         finally:
             self.waiting -= 1

@@ -11,7 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._version import __version__
 from ..config import check_api_key
+from ..exceptions import InvalidInput
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
 from ..work_queue import make_work_queue
@@ -73,7 +75,7 @@ class BodyLimitMiddleware:
         await response({"type": "http"}, _empty_receive, send)
 
 
-class _TooLarge(Exception):
+class _TooLarge(InvalidInput):
     pass
 
 
@@ -106,7 +108,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
 
     app = FastAPI(
         title="judge-gateway",
-        version="0.1.0",
+        version=__version__,
         description=(
             "Rewards for RL of image and video generators: VLM judges over vLLM and local scorer "
             "heads, one score schema. Invalid scores are explicit (`valid=false` with an error "
@@ -126,7 +128,8 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
                        media_limits=gateway.config.media.limits())
     app.add_exception_handler(RequestValidationError, request_validation_error)
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
-    app.state.admission = Admission(cfg.admission, gateway.metrics, busy=gateway.media_backlog)
+    app.state.admission = Admission(cfg.admission, gateway.metrics, capacity=gateway.capacity(),
+                                    budget=gateway.media_budget, busy=gateway.media_backlog)
     app.state.cosmos_rl = cosmos
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)
     app.include_router(native.router)

@@ -18,13 +18,15 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from ..exceptions import JudgeGatewayError
+
 T = TypeVar("T")
 
 # nginx's "client closed request": the status logged for a request whose client left first.
 CLIENT_CLOSED = 499
 
 
-class ClientDisconnected(Exception):
+class ClientDisconnected(JudgeGatewayError):
     """The HTTP client closed the connection before the work finished; the work was cancelled."""
 
 

@@ -25,12 +25,13 @@ from pydantic import ValidationError
 
 from ..combine import combine_sample, group_transform
 from ..config import CombineConfig
+from ..exceptions import InvalidInput
 from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
 from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, SampleInput
-from .admission import Refused
+from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .metered import metered
 from .state import AdmissionDep
@@ -41,7 +42,7 @@ MEDIA_FIELD = {"image": "image", "video": "video", "condition_image": "condition
                "condition_video": "condition_videos"}
 
 
-class BadInput(ValueError):
+class BadInput(InvalidInput):
     """The request cannot be scored as sent; the message is the `error` the client raises."""
 
 
@@ -141,7 +142,8 @@ class FlowFactoryService:
                         raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
 
-    async def compute(self, name: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    async def compute(self, name: str, body: bytes, admission: Admission) -> tuple[int, dict[str, Any]]:
+        """Parse, reserve (decoded-media budget, head queues: Refused when spent), score, answer."""
         profile = self.cfg.profiles[name]
         try:
             samples = await run_in_threadpool(parse_compute, body, profile,
@@ -150,8 +152,8 @@ class FlowFactoryService:
         except BadInput as err:
             return 200, {"error": str(err)}
         judges = list(profile.judges)
-        try:
-            response = await self.gateway.score(RewardRequest(samples=samples, judges=judges))
+        try:  # Refused (media budget, head queues) is the route's 503 + Retry-After: the client retries
+            response = await admission.scored("flow_factory", self.gateway, RewardRequest(samples=samples, judges=judges))
         except RequestTooLargeError as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
@@ -223,7 +225,7 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
             raw = await request.body()
             async with admission.slot("flow_factory", until=lambda wait: unless_disconnected(request, wait)):
                 # The client gives up after its timeout and retries: stop scoring the abandoned copy.
-                code, body = await unless_disconnected(request, service.compute(profile, raw))
+                code, body = await unless_disconnected(request, service.compute(profile, raw, admission))
             outcome.status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
             return JSONResponse(body, status_code=code)
         except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)

@@ -8,7 +8,9 @@ and a JSON 500 as the last resort for a bug.
   h11 bounds the header block (`server.max_header_bytes`; httptools, uvicorn's default when
   installed, does not).
 - `RequestGuardMiddleware`: refuses more than `server.max_headers` headers or
-  `server.max_header_bytes` of them (431), validates the
+  `server.max_header_bytes` of them (431), a request with both Content-Length and
+  Transfer-Encoding (400, connection closed: h11 lets Transfer-Encoding win, a proxy in front
+  may not, and the difference smuggles requests), validates the
   request's media under the `[media]` budgets (`media.request_limits`), and turns an unexpected
   exception into a logged 500 with a JSON body.
 """
@@ -132,6 +134,14 @@ class RequestGuardMiddleware:
             problem = f"request headers of {size} bytes, above server.max_header_bytes = {self.max_header_bytes}"
         if problem is not None:
             await _send_json(send, 431, error_bytes("headers_too_large", problem))
+            return
+        names = {k.lower() for k, _ in headers}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            # Which one frames the body is ambiguous between proxies and servers (request smuggling):
+            # refused, and the connection closed, so nothing after it is read as a request.
+            await _send_json(send, 400, error_bytes("ambiguous_body_length", (
+                "a request with both Content-Length and Transfer-Encoding is refused: its body length is "
+                "ambiguous; send one of them")))
             return
         started = False
 

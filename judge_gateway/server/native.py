@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
-from .admission import Refused
+from .admission import Admission, Refused
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .errors import error_response, invalid_request
 from .metered import Outcome, metered
@@ -56,8 +56,10 @@ REWARD_RESPONSES: dict[int | str, dict[str, Any]] = {
 INLINE_PARSE_BYTES = 64 << 10
 
 
-async def score_body(request: Request, gateway: Gateway, body: bytes, outcome: Outcome) -> Response:
-    """One admitted reward request: validate the body, score it while the client waits."""
+async def score_body(request: Request, gateway: Gateway, admission: Admission, body: bytes,
+                     outcome: Outcome) -> Response:
+    """One admitted reward request: validate the body, reserve what its media decode to (the
+    process-wide budget) and its heads' queue room, score it while the client waits."""
     try:
         if len(body) <= INLINE_PARSE_BYTES:
             reward_request = parse_reward_request(body)
@@ -71,7 +73,7 @@ async def score_body(request: Request, gateway: Gateway, body: bytes, outcome: O
         return error_response("invalid_request", str(err), 422)
     try:
         # A client that leaves (its timeout) takes its judge calls with it.
-        response = await unless_disconnected(request, gateway.score(reward_request))
+        response = await unless_disconnected(request, admission.scored("native", gateway, reward_request))
     except UnknownJudgeError as err:
         outcome.status = "invalid"
         return error_response("unknown_judge", str(err), 400, field="judges")
@@ -105,7 +107,7 @@ async def create_rewards(request: Request, gateway: GatewayDep, admission: Admis
         try:
             body = await request.body()  # before the slot: a slow upload never holds one
             async with admission.slot("native", until=lambda wait: unless_disconnected(request, wait)):
-                return await score_body(request, gateway, body, outcome)
+                return await score_body(request, gateway, admission, body, outcome)
         except ClientDisconnected:  # while waiting for a slot, or while scoring
             outcome.cancelled()
             return Response(status_code=CLIENT_CLOSED)
@@ -126,11 +128,13 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="Readiness: every judge's backend reachable and serving its model",
             responses={503: {"description": "some judge is not ready; the body says which and why"}})
-async def readyz(gateway: GatewayDep) -> JSONResponse:
+async def readyz(gateway: GatewayDep, admission: AdmissionDep) -> JSONResponse:
     ready = await gateway.readiness()
     judges = {name: {"ready": ok, "reason": reason} for name, (ok, reason) in ready.items()}
     all_ready = all(ok for ok, _ in ready.values())
-    return JSONResponse({"ready": all_ready, "judges": judges}, status_code=200 if all_ready else 503)
+    # The overload bounds in force (derived from the judges' capacity unless configured).
+    return JSONResponse({"ready": all_ready, "judges": judges, "admission": admission.describe()},
+                        status_code=200 if all_ready else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics")

@@ -2,9 +2,9 @@
 cross-validation, versioned aggregation profiles, and template-version comparison.
 
 Import the submodules directly (`tuning.fit` needs numpy). The profile format itself is
-`judge_gateway.profiles` (the config loader reads it); `tuning.profile` re-exports it.
+`judge_gateway.profiles` (the config loader reads it, so it lives below `tuning/`).
 """
 
 from __future__ import annotations
 
-__all__ = ["cache", "collect", "compare", "features", "fit", "prefs", "profile", "report", "run"]
+__all__ = ["cache", "collect", "compare", "features", "fit", "prefs", "report", "run"]

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import GatewayConfig
+from ..exceptions import InvalidInput
 from ..schema import TRANSIENT_ERRORS, JudgeScore
 
 TRANSIENT_CODES = frozenset(code.value for code in TRANSIENT_ERRORS)
 
 
-class ScoreCacheError(ValueError):
+class ScoreCacheError(InvalidInput):
     """An unreadable cache file; the message names `file:line`."""
 
 

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..exceptions import InvalidInput
 from ..schema import ErrorCode, JudgeScore
 from .cache import CachedScore, CacheKey, ScoreCache
 from .prefs import PreferenceData, PrefSample
 
 
-class MissingScoresError(RuntimeError):
+class MissingScoresError(InvalidInput):
     """--cache-only was asked for, but the cache lacks some cells."""
 
 

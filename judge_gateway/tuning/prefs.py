@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..exceptions import InvalidInput
 from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key
 from ..jsonl import iter_objects
 
@@ -30,7 +31,7 @@ _PAIR_KEYS = {"id", "prompt", "a", "b", "condition_images", "label", "metadata"}
 _SAMPLE_KEYS = {"image", "video", "fps"}
 
 
-class PreferenceDataError(ValueError):
+class PreferenceDataError(InvalidInput):
     """A preference file line that cannot be used; the message starts with `file:line:`."""
 
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import Unavailable
 from .framing import (
     MAX_PAYLOAD_BYTES,
     ProtocolError,
@@ -39,7 +40,7 @@ HEALTHY_RUN_S = 30.0
 STDERR_LINE_CHARS = 2000
 
 
-class WorkerError(RuntimeError):
+class WorkerError(Unavailable):
     """A worker could not answer a request. `crashed`: its process died or was killed with the
     request in flight (it restarts, so asking again can work); `stage`: where the worker says it
     failed ("load": a model could not be loaded)."""

@@ -13,6 +13,8 @@ backends at once. Real scoring is tested against the real vLLM (tests/integratio
 - `fake-stall`: answers only after `stall_s` seconds; a caller that hangs up first is counted in
   `counters["stall_disconnected"]` (and the handler stops), one that waits in `stall_answered`.
 - `fake-flaky`: fails with 503 the first `flaky_failures` times per process, then answers like fake-yes.
+- `fake-down`: fails with 503 for `down_s` seconds from its first request (a backend restarting behind
+  a proxy), then answers like fake-yes.
 - `fake-400`: a 400 error.
 - `fake-critic-ok`: a conforming cosmos_reason1_critic@1 critique after `<think>` reasoning.
 - `fake-critic-nonconforming`: JSON that breaks the critic schema (a word for a score, a section missing).
@@ -74,7 +76,7 @@ def _completion(model: str, text: str, logprobs: dict[str, Any] | None = None,
 SURE_NO_TOP = [("No", 0.97), ("The", 0.012), ("A", 0.008)]
 
 MODELS = ["fake-yes", "fake-no", "fake-sure-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
-          "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-400", "fake-critic-ok",
+          "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-down", "fake-400", "fake-critic-ok",
           "fake-critic-nonconforming", "fake-p-from-image"]
 
 
@@ -94,10 +96,10 @@ def _first_image_mean(body: dict[str, Any]) -> float:
     raise ValueError("no image in the request")
 
 
-def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
+def make_app(stall_s: float = 30.0, flaky_failures: int = 1, down_s: float = 0.0) -> FastAPI:
     app = FastAPI()
     state: dict[str, Any] = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0, "bodies": [],
-                             "stall_disconnected": 0, "stall_answered": 0}
+                             "stall_disconnected": 0, "stall_answered": 0, "down_since": None, "down_refused": 0}
     app.state.counters = state
 
     @app.get("/v1/models")
@@ -128,6 +130,13 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1) -> FastAPI:
             if state["flaky"] < flaky_failures:
                 state["flaky"] += 1
                 return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+            return _completion(model, "Yes", _logprob_content([("Yes", 0.7), ("No", 0.2)]))
+        if model == "fake-down":
+            if state["down_since"] is None:
+                state["down_since"] = time.monotonic()
+            if time.monotonic() - state["down_since"] < down_s:
+                state["down_refused"] += 1
+                return JSONResponse({"error": {"message": "restarting"}}, status_code=503)
             return _completion(model, "Yes", _logprob_content([("Yes", 0.7), ("No", 0.2)]))
         if model == "fake-400":
             return JSONResponse({"error": {"message": "bad request from fake"}}, status_code=400)
@@ -168,9 +177,10 @@ def free_port() -> int:
 class FakeOpenAIServer:
     """Runs the fake app with uvicorn in a thread; `base_url` ends in /v1."""
 
-    def __init__(self, stall_s: float = 30.0, flaky_failures: int = 1, port: int | None = None) -> None:
+    def __init__(self, stall_s: float = 30.0, flaky_failures: int = 1, port: int | None = None,
+                 down_s: float = 0.0) -> None:
         self.port = port or free_port()  # a port again: the same backend restarted
-        self.app = make_app(stall_s=stall_s, flaky_failures=flaky_failures)
+        self.app = make_app(stall_s=stall_s, flaky_failures=flaky_failures, down_s=down_s)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

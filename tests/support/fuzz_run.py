@@ -1,5 +1,6 @@
 """Run the fuzz families against a fresh gateway in this process and print its figures as JSON:
-`python -m tests.support.fuzz_run N [SEED] [CONCURRENCY]`.
+`python -m tests.support.fuzz_run N [SEED] [CONCURRENCY] [KIND]`, KIND `requests` (the request
+families of fuzz_cases.py, the default) or `containers` (container_fuzz.py's mutated media).
 
 In-process ASGI (no sockets: the cases, not the HTTP server, are under test; slow clients have
 their own tests), the fake VLM backend in a thread, the in-memory result store. RSS is this
@@ -12,20 +13,28 @@ import asyncio
 import ctypes
 import gc
 import json
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import httpx
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
+from tests.support import container_fuzz
 from tests.support.fake_openai import FakeOpenAIServer
 from tests.support.fuzz_cases import Fuzzer
+from tests.support.io_watch import FileOpens, PortWatch
+from tests.support.media_files import write_video
 
 HANG_S = 60.0  # a request without a reply after this is a hang
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rss_mb() -> float:
@@ -75,11 +84,22 @@ class Peak:
         return max(self.peak, rss_mb())
 
 
-async def run(n: int, seed: int, concurrency: int) -> dict:
+async def run(n: int, seed: int, concurrency: int, kind: str = "requests") -> dict:
     backend = FakeOpenAIServer().start()
-    gw = Gateway(validate_config(config(backend.base_url)))
+    canary = None
+    if kind == "containers":
+        gw = Gateway(validate_config(container_fuzz.config(backend.base_url)))
+        fuzzer: Fuzzer | container_fuzz.ContainerFuzzer = container_fuzz.ContainerFuzzer(seed)
+        # The demuxer scripts name canary.mp4 and UDP ports: it exists in the working directory, and
+        # any open of it or bind of those ports is counted.
+        workdir = Path(tempfile.mkdtemp(prefix="jg-container-fuzz-"))
+        write_video(workdir / "canary.mp4", frames=2)
+        os.chdir(workdir)
+        canary = (FileOpens(workdir / "canary.mp4"), PortWatch(set(container_fuzz.SDP_PORTS)))
+    else:
+        gw = Gateway(validate_config(config(backend.base_url)))
+        fuzzer = Fuzzer(seed)
     app = create_app(gw)
-    fuzzer = Fuzzer(seed)
     codes: Counter[int] = Counter()
     by_family: dict[str, Counter[int]] = {}
     server_errors: list[dict] = []
@@ -127,11 +147,18 @@ async def run(n: int, seed: int, concurrency: int) -> dict:
             rss_end = rss_mb()
             trim()
             rss_trimmed = rss_mb()
-            retained = {"store_entries": len(app.state.cosmos_rl.store), "objects": len(gc.get_objects())}
+            retained = {"store_entries": len(app.state.cosmos_rl.store), "objects": len(gc.get_objects()),
+                        "media_budget_in_use": gw.media_budget.in_use}
+            if canary is not None:
+                retained |= {"canary_opens": canary[0].count(), "ports_bound": sorted(canary[1].stop())}
     finally:
         await app.state.cosmos_rl.aclose()
         await gw.aclose()
         backend.stop()
+        if canary is not None:
+            canary[0].close()
+            os.chdir(ROOT)
+            shutil.rmtree(workdir, ignore_errors=True)
     return {"cases": n, "seed": seed, "status": {str(k): v for k, v in sorted(codes.items())},
             "families": {f: {str(k): v for k, v in sorted(c.items())} for f, c in sorted(by_family.items())},
             "server_errors": server_errors[:20], "n_5xx": len(server_errors),
@@ -144,7 +171,8 @@ def main() -> None:
     n = int(sys.argv[1])
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     concurrency = int(sys.argv[3]) if len(sys.argv) > 3 else 16
-    print(json.dumps(asyncio.run(run(n, seed, concurrency))))
+    kind = sys.argv[4] if len(sys.argv) > 4 else "requests"
+    print(json.dumps(asyncio.run(run(n, seed, concurrency, kind))))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.support.fake_openai import FakeOpenAIServer
 from tests.support.fuzz_run import config as fuzz_config
-from tests.support.hostile_media import mp4_of_black_frames, png_declaring
+from tests.support.hostile_media import mkv_switching_size, mp4_of_black_frames, png_declaring
 
 
 def config(base_url: str) -> dict:
@@ -48,6 +48,12 @@ def body_for(case: str) -> dict:
     if case == "mp4_160x1080p":
         mp4 = b64(mp4_of_black_frames(160, 1920, 1080))
         return {"samples": [{"prompt": "a car", "video": {"mp4": mp4}}], "judges": ["cosmos_reason1"]}
+    if case == "mp4_120x1080p":  # inside every budget: 120 frames of 1080p (746 MB of RGB), 15 KB
+        mp4 = b64(mp4_of_black_frames(120, 1920, 1080))
+        return {"samples": [{"prompt": "a car", "video": {"mp4": mp4}}], "judges": ["cosmos_reason1"]}
+    if case == "mkv_32_to_4k":  # 4 frames of 32x32, then 60 of 3840x2160 (1.5 GB of RGB)
+        mkv = b64(mkv_switching_size())
+        return {"samples": [{"prompt": "a car", "video": {"mp4": mkv}}], "judges": ["cosmos_reason1"]}
     raise SystemExit(f"unknown case {case!r}")
 
 

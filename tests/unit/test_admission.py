@@ -149,3 +149,30 @@ async def test_a_waiter_that_gives_up_as_it_gets_the_slot_gives_the_slot_back():
     assert (admission.active, admission.waiting, admission._slots.locked()) == (0, 0, False)
     async with admission.slot("native"):  # the one slot is free again
         assert admission.active == 1
+
+
+async def test_default_bounds_come_from_the_judges_capacity(slow_backend):
+    """No admission bounds configured: before, 256 active / 512 waiting never engaged in front of
+    a small backend (every request queued, p50 ~5 s at 10x). Now they are the judges' capacity
+    (here the backend's 1 replica x max_concurrency 2), so at 10x the excess is refused at once,
+    and /readyz says what the bounds are and where they came from."""
+    cfg = slow_config(slow_backend.base_url)
+    cfg["server"] = {"admission": {"max_wait_s": 5.0, "retry_after_s": 3}}
+    gw = Gateway(validate_config(cfg))
+    app = create_app(gw)
+    n = 10 * CAPACITY
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                                     timeout=60) as client:
+            results = await _burst(client, n, _native)
+            ready = (await client.get("/readyz")).json()
+    finally:
+        await gw.aclose()
+    codes = [r.status_code for r, _ in results]
+    assert codes.count(200) == 2 * CAPACITY and codes.count(429) == n - 2 * CAPACITY, codes
+    assert ready["admission"] | {"capacity": None} == {
+        "max_active": CAPACITY, "max_waiting": CAPACITY, "max_wait_s": 5.0, "retry_after_s": 3, "active": 0,
+        "waiting": 0, "derived": ["max_active", "max_waiting"], "capacity": None,
+        "media_budget_pixels": ready["admission"]["media_budget_pixels"]}
+    assert ready["admission"]["capacity"] == {"backend:slow": CAPACITY}
+    assert ready["admission"]["media_budget_pixels"]["in_use"] == 0

@@ -172,7 +172,9 @@ async def test_bad_enqueue_is_400_with_reason_and_no_uuid(make_client, body, rea
 
 
 async def test_invalid_samples_carry_fill_value_and_are_flagged(make_client):
-    client = await make_client(fill_value=-7.0, refuse_unready=False)  # accept, to reach the fill path
+    # accept, to reach the fill path; retry_attempts = 0: fill at once (by default a backend that stays down
+    # is retried until request_timeout_s)
+    client = await make_client(fill_value=-7.0, refuse_unready=False, retry_attempts=0)
     meta = {**IMG_META, "reward_fn": {"down": 1.0, "quality": 1.0}}
     r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers())
     uid = r.json()["uuid"]
@@ -186,7 +188,7 @@ async def test_invalid_samples_carry_fill_value_and_are_flagged(make_client):
 
 
 async def test_label_fill_for_invalid_cosmos_reason1(fake_backend):
-    data = cosmos_config(fake_backend.base_url, refuse_unready=False)  # accept, to reach the fill path
+    data = cosmos_config(fake_backend.base_url, refuse_unready=False, retry_attempts=0)  # the fill path, at once
     data["judges"]["cosmos_reason1"]["backend"] = "down"
     gw = Gateway(validate_config(data))
     app = create_app(gw)
@@ -202,7 +204,7 @@ async def test_label_fill_for_invalid_cosmos_reason1(fake_backend):
 
 
 async def test_pending_then_done_and_statuses(make_client):
-    client = await make_client()
+    client = await make_client(retry_attempts=0)  # done once its one try timed out (not at request_timeout_s)
     meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}  # answers after its 0.5 s deadline
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
@@ -265,7 +267,7 @@ async def test_request_timeout_is_a_500_with_on_failed_error(fake_backend):
 
 
 async def test_full_queue_is_503_not_a_silent_drop(make_client):
-    client = await make_client(max_pending=1)
+    client = await make_client(max_pending=1, retry_attempts=0)  # the stalled judge's fill at once
     meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
     first = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)), headers=headers())
     assert first.status_code == 200
@@ -431,7 +433,7 @@ def test_gen_eval_group_of_an_invalid_sample_is_not_applicable_in_every_tag():
 
 
 async def test_per_reward_policy_overrides_the_global_one(make_client):
-    client = await make_client(on_invalid="value", fill_value=-7.0, refuse_unready=False, rewards={
+    client = await make_client(on_invalid="value", fill_value=-7.0, refuse_unready=False, retry_attempts=0, rewards={
         "down_sentinel": {"judge": "down", "keys": {"down": "reward"}, "on_invalid": "sentinel"},
         "down_mean": {"judge": "down", "keys": {"down": "reward"}, "on_invalid": "group_mean",
                       "fill_value": 0.5}})

@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
+        "exceptions", "_version",  # the exception tree's root and branches; the version string
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
     ("config, schema", ("config", "schema")),

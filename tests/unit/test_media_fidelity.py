@@ -97,13 +97,30 @@ def test_image_paths_say_which_resampler_ran() -> None:
     assert same.details()["resampler"] is None and not same.resized
 
 
-def test_a_container_is_decoded_frame_by_frame_and_not_kept() -> None:
-    clip = encode_video(VideoMedia.from_array(natural_frames(12, 320, 180), 12),
+def test_a_container_is_resized_frame_by_frame_in_the_decode_loop() -> None:
+    source = natural_frames(12, 320, 180)
+    clip = encode_video(VideoMedia.from_array(source, 12),
                         VideoSampling(codec="libx264", crf=10, even_frames=False))
     video = VideoMedia.from_mp4(parse_data_url(clip.data_url)[1])
-    wanted = [0, 0, 3, 6, 9]
-    streamed = np.stack(list(video.iter_frames(wanted)))
-    assert not video._decoded  # nothing kept on the medium
-    assert np.array_equal(streamed, video.frames_array(wanted))  # the same pixels as the kept decode
-    enc = encode_video(video, VideoSampling(fps=4, max_pixels=160 * 90))
+    seen: list[tuple[int, int]] = []
+    streamed = [f for _, f in video.iter_frames([0, 0, 3, 6, 9])]  # each distinct frame once, in order
+    assert len(streamed) == 4 and np.array_equal(np.stack(streamed), video.frames_array([0, 3, 6, 9]))
+    sampling = VideoSampling(fps=4, max_pixels=160 * 90)
+    enc = encode_video(video, sampling)
     assert enc.frame_indices == [0, 3, 6, 9] and (enc.width, enc.height) == (140, 84)
+    # The resize runs on each frame as the decode loop hands it over (the transform), at the
+    # source's size: the same frames as the array input gives.
+    original = video.iter_frames
+
+    def watched(indices, transform=None):
+        for i, f in original(indices, transform):
+            seen.append(f.shape[:2])
+            yield i, f
+
+    video.iter_frames = watched  # type: ignore[method-assign]
+    again = encode_video(video, sampling)
+    assert seen == [(84, 140)] * 4  # what the decode loop handed on: already the judge's size
+    from_array = encode_video(VideoMedia.from_array(source, 12), sampling)
+    assert again.frame_indices == from_array.frame_indices
+    assert psnr(decode_mp4(parse_data_url(again.data_url)[1])[0],
+                decode_mp4(parse_data_url(from_array.data_url)[1])[0]) >= 35.0  # x264 crf 10 in between

@@ -23,7 +23,8 @@ def test_serve_default_config_without_backends():
         assert ready.status_code == 503
         assert ready.json()["judges"]["cosmos_reason1"]["ready"] is False
         judges = {j["name"]: j for j in httpx.get(f"{url}/v1/judges", timeout=30).json()["judges"]}
-        assert judges["image_quality"]["ready"] is False and "8005" in judges["image_quality"]["ready_reason"]
+        assert judges["image_quality"]["ready"] is False and "replica 1 of 1: cannot connect" in judges["image_quality"]["ready_reason"]
+        assert "8005" not in judges["image_quality"]["ready_reason"]  # no backend URL in a reply
         assert judges["cosmos_reason1"]["template"]["version"] == "1"
         # a request still gets an answer: explicit backend_unavailable, no number
         import base64

@@ -16,6 +16,7 @@ import pytest
 
 from judge_gateway.cli import main
 from judge_gateway.config import ConfigError, validate_config
+from judge_gateway.profiles import ProfileError, load_profile
 from judge_gateway.tuning.cache import CachedScore, CacheKey, ScoreCache, judge_identity
 from judge_gateway.tuning.fit import (
     Aggregation,
@@ -24,7 +25,6 @@ from judge_gateway.tuning.fit import (
     pair_accuracy,
 )
 from judge_gateway.tuning.prefs import PreferenceDataError, load_preferences
-from judge_gateway.tuning.profile import ProfileError, load_profile
 from tests.conftest import png_bytes
 
 ASPECTS = ("Text Faithfulness", "Physical and Visual Quality", "Text Rendering")

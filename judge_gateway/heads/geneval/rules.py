@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...exceptions import InvalidInput
+
 TAGS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
 COLORS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white")
 RELATIONS = ("left of", "right of", "above", "below")
@@ -40,7 +42,7 @@ MAX_OBJECTS = 16
 POSITION_MARGIN = 0.1
 
 
-class GenEvalInputError(ValueError):
+class GenEvalInputError(InvalidInput):
     """The metadata (tag, includes) or the detections are not what the rules need."""
 
 

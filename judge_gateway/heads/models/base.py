@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from ...exceptions import Unavailable
 
-class HeadLoadError(RuntimeError):
+
+class HeadLoadError(Unavailable):
     """The model could not be loaded (bad path, missing dependency, offline hub ...)."""
 
 

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ...exceptions import ConfigurationError
+
 DIMS = ("VQ", "MQ", "TA")
 REWARD_TOKENS = ("<|VQ_reward|>", "<|MQ_reward|>", "<|TA_reward|>")
 PATCH_FACTOR = 28  # Qwen2-VL patch 14 x spatial merge 2
@@ -34,7 +36,7 @@ MAX_FRAMES = 768  # and most
 DEFAULT_MIN_FRAME_PIXELS = 128 * 28 * 28  # Qwen-VL's VIDEO_MIN_PIXELS
 
 
-class VideoAlignConfigError(ValueError):
+class VideoAlignConfigError(ConfigurationError):
     """The checkpoint's model_config.json is missing a fact the scorer needs, or has a bad one."""
 
 

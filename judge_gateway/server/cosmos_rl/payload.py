@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...exceptions import Unavailable
 from ...gateway import Gateway
 from ...judges.vlm import VLMJudge
 from ...json_body import JSONBodyError, parse_json
@@ -92,6 +93,14 @@ def device_plan(gateway: Gateway, judges: list[str], fps: list[float], frames: i
                       source_width=width, source_height=height)
 
 
+def latents_plan(gateway: Gateway, p: Prepared, judges: list[str]) -> DevicePlan | None:
+    """device_plan for a request's latents (a video with its rates), else None."""
+    if p.latents is None or p.medium != "video" or p.fps is None:
+        return None
+    _, frames, height, width = decoded_video_shape(p.latents.shape)
+    return device_plan(gateway, judges, p.fps, frames, width, height)
+
+
 @dataclass
 class Prepared:
     """A validated enqueue: everything the background task needs."""
@@ -108,7 +117,7 @@ class Prepared:
     extra_meta: list[dict[str, Any]] = field(default_factory=list)
 
 
-class JudgeUnready(RuntimeError):
+class JudgeUnready(Unavailable):
     """A reward's judge (or the latent decoder) cannot score now. 424 when it failed to load:
     cosmos-rl's trainer gives up on a 4xx at once, with this message, instead of training on fills;
     503 (+ Retry-After) while a VLM backend is unreachable: the trainer retries with backoff."""

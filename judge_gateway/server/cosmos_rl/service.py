@@ -19,15 +19,17 @@ With store.queue, accepted work waits on a Redis Stream that every replica consu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...config import CosmosReward, CosmosRLConfig
+from ...exceptions import Overloaded
 from ...gateway import Gateway
 from ...latents import TorchWorker, TorchWorkerError
-from ...config import CosmosReward, CosmosRLConfig
 from ...schema import (
     TRANSIENT_ERRORS,
     ErrorCode,
@@ -38,7 +40,7 @@ from ...schema import (
 from ...store import ResultStore, StoreError, retry_store_write
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
 from .envelope import failed_envelope, result_envelope
-from .payload import JudgeUnready, PayloadChecks, Prepared, device_plan
+from .payload import JudgeUnready, PayloadChecks, Prepared, latents_plan
 from .tensors import PayloadError, decoded_video_shape
 
 log = logging.getLogger(__name__)
@@ -280,19 +282,22 @@ class CosmosRLService:
         return failed_envelope(name, reward, self.cfg.fill_of(reward), entry)
 
     async def _score(self, uid: str, p: Prepared, deadline: float | None = None) -> dict[str, Any]:
+        # Latents decode to pixels here: their share of the process-wide decoded-media budget is
+        # waited for (accepted work is never refused; _run's deadline bounds the wait).
+        b, t, h, w = decoded_video_shape(p.latents.shape) if p.latents is not None else (0, 0, 0, 0)
+        async with self.gateway.media_budget.reserve(b * (1 if p.medium == "image" else t) * h * w, wait_s=None):
+            return await self._decode_and_score(uid, p, deadline)
+
+    async def _decode_and_score(self, uid: str, p: Prepared, deadline: float | None) -> dict[str, Any]:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
         judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
-        plan = None
+        plan = latents_plan(self.gateway, p, judges)  # the judges' frames, sampled and resized on the device
         if p.latents is not None:
             assert self.worker is not None
-            if p.medium == "video" and p.fps is not None:  # the judges' frames, sampled and resized on the device
-                _, frames, height, width = decoded_video_shape(p.latents.shape)
-                plan = device_plan(self.gateway, judges, p.fps, frames, width, height)
             t0 = time.perf_counter()
-            video = await self.worker.decode(p.latents, plan.frames if plan else None,
-                                             plan.size if plan else None)  # [B,3,T,H,W] uint8
+            video = await self.worker.decode(p.latents, plan and plan.frames, plan and plan.size)  # [B,3,T,H,W] uint8
             decoded_s = time.perf_counter() - t0
             pixels = video[:, :, 0].transpose(0, 2, 3, 1) if p.medium == "image" else video.transpose(0, 2, 3, 4, 1)
         assert pixels is not None
@@ -310,14 +315,19 @@ class CosmosRLService:
 
     async def _scored(self, uid: str, samples: list[SampleInput], judges: list[str],
                       deadline: float) -> dict[str, list[JudgeScore]]:
-        """Every judge's cell per sample; cells that failed transiently are scored again (bounded
-        backoff, cosmos_rl.retry_*) while the request's deadline allows, since whatever is left
-        invalid gets filled and the trainer trains on the fill."""
-        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid))
+        """Every judge's cell per sample; cells that failed transiently are scored again (backoff,
+        cosmos_rl.retry_*) until the request's deadline, since whatever is left invalid gets filled
+        and the trainer trains on the fill. Backend calls retry until the same deadline, and a
+        head whose queue is full is waited for: accepted work is never refused."""
+        reserve = min(1.0, 0.05 * self.cfg.request_timeout_s)  # finish (and fill) before the request times out
+        response = await self.gateway.score(RewardRequest(samples=samples, judges=judges, request_id=uid),
+                                            deadline=deadline - reserve, when_busy="wait")
         cells = {j: [r.scores[j] for r in response.results] for j in judges}
         delay = self.cfg.retry_backoff_s
-        reserve = min(1.0, 0.05 * self.cfg.request_timeout_s)  # finish (and fill) before the request times out
-        for attempt in range(2, self.cfg.retry_attempts + 2):
+        cap = self.cfg.retry_attempts
+        for attempt in itertools.count(2):
+            if cap is not None and attempt > cap + 1:
+                break
             todo = {j: [i for i, c in enumerate(cs) if _transient(c)] for j, cs in cells.items()}
             todo = {j: idx for j, idx in todo.items() if idx}
             if not todo:
@@ -335,7 +345,7 @@ class CosmosRLService:
                                         request_id=f"{uid}:attempt{attempt}")
                 try:
                     async with asyncio.timeout(budget):
-                        retried = await self.gateway.score(request)
+                        retried = await self.gateway.score(request, deadline=deadline - reserve, when_busy="wait")
                 except TimeoutError:
                     return
                 for i, result in zip(idx, retried.results):
@@ -477,7 +487,7 @@ def _is_uuid(text: str) -> bool:
         return False
 
 
-class QueueFull(RuntimeError):
+class QueueFull(Overloaded):
     pass
 
 

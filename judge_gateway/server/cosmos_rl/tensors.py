@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ...exceptions import InvalidInput
 from ...json_body import JSONBodyError, parse_json
 from ...media import MediaLimits
 from ...schema import MAX_PROMPT_CHARS
@@ -21,6 +22,7 @@ NPY_MAGIC = b"\x93NUMPY"
 TORCH_ZIP_MAGIC = b"PK\x03\x04"
 
 MediaType = Literal["image", "video", "latent"]
+MAX_NPY_DIMS = 8  # every payload is 4-D or 5-D; more dimensions are refused before numpy sees them
 
 # Wan VAE scale factors: T latent frames decode to 4(T-1)+1 frames; H x W latents to 8H x 8W
 # pixels for Wan2.1 (16 channels), 16H x 16W for Wan2.2 (48 channels).
@@ -28,7 +30,7 @@ WAN_TEMPORAL_SCALE = 4
 WAN_SPATIAL_SCALE = {16: 8, 48: 16}
 
 
-class PayloadError(ValueError):
+class PayloadError(InvalidInput):
     """A malformed enqueue body; the message is the 400's reason."""
 
 
@@ -111,6 +113,9 @@ def read_npy_header(data: bytes) -> tuple[tuple[int, ...], np.dtype, bool, int]:
         raise PayloadError(f"npy header unreadable: {type(err).__name__}: {err}") from None
     if dtype.hasobject:
         raise PayloadError("npy payload refused: it holds Python objects (pickles); send a numeric array")
+    if len(shape) > MAX_NPY_DIMS:  # numpy itself stops at 64 (a ValueError deep in reshape)
+        raise PayloadError(f"npy header declares {len(shape)} dimensions; a payload has at most {MAX_NPY_DIMS} "
+                           "([B,H,W,3] images, [B,3,T,H,W] videos and latents)")
     offset = f.tell()
     declared = math.prod(shape) * dtype.itemsize
     if declared != len(data) - offset:
