@@ -224,8 +224,11 @@ class BackendPool:
             return
         replica.consecutive_failures += 1
         if replica.consecutive_failures >= self.cfg.eject_after_failures:
-            replica.ejected_until = time.monotonic() + self.cfg.eject_cooldown_s
-            log.warning("backend %s: ejecting %s for %.0fs", self.name, replica.base_url, self.cfg.eject_cooldown_s)
+            now = time.monotonic()
+            if replica.ejected_until <= now:  # said once per ejection, not once per failed call
+                log.warning("backend %s: ejecting %s for %.0fs", self.name, replica.base_url,
+                            self.cfg.eject_cooldown_s)
+            replica.ejected_until = now + self.cfg.eject_cooldown_s
 
     async def _attempt(self, body: bytes, affinity: int | None) -> dict[str, Any]:
         replica = self._pick(affinity)

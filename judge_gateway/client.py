@@ -133,13 +133,25 @@ class _AsyncJudges:
     def __init__(self, client: "AsyncRewardClient") -> None:
         self._client = client
 
-    async def list(self) -> list[JudgeInfo]:
+    async def list(self, names: list[str] | None = None, *, wait: bool = False) -> list[JudgeInfo]:
+        """The configured judges with their readiness; `names`: only those, in that order.
+        In-process, only the named judges are probed (no other head worker starts) and `wait`
+        waits for a head's model to load; a server probes its judges itself (a head it is still
+        loading says `starting`). A name the service does not have raises ValueError."""
         c = self._client
         if c._gateway is not None:
-            return await c._gateway.judge_infos()
+            return await c._gateway.judge_infos(names, wait=wait)
         resp = await _send(c, "GET", "/v1/judges")
         _raise_for(resp)
-        return [JudgeInfo.model_validate(j) for j in resp.json()["judges"]]
+        infos = [JudgeInfo.model_validate(j) for j in resp.json()["judges"]]
+        if names is None:
+            return infos
+        by_name = {i.name: i for i in infos}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise ValueError(f"unknown judge(s) {', '.join(map(repr, unknown))}; the service has: "
+                             f"{', '.join(by_name)}")
+        return [by_name[n] for n in names]
 
 
 class AsyncRewardClient:
@@ -209,8 +221,8 @@ class _SyncJudges:
     def __init__(self, client: "RewardClient") -> None:
         self._client = client
 
-    def list(self) -> list[JudgeInfo]:
-        return self._client._runner.run(self._client._async.judges.list())
+    def list(self, names: list[str] | None = None, *, wait: bool = False) -> list[JudgeInfo]:
+        return self._client._runner.run(self._client._async.judges.list(names, wait=wait))
 
 
 class RewardClient:

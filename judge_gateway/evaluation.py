@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .extras import has_modules, require_extra
 from .inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key
 from .jsonl import iter_objects
 
@@ -248,6 +249,8 @@ def run_eval_command(args: argparse.Namespace, out: TextIO | None = None) -> int
     path = Path(args.labels)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
+    if args.plot:  # asked for by name: say what is missing before anything is scored
+        require_extra("browse", "eval --plot", ("matplotlib",))
     if is_pairwise(path):
         return _pairwise(cfg, args.judge, path, opts, out)
     data = load_binary_labels(path)
@@ -262,11 +265,13 @@ def run_eval_command(args: argparse.Namespace, out: TextIO | None = None) -> int
         print("error: no sample got a valid score; nothing to evaluate", file=sys.stderr)
         return 1
     plot = Path(args.plot) if args.plot else path.with_suffix(".calibration.png")
-    if report.calibration_refused is None:
+    if report.calibration_refused is not None:
+        print(f"no calibration plot: {report.calibration_refused}", file=sys.stderr)
+    elif not has_modules("matplotlib"):
+        print("no calibration plot: it needs matplotlib: pip install 'judge-gateway[browse]'", file=sys.stderr)
+    else:
         plot_calibration(report, plot)
         print(f"calibration plot: {plot}", file=out)
-    else:
-        print(f"no calibration plot: {report.calibration_refused}", file=sys.stderr)
     summary = plot.with_suffix(".json")
     plot.parent.mkdir(parents=True, exist_ok=True)
     summary.write_text(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8")

@@ -124,7 +124,8 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
-        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex)
+        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex,
+                           samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
                   for name in names if (judge := self.judges[name]).queue is not None}
         held = await hold_queues(demand, wait=when_busy == "wait")
@@ -212,9 +213,33 @@ class Gateway:
                 self._readiness_at = time.monotonic()
             return dict(self._readiness)
 
-    async def judge_infos(self) -> list[JudgeInfo]:
-        ready = await self.readiness()
-        return [j.info(*ready.get(name, (None, None))) for name, j in self.judges.items()]
+    async def probe_judges(self, names: Sequence[str], *, wait: bool = False) -> dict[str, tuple[bool, str | None]]:
+        """Readiness of the named judges only: nothing else is probed, and no other head worker
+        starts. A VLM judge is ready when its backend answers; a head when its worker has loaded
+        its model, which `wait` waits for (else a first probe starts the load and says so)."""
+        unknown = [n for n in names if n not in self.judges]
+        if unknown:
+            raise UnknownJudgeError(f"unknown judge(s) {', '.join(map(repr, unknown))}; "
+                                    f"configured: {', '.join(self.judges)}")
+        pools = {b: self.pools[b] for n in names if (b := self.judges[n].backend_name) in self.pools}
+        by_pool = dict(zip(pools, await asyncio.gather(*(p.probe() for p in pools.values()))))
+
+        async def one(name: str) -> tuple[bool, str | None]:
+            judge = self.judges[name]
+            if judge.backend_name in by_pool:
+                return by_pool[judge.backend_name]
+            return await (judge.check() if wait else judge.probe())
+
+        return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
+
+    async def judge_infos(self, names: Sequence[str] | None = None, *, wait: bool = False) -> list[JudgeInfo]:
+        """Every judge with its readiness (the cached probe of all of them), or only the named
+        ones, probed now (see `probe_judges`)."""
+        if names is None:
+            ready = await self.readiness()
+            return [j.info(*ready.get(name, (None, None))) for name, j in self.judges.items()]
+        ready = await self.probe_judges(names, wait=wait)
+        return [self.judges[name].info(*ready[name]) for name in names]
 
     async def aclose(self) -> None:
         """Close every judge side by side (a head worker takes seconds to exit: its interpreter

@@ -9,14 +9,21 @@ sha256 of what a judge sees, so resumed runs and score caches survive moved file
 from __future__ import annotations
 
 import hashlib
+import mimetypes
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .jsonl import iter_objects
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif"}
 VIDEO_SUFFIXES = {".mp4", ".webm", ".mkv", ".mov", ".avi"}
+# A GIF is read here and sent as what the service takes: a still one as a PNG image, an
+# animated one (in a folder, or given as `video`) as its frames with the fps of their durations.
+GIF_SUFFIX = ".gif"
+# Browsers show a GIF frame of 0-10 ms for 100 ms; so is it read here.
+GIF_MIN_FRAME_MS = 20
+GIF_DEFAULT_FRAME_MS = 100
 
 
 @dataclass
@@ -37,7 +44,7 @@ class InputItem:
     def to_sample(self, default_fps: float | None) -> dict[str, Any]:
         sample: dict[str, Any] = {"prompt": self.prompt}
         if self.image is not None:
-            sample["image"] = self.image.read_bytes()
+            sample["image"] = _load_image(self.image)
         if self.video is not None:
             sample["video"] = _load_video(self.video, self.fps or default_fps)
         if self.condition_images:
@@ -49,12 +56,59 @@ class InputItem:
         return sample
 
 
+def _load_image(path: Path) -> bytes:
+    if path.suffix.lower() != GIF_SUFFIX:
+        return path.read_bytes()
+    if is_animated_gif(path):
+        raise ValueError(f"{path.name} is an animated GIF: give it as a `video`")
+    return _gif_frames(path, max_frames=1)[0][0]
+
+
+def _gif_frames(path: Path, max_frames: int) -> tuple[list[bytes], float]:
+    """A GIF's frames as PNG bytes (at most `max_frames`, else ValueError) and their fps."""
+    import io
+
+    from PIL import Image, ImageSequence
+
+    frames, durations = [], []
+    try:
+        with Image.open(path) as gif:
+            for frame in ImageSequence.Iterator(gif):
+                if len(frames) == max_frames:
+                    raise ValueError(f"{path.name}: more than {max_frames} GIF frames")
+                buf = io.BytesIO()
+                frame.convert("RGB").save(buf, format="PNG", compress_level=1)
+                frames.append(buf.getvalue())
+                ms = frame.info.get("duration") or GIF_DEFAULT_FRAME_MS
+                durations.append(ms if ms >= GIF_MIN_FRAME_MS else GIF_DEFAULT_FRAME_MS)
+    except (OSError, Image.DecompressionBombError, SyntaxError) as exc:
+        raise ValueError(f"{path.name}: not a readable GIF ({exc})") from None
+    return frames, 1000.0 * len(durations) / sum(durations)
+
+
+def is_animated_gif(path: Path) -> bool:
+    """Whether a .gif file holds more than one frame (an unreadable one counts as a still:
+    reading it as that sample's image reports why it is unreadable)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as gif:
+            return bool(getattr(gif, "is_animated", False))
+    except (OSError, SyntaxError):
+        return False
+
+
 def _load_video(path: Path, fps: float | None) -> dict[str, Any]:
     if path.is_dir():
         frames = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if fps is None:
             raise ValueError(f"{path}: a folder of frames needs an fps (in the JSONL line or --fps)")
         return {"frames": [p.read_bytes() for p in frames], "fps": fps}
+    if path.suffix.lower() == GIF_SUFFIX:
+        from .media import MAX_VIDEO_FRAMES
+
+        frames, gif_fps = _gif_frames(path, MAX_VIDEO_FRAMES)
+        return {"frames": frames, "fps": fps or gif_fps}
     video: dict[str, Any] = {"mp4": path.read_bytes()}
     if fps is not None:
         video["fps"] = fps
@@ -97,28 +151,56 @@ def read_jsonl(path: Path) -> list[InputItem]:
     return items
 
 
-def read_folder(path: Path) -> list[InputItem]:
-    """Every image/video file in the folder; its prompt from a same-named .txt beside it."""
-    items = []
+@dataclass
+class FolderScan:
+    """What `read_folder` found: the samples, the media files it cannot score (by name), and the
+    samples with no prompt file beside them (scored with an empty prompt)."""
+
+    items: list[InputItem]
+    unsupported: list[str] = field(default_factory=list)
+    no_prompt: list[str] = field(default_factory=list)
+
+
+def _looks_like_media(p: Path) -> bool:
+    kind = (mimetypes.guess_type(p.name)[0] or "").split("/")[0]
+    return kind in ("image", "video")
+
+
+def read_folder(path: Path) -> FolderScan:
+    """Every image/video file in the folder; its prompt from a same-named .txt beside it. An
+    animated GIF is a video, a still one an image."""
+    scan = FolderScan(items=[])
     for p in sorted(path.iterdir()):
         suffix = p.suffix.lower()
         if suffix not in IMAGE_SUFFIXES | VIDEO_SUFFIXES:
+            if p.is_file() and _looks_like_media(p):
+                scan.unsupported.append(p.name)
             continue
         caption = p.with_suffix(".txt")
-        prompt = caption.read_text(encoding="utf-8").strip() if caption.exists() else ""
-        kind = "image" if suffix in IMAGE_SUFFIXES else "video"
-        items.append(InputItem(source=p.name, prompt=prompt, **{kind: p}))
-    if not items:
-        raise ValueError(f"{path}: no image or video files")
-    return items
+        if caption.exists():
+            prompt = caption.read_text(encoding="utf-8").strip()
+        else:
+            prompt = ""
+            scan.no_prompt.append(p.name)
+        video = suffix in VIDEO_SUFFIXES or (suffix == GIF_SUFFIX and is_animated_gif(p))
+        scan.items.append(InputItem(source=p.name, prompt=prompt, **{"video" if video else "image": p}))
+    if not scan.items:
+        found = f" (found only {', '.join(scan.unsupported[:5])}: not formats it reads)" if scan.unsupported else ""
+        raise ValueError(f"{path}: no image or video files{found}; it reads {_formats()}")
+    return scan
 
 
-def read_inputs(path: Path) -> list[InputItem]:
+def _formats() -> str:
+    return (f"images {', '.join(sorted(IMAGE_SUFFIXES))} and videos {', '.join(sorted(VIDEO_SUFFIXES))}")
+
+
+def read_inputs(path: Path) -> FolderScan:
+    """The samples of a folder (see read_folder) or a JSONL file."""
     if path.is_dir():
         return read_folder(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    return read_jsonl(path)
+    return FolderScan(items=read_jsonl(path))
 
 
 def _file_digest(path: Path, h: Any) -> None:

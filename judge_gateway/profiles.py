@@ -69,14 +69,19 @@ def write_profile(directory: str | Path, name: str, body: dict[str, Any]) -> Pat
     if not _NAME_RE.fullmatch(name):
         raise ProfileError(f"profile name {name!r} must match {_NAME_RE.pattern}")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    version = next_version(directory, name)
+    version = next_version(directory, name) if directory.is_dir() else 1
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "version": version, **body}
+    # Serialised before anything is created: a body JSON cannot hold (NaN, inf) leaves no folder.
+    try:
+        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise ProfileError(f"profile {name}: not JSON-compliant ({exc}); nothing written") from None
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}@{version}.json"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+            handle.write(text)
         os.link(tmp, path)  # fails if the version appeared meanwhile: never overwrite a release
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -128,11 +128,16 @@ def summarize(lines: list[dict[str, Any]], judges: list[str]) -> dict[str, Any]:
     # on its own, never averaged with the valid ones.
     combined = [line["reward"] for line in lines if line.get("valid") and line.get("reward") is not None]
     rewarded_invalid = [line["reward"] for line in invalid if line.get("reward") is not None]
+    # Samples no judge scored (their media failed validation, their request failed): they count
+    # in no judge's row, so they are reported on their own.
+    unscored = [line for line in lines if not line.get("scores")]
+    unscored_codes = Counter(code for line in unscored for code in set(sample_error_codes(line)))
     return {
         "samples": len(lines),
         "valid": len(lines) - len(invalid),
         "invalid": len(invalid),
         "invalid_by_code": dict(by_code.most_common()),
+        "unscored": {"samples": len(unscored), "by_code": dict(unscored_codes.most_common())},
         "mean_reward": statistics.fmean(combined) if combined else None,
         "invalid_with_reward": {"samples": len(rewarded_invalid),
                                 "mean_reward": statistics.fmean(rewarded_invalid) if rewarded_invalid else None},

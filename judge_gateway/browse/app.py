@@ -4,6 +4,7 @@ a file is served only when it resolves inside that run's folders (data.Run.resol
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
@@ -14,15 +15,29 @@ from .data import Run, judge_frames
 from .frames import contact_sheet
 from .pages import (
     Links,
+    clip_of,
     compare_context,
     grid_context,
     render,
     sample_context,
     stats_context,
+    video_of,
 )
+from .preview import PreviewError, Previews
+from .preview import poster as poster_of
 
 
 def server_links(runs: list[Run]) -> Links:
+    def media(r: int, i: int, kind: str) -> str:
+        if kind == "video":
+            clip = clip_of(runs[r], i)
+            if clip is not None and not clip.playable:
+                return f"/run/{r}/preview/{i}"
+        return f"/run/{r}/media/{i}/{kind}"
+
+    def poster(r: int, i: int) -> str | None:
+        return f"/run/{r}/poster/{i}.jpg" if video_of(runs[r], i) is not None else None
+
     def nav(current: str) -> list[dict[str, Any]]:
         entries = [{"href": f"/run/{r}", "label": run.name, "on": current == f"run{r}"} for r, run in enumerate(runs)]
         entries.append({"href": "/stats", "label": "charts", "on": current == "stats"})
@@ -34,8 +49,8 @@ def server_links(runs: list[Run]) -> Links:
         line = runs[r].sample(i)
         return f"/run/{r}/frames/{i}/{judge}.png" if line and line.get("video") else None
 
-    return Links(sample=lambda r, i: f"/run/{r}/sample/{i}",
-                 media=lambda r, i, kind: f"/run/{r}/media/{i}/{kind}", frames=frames, nav=nav)
+    return Links(sample=lambda r, i: f"/run/{r}/sample/{i}", media=media, frames=frames, nav=nav,
+                 poster=poster, clip=lambda r, i: clip_of(runs[r], i))
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
@@ -93,6 +108,33 @@ def create_browse_app(runs: list[Run], hosts: list[str] | None = None) -> FastAP
         if path is None:
             raise HTTPException(404, f"sample {i} has no {kind} inside the run's folders")
         return FileResponse(path)
+
+    previews = Previews()
+
+    def video_at(r: int, i: int) -> Path:
+        line_at(r, i)
+        video = video_of(run_at(r), i)
+        if video is None:
+            raise HTTPException(404, f"sample {i} has no video inside the run's folders")
+        return video
+
+    # A clip the browser cannot play, transcoded on demand (preview.py); 422 with the reason when
+    # it cannot be decoded at all.
+    @app.get("/run/{r}/preview/{i}")
+    def preview(r: int, i: int) -> FileResponse:
+        try:
+            path = previews.preview(video_at(r, i))
+        except PreviewError as err:
+            raise HTTPException(422, str(err)) from None
+        return FileResponse(path, media_type=Previews.media_type(path))
+
+    @app.get("/run/{r}/poster/{i}.jpg")
+    def poster(r: int, i: int) -> Response:
+        try:
+            data = poster_of(video_at(r, i))
+        except PreviewError as err:
+            raise HTTPException(422, str(err)) from None
+        return Response(data, media_type="image/jpeg")
 
     @lru_cache(maxsize=64)
     def sheet(r: int, i: int, judge: str) -> bytes:

@@ -12,12 +12,16 @@ from .data import Run, judge_frames
 from .frames import contact_sheet
 from .pages import (
     Links,
+    clip_of,
     compare_context,
     grid_context,
     render,
     sample_context,
     stats_context,
+    video_of,
 )
+from .preview import PreviewError, Previews
+from .preview import poster as poster_of
 
 
 def _data_url(path: Path) -> str:
@@ -26,10 +30,30 @@ def _data_url(path: Path) -> str:
 
 
 def export_links(runs: list[Run]) -> Links:
+    previews = Previews()
+
     def media(r: int, i: int, kind: str) -> str | None:
         line = runs[r].sample(i) or {}
         path = runs[r].resolve(line.get(kind) or "")
-        return _data_url(path) if path else None
+        if path is None:
+            return None
+        clip = clip_of(runs[r], i) if kind == "video" else None
+        if clip is not None and not clip.playable:
+            # The preview in its place (the report must play where it is opened); none if it cannot be made.
+            try:
+                path = previews.preview(path)
+            except PreviewError:
+                return None
+        return _data_url(path)
+
+    def poster(r: int, i: int) -> str | None:
+        video = video_of(runs[r], i)
+        if video is None:
+            return None
+        try:
+            return "data:image/jpeg;base64," + base64.b64encode(poster_of(video)).decode()
+        except PreviewError:
+            return None
 
     def frames(r: int, i: int, judge: str) -> str | None:
         line = runs[r].sample(i) or {}
@@ -49,7 +73,8 @@ def export_links(runs: list[Run]) -> Links:
             entries.append({"href": "#ab", "label": "A/B", "on": False})
         return entries
 
-    return Links(sample=lambda r, i: f"#s-{r}-{i}", media=media, frames=frames, nav=nav)
+    return Links(sample=lambda r, i: f"#s-{r}-{i}", media=media, frames=frames, nav=nav, poster=poster,
+                 clip=lambda r, i: clip_of(runs[r], i))
 
 
 def _grid_media(links: Links, r: int):

@@ -12,6 +12,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from . import charts
 from .data import Run, judge_frames, sample_row, violations_of
+from .preview import Clip, probe
 from .stats import (
     COMBINED,
     common_judges,
@@ -30,9 +31,23 @@ _ENV.globals.update(violations=violations_of, frames=judge_frames)
 @dataclass
 class Links:
     sample: Callable[[int, int], str]  # (run, index) -> href of the sample's page
-    media: Callable[[int, int, str], str | None]  # (run, index, kind) -> src
+    # (run, index, kind) -> src; a video a browser cannot play -> its transcoded preview (preview.py)
+    media: Callable[[int, int, str], str | None]
     frames: Callable[[int, int, str], str | None]  # (run, index, judge) -> src of the frames sheet
     nav: Callable[[str], list[dict[str, Any]]]  # current page -> nav entries
+    poster: Callable[[int, int], str | None] = lambda r, i: None  # (run, index) -> a video's first frame
+    clip: Callable[[int, int], Clip | None] = lambda r, i: None  # (run, index) -> what the video file is
+
+
+def video_of(run: Run, index: int) -> Path | None:
+    """The sample's video file, if it has one the browser may serve."""
+    line = run.sample(index) or {}
+    return run.resolve(line.get("video") or "")
+
+
+def clip_of(run: Run, index: int) -> Clip | None:
+    video = video_of(run, index)
+    return probe(video) if video is not None else None
 
 
 def grid_context(runs: list[Run], r: int, links: Links, gid: str = "grid") -> dict[str, Any]:
@@ -44,7 +59,8 @@ def grid_context(runs: list[Run], r: int, links: Links, gid: str = "grid") -> di
             "bands": sorted({b for x in rows for b in x["bands"]}),
             "has_origin": any(x["model"] or x["checkpoint"] for x in rows),
             "sample_href": lambda i: links.sample(r, i),
-            "media_src": lambda i, kind: links.media(r, i, kind) or ""}
+            "media_src": lambda i, kind: links.media(r, i, kind) or "",
+            "poster_src": lambda i: links.poster(r, i) or ""}
 
 
 def sample_context(runs: list[Run], r: int, index: int, links: Links) -> dict[str, Any] | None:
@@ -55,15 +71,21 @@ def sample_context(runs: list[Run], r: int, index: int, links: Links) -> dict[st
     return {"run": run, "line": line, "judges": run.judges, "player": f"player-{r}-{index}",
             "anchor": f"s-{r}-{index}",
             "media_src": lambda i, kind: links.media(r, i, kind) or "",
+            "poster_src": lambda i: links.poster(r, i) or "",
+            "clip": links.clip(r, index) if line.get("video") else None,
             "frames_src": lambda i, judge: links.frames(r, i, judge)}
 
 
 def stats_context(runs: list[Run]) -> dict[str, Any]:
     judges = list(dict.fromkeys(j for run in runs for j in run.judges))
     plots, table = [], []
+    no_valid = []
     for judge in judges:
         values = {run.name: valid_rewards(run, judge) for run in runs if judge in run.judges}
-        plots.append(charts.histogram(values, f"{judge}: valid rewards"))
+        if any(values.values()):
+            plots.append(charts.histogram(values, f"{judge}: valid rewards"))
+        else:  # an empty histogram says nothing: the table below says why
+            no_valid.append(judge)
     for run in runs:
         rates = invalid_by_code(run)
         plots.append(charts.invalid_rates(rates, f"{run.name}: invalid rate by error code"))
@@ -79,7 +101,7 @@ def stats_context(runs: list[Run]) -> dict[str, Any]:
         filled = [float(x["reward"]) for x in run.lines if not x.get("valid") and x.get("reward") is not None]
         combined.append({"run": run.name, "valid": len(valid), "mean": sum(valid) / len(valid) if valid else None,
                          "filled": len(filled), "filled_mean": sum(filled) / len(filled) if filled else None})
-    return {"charts": plots, "table": table, "combined": combined}
+    return {"charts": plots, "table": table, "combined": combined, "no_valid": no_valid}
 
 
 def compare_context(runs: list[Run], a: int, b: int, links: Links, judge: str | None = None) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from ..config import is_loopback
 
 
 def _cmd_browse(args: argparse.Namespace) -> int:
-    try:
-        from ..browse.data import load_runs
-    except ImportError as err:  # jinja2 comes with the `browse` extra
-        print(f"error: browse needs the browse extra (pip install 'judge-gateway[browse]'): {err}", file=sys.stderr)
-        return 2
+    from ..extras import require_extra
+
+    require_extra("browse", "browse")  # jinja2 and matplotlib: checked before any page is drawn
     from pathlib import Path
+
+    from ..browse.data import load_runs
 
     runs = load_runs(args.run_dirs)
     if args.export:

@@ -1,16 +1,18 @@
-"""The `judge-gateway` command: serve, score, browse, eval, schema, prompts, judges, tune."""
+"""The `judge-gateway` command: serve, score, browse, eval, schema, configs, prompts, judges, tune."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from ..config import ConfigError
+from ..extras import MissingExtraError
 from .browse import register_browse
 from .env import register_env
 from .eval import register_eval
-from .info import register_judges, register_schema
+from .info import register_configs, register_judges, register_schema
 from .prepare import register_prepare
 from .prompts import register_prompts
 from .score import register_score
@@ -27,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The order here is the order `--help` lists the commands in.
     register_serve(sub)
     register_schema(sub)
+    register_configs(sub)
     register_prompts(sub)
     register_tune(sub)
     register_judges(sub)
@@ -44,10 +47,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader gone before the last flush is handled below
+        return status
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of our output left (`judge-gateway schema | head`): not an error of ours.
+        # Point stdout at /dev/null so the interpreter's last flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

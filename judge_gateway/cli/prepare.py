@@ -50,7 +50,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 def register_prepare(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("prepare", help="build each judge's environment, fetch its weights, check it loads and scores")
-    s.add_argument("--config", help="TOML config (default: the embedded configs/default.toml)")
+    s.add_argument("--config", help="TOML config file, or a shipped config by name (`judge-gateway configs` "
+                                    "lists them; default: the embedded `default`)")
     s.add_argument("--judges", help="comma-separated judge names (default: every configured judge)")
     s.add_argument("--offline", action="store_true",
                    help="download nothing: check local paths and the hub cache, report what is missing")

@@ -19,8 +19,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from pydantic import ValidationError
+
 from .. import runs
-from ..inputs import InputItem, read_inputs, sample_key
+from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, read_inputs, sample_key
 from ..schema import ErrorCode, RewardResponse, SampleInput
 
 
@@ -46,10 +48,18 @@ def _content_key(item: InputItem) -> str:
         return "path:" + "|".join(str(p.absolute()) for p in paths)
 
 
+def error_text(err: Exception) -> str:
+    """The whole reason, on one line: every field and message of a validation error (as the API
+    reports them), else the error's text."""
+    if isinstance(err, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'sample'}: {e['msg'].removeprefix('Value error, ')}"
+                         for e in err.errors())
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def _bad_input_line(base: dict[str, Any], err: Exception) -> dict[str, Any]:
-    message = str(err).splitlines()[0] if str(err) else type(err).__name__
     return {**base, "scores": {}, "reward": None, "valid": False,
-            "error": {"code": ErrorCode.bad_input.value, "message": message}}
+            "error": {"code": ErrorCode.bad_input.value, "message": error_text(err)}}
 
 
 def _prepare(batch: list[tuple[int, InputItem, dict[str, Any]]], fps: float | None
@@ -114,51 +124,74 @@ async def _score(todo: list[tuple[int, InputItem, dict[str, Any]]], client: Any,
     return written
 
 
-def _print_summary(lines: list[dict[str, Any]], judges: list[str], summary: dict[str, Any]) -> None:
+def _codes(counts: dict[str, int]) -> str:
+    return ", ".join(f"{c}={n}" for c, n in counts.items()) or "-"
+
+
+def print_summary(lines: list[dict[str, Any]], judges: list[str], summary: dict[str, Any],
+                  file: TextIO | None = None) -> None:
+    """The run's table: a row per judge over the samples it scored, a row for the samples no
+    judge scored (bad input, request errors), so the rows add up to the totals in the title."""
     from rich.console import Console
     from rich.table import Table
 
+    file = file or sys.stderr
     latency: dict[str, list[float]] = defaultdict(list)
     for line in lines:
         for name, score in (line.get("scores") or {}).items():
             latency[name].append(score.get("latency_ms", 0.0))
-    table = Table(title=f"{summary['samples']} samples")
-    for col in ("judge", "valid", "invalid", "errors", "mean reward", "p50 latency ms"):
-        table.add_column(col, justify="left" if col in ("judge", "errors") else "right")
+    codes = summary["invalid_by_code"]
+    title = f"{summary['samples']} samples: {summary['valid']} valid, {summary['invalid']} invalid"
+    table = Table(title=title + (f" ({_codes(codes)})" if codes else ""))
+    for col in ("judge", "scored", "valid", "invalid", "errors", "mean reward", "p50 latency ms"):
+        # Names and codes wrap rather than being cut off on a narrow terminal.
+        table.add_column(col, justify="left" if col in ("judge", "errors") else "right", overflow="fold")
     for name in judges:
         j = summary["judges"][name]
-        table.add_row(name, str(j["valid"]), str(j["invalid"]),
-                      ", ".join(f"{c}={n}" for c, n in j["invalid_by_code"].items()) or "-",
+        table.add_row(name, str(j["scored"]), str(j["valid"]), str(j["invalid"]), _codes(j["invalid_by_code"]),
                       f"{j['mean_reward']:.4f}" if j["mean_reward"] is not None else "-",
                       f"{statistics.median(latency[name]):.0f}" if latency[name] else "-")
+    unscored = summary["unscored"]
+    if unscored["samples"]:
+        table.add_row("(no judge ran)", "-", "-", str(unscored["samples"]), _codes(unscored["by_code"]), "-", "-")
     mean = summary["mean_reward"]
-    table.caption = (f"combined reward of valid samples: mean {mean:.4f}" if mean is not None
-                     else "no valid combined reward")
+    table.caption = (f"combined reward of the {summary['valid']} valid samples: mean {mean:.4f}"
+                     if mean is not None else "no valid combined reward")
     extra = summary["invalid_with_reward"]
     if extra["samples"]:
         table.caption += f"; {extra['samples']} invalid samples got one (mean {extra['mean_reward']:.4f})"
-    Console(file=sys.stderr).print(table)
+    # Written to a file or a pipe: wide enough that no judge name or error code is cut.
+    console = Console(file=file, width=None if file.isatty() else 200)
+    console.print(table)
 
 
-async def _run_identity(client: Any, judges: list[str] | None, config_doc: dict[str, Any] | None
-                        ) -> dict[str, Any]:
+def _run_identity(infos: list[Any], config_doc: dict[str, Any] | None) -> dict[str, Any]:
     """What the scores depend on: the judges, their templates (by hash) and models, the config."""
-    infos = {i.name: i for i in await client.judges.list()}
-    unknown = [j for j in judges or [] if j not in infos]
-    if unknown:
-        raise ValueError(f"unknown judge(s) {', '.join(unknown)}; configured: {', '.join(infos)}")
-    chosen = judges or [name for name, info in infos.items()
-                        if config_doc is None or config_doc["judges"][name].get("default", True)]
     return {
-        "judges": chosen,
+        "judges": [i.name for i in infos],
         "config_sha256": runs.config_sha256(config_doc) if config_doc is not None else None,
-        "templates": {name: (infos[name].template.model_dump(mode="json") if infos[name].template else None)
-                      for name in chosen},
-        "models": {name: infos[name].model for name in chosen},
+        "templates": {i.name: (i.template.model_dump(mode="json") if i.template else None) for i in infos},
+        "models": {i.name: i.model for i in infos},
         # With --server there is no config hash: what the server reports is all that names the judges.
-        "kinds": {name: infos[name].kind for name in chosen},
-        "weights": {name: infos[name].weight for name in chosen},
+        "kinds": {i.name: i.kind for i in infos},
+        "weights": {i.name: i.weight for i in infos},
     }
+
+
+async def _judges_ready(client: Any, chosen: list[str], cfg: Any) -> list[Any]:
+    """The chosen judges' infos, once they were checked (in-process: only these are probed and
+    their heads loaded). Says once which cannot score here and how to start them; none that
+    can score ends the command before anything is written."""
+    from .. import preflight
+
+    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr))
+    text = preflight.report(checks, other_heads=preflight.local_heads(cfg, chosen) if cfg is not None else ())
+    if text:
+        if not any(c.can_score for c in checks):
+            raise ValueError(f"nothing scored: no judge to score with can score here\n{text}\n"
+                             "(`judge-gateway judges` shows every judge's state)")
+        print(f"warning: {text}", file=sys.stderr)
+    return [c.info for c in checks]
 
 
 def _occurrences(keys: list[str]) -> list[tuple[str, int]]:
@@ -184,11 +217,24 @@ def _check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
                              "score into a new folder")
 
 
+def _warn_about_inputs(scan: Any, input_path: Path) -> None:
+    if scan.unsupported:
+        shown = ", ".join(scan.unsupported[:5]) + (f" and {len(scan.unsupported) - 5} more" if len(scan.unsupported) > 5 else "")
+        print(f"warning: skipped {len(scan.unsupported)} file(s) in {input_path} that are not formats `score` "
+              f"reads ({shown}); it reads {', '.join(sorted(IMAGE_SUFFIXES | VIDEO_SUFFIXES))}", file=sys.stderr)
+    if scan.no_prompt:
+        shown = ", ".join(scan.no_prompt[:5]) + (f" and {len(scan.no_prompt) - 5} more" if len(scan.no_prompt) > 5 else "")
+        print(f"warning: {len(scan.no_prompt)} of {len(scan.items)} sample(s) have no prompt file beside them "
+              f"({shown}): they are scored with an empty prompt (a judge that needs one marks them "
+              "invalid); put the prompt in a same-named .txt", file=sys.stderr)
+
+
 def run_score_command(args: argparse.Namespace) -> int:
     from ..client import AsyncRewardClient
 
     input_path = Path(args.input)
-    items = read_inputs(input_path)
+    scan = read_inputs(input_path)
+    items = scan.items
     if not items:
         raise ValueError(f"{input_path}: no samples (no image or video files / JSONL lines)")
     judges = [j.strip() for j in args.judges.split(",") if j.strip()] if args.judges else None
@@ -202,11 +248,19 @@ def run_score_command(args: argparse.Namespace) -> int:
     if args.server and not judges:
         # The service's default judges are not listed by /v1/judges; the run folder must name them.
         raise ValueError("with --server, name the judges to score with --judges")
-    config_doc = None
+    config_doc = cfg = None
     if not args.server:
         from ..config import load_config
         cfg = load_config(args.config)
         config_doc = cfg.model_dump(mode="json")
+        unknown = [j for j in judges or [] if j not in cfg.judges]
+        if unknown:
+            raise ValueError(f"unknown judge(s) {', '.join(unknown)}; configured: {', '.join(cfg.judges)}")
+        judges = judges or [name for name, j in cfg.judges.items() if j.default]
+        if not judges:
+            raise ValueError("the config has no default judge: name the judges to score with --judges")
+    assert judges is not None
+    _warn_about_inputs(scan, input_path)
 
     keyed = [(i, it, {"index": i, "source": it.source, "key": _content_key(it), "prompt": it.prompt,
                       **_media_fields(it, root), **it.origin, **({"group_id": it.group_id} if it.group_id else {})})
@@ -219,7 +273,7 @@ def run_score_command(args: argparse.Namespace) -> int:
         client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
                   else AsyncRewardClient(config=cfg))
         try:
-            identity = await _run_identity(client, judges, config_doc)
+            identity = _run_identity(await _judges_ready(client, judges, cfg), config_doc)
             run_dir.mkdir(parents=True, exist_ok=True)
             _check_resume(run_dir, identity)
             before = sorted(runs.read_lines(run_dir), key=lambda x: x.get("index", 0))
@@ -255,7 +309,7 @@ def run_score_command(args: argparse.Namespace) -> int:
     runs.write_atomic(run_dir / runs.SCORES_FILE, "".join(json.dumps(line) + "\n" for line in lines))
     summary = runs.summarize(lines, identity["judges"])
     runs.write_atomic(run_dir / runs.SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
-    _print_summary(lines, identity["judges"], summary)
+    print_summary(lines, identity["judges"], summary)
     print(f"wrote {run_dir / runs.SCORES_FILE} and {runs.SUMMARY_FILE}", file=sys.stderr)
     if summary["invalid"]:
         codes = ", ".join(f"{c}={n}" for c, n in summary["invalid_by_code"].items())
@@ -267,12 +321,14 @@ def run_score_command(args: argparse.Namespace) -> int:
 def register_score(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("score", help="score a folder or JSONL of prompts + media into a run folder")
     s.add_argument("input", help="a JSONL file (prompt, image/video paths) or a folder of media "
-                                 "(png/jpg/webp, mp4/avi/mov/webm/mkv; prompt from a same-named .txt)")
+                                 "(png/jpg/webp/gif, mp4/avi/mov/webm/mkv; an animated GIF is a video; "
+                                 "prompt from a same-named .txt)")
     s.add_argument("-o", "--output", required=True,
                    help="run folder to write (scores.jsonl, summary.json, run.json); an existing "
                         "one is resumed: samples already scored there are not sent again")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("--config", help="score in-process with this config (default: embedded)")
+    src.add_argument("--config", help="score in-process with this config file or shipped config name "
+                                      "(default: the embedded `default`)")
     src.add_argument("--server", help="score through a running service at this URL")
     s.add_argument("--api-key", help="Bearer token for --server")
     s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")

@@ -5,9 +5,37 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from ..config import check_api_key, is_loopback, load_config
+from ..config import (
+    check_api_key,
+    is_loopback,
+    load_config,
+    resolve_config_path,
+    shipped_configs,
+)
+from ..extras import require_extra
+
+
+def startup_lines(cfg: Any, config_ref: str | None) -> list[str]:
+    """What the serve log opens with: the version, the config file it loaded and the judges."""
+    from .. import __version__
+    from ..runs import config_sha256
+
+    path = resolve_config_path(config_ref)
+    shipped = {p.resolve(): name for name, p in shipped_configs().items()}
+    name = shipped.get(path.resolve())
+    what = f" (shipped config `{name}`)" if name else ""
+    default = [n for n, j in cfg.judges.items() if j.default]
+    named = [n for n, j in cfg.judges.items() if not j.default]
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(f"{n} ({cfg.judges[n].kind})" for n in names) or "none"
+
+    return [f"judge-gateway {__version__}, package {Path(__file__).resolve().parents[1]}",
+            f"config {path}{what}, sha256 {config_sha256(cfg.model_dump(mode='json'))[:16]}",
+            f"{len(cfg.judges)} judges; scored by default: {listed(default)}; on request: {listed(named)}"]
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -18,6 +46,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..server.guards import uvicorn_options
 
     cfg = load_config(args.config)
+    if cfg.store.kind == "redis":  # checked before anything starts, like every extra a command needs
+        require_extra("redis", "store.kind = 'redis'")
+    if args.log_level.lower() in ("trace", "debug", "info"):
+        for line in startup_lines(cfg, args.config):
+            print(f"INFO:     {line}", file=sys.stderr, flush=True)
     # An empty --api-key would accept requests without a key: refused (main prints the error).
     keys = cfg.server.resolved_api_keys() + [check_api_key(k, "--api-key") for k in args.api_key or []]
     if args.ray is not None or cfg.ray is not None:  # a [ray] section means Ray mode
@@ -55,7 +88,8 @@ def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
     try:
         from ..ray_mode.deploy import deploy
     except ImportError as err:
-        print(f"error: Ray mode needs the `ray` extra (scripts/setup_ray.sh): {err}", file=sys.stderr)
+        print(f"error: Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'; in a checkout "
+              f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
     url = deploy(cfg, keys, address)
     print(f"deployed {cfg.ray.app_name} on Ray: {url} (judge-gateway ray-status shows its replicas)")
@@ -70,7 +104,8 @@ def _cmd_ray_status(args: argparse.Namespace) -> int:
     try:
         from ..ray_mode.deploy import connect, format_status, status
     except ImportError as err:
-        print(f"error: Ray mode needs the `ray` extra (scripts/setup_ray.sh): {err}", file=sys.stderr)
+        print(f"error: Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'; in a checkout "
+              f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
     connect(rc, args.address)
     app_status, deployments = status(rc.app_name)
@@ -86,7 +121,8 @@ def _cmd_ray_status(args: argparse.Namespace) -> int:
 
 def add_gateway_options(s: argparse.ArgumentParser) -> None:
     """The options of a served gateway (serve, and up, which passes them on to serve)."""
-    s.add_argument("--config", help="TOML config (default: the embedded configs/default.toml)")
+    s.add_argument("--config", help="TOML config file, or a shipped config by name (`judge-gateway configs` "
+                                    "lists them; default: the embedded `default`)")
     s.add_argument("--host", help="override server.host")
     s.add_argument("--port", type=int, help="override server.port")
     s.add_argument("--api-key", action="append", help="accepted Bearer token (repeatable)")

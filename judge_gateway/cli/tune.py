@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import load_config
+from ..extras import require_extra
 
 
 def add_scoring_args(p: argparse.ArgumentParser, *, server: bool = True) -> None:
@@ -58,6 +59,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ..tuning.run import tune_rubric, tune_weights
 
     cfg = load_config(args.config)
+    if args.plot:  # asked for by name: say what is missing before anything is scored
+        require_extra("tune", "tune --plot", ("matplotlib",))
     try:
         if args.tune_cmd == "rubric":
             name = args.name or args.judge

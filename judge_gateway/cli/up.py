@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from ..config import DEFAULT_CONFIG_PATH, load_config
+from ..config import load_config, resolve_config_path
 from ..launch import LaunchError, plan_up, run_up
 from .serve import add_gateway_options
 
@@ -17,7 +17,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     serve_args = [a for key in args.api_key or [] for a in ("--api-key", key)]
     try:
-        plan = plan_up(cfg, args.config or str(DEFAULT_CONFIG_PATH), run_dir=Path(args.run_dir).absolute(),
+        plan = plan_up(cfg, str(resolve_config_path(args.config)), run_dir=Path(args.run_dir).absolute(),
                        host=args.host, port=args.port, serve_args=serve_args, gateway=not args.no_gateway)
     except LaunchError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -4,6 +4,7 @@
     models.py        the sections' models (GatewayConfig, ServerConfig, JudgeConfig, ...)
     kinds.py         the one table of judge kinds: options model, VLM or head, media, classes
     vlm_options.py   the VLM kinds' options;  head_options.py  the head kinds' options
+    custom_heads.py  the options of heads you bring (a class named by import path)
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
     ray.py           [ray] (no Ray import)
@@ -13,6 +14,13 @@
 This face re-exports the names callers use.
 """
 
+from .custom_heads import (
+    CosmosRLHandlerOptions,
+    CustomHeadOptions,
+    FlowFactoryModelOptions,
+    ImportedHeadOptions,
+    class_ref,
+)
 from .head_options import (
     ClipOptions,
     GenEvalOptions,
@@ -27,7 +35,15 @@ from .head_options import (
 )
 from .kinds import HEAD_KIND_OPTIONS, HEAD_KINDS, KIND_OPTIONS, KINDS, VLM_KINDS, JudgeOptions, KindSpec
 from .launch import VLLM_PRESETS, LaunchConfig
-from .loading import DEFAULT_CONFIG_PATH, ConfigError, load_config, validate_config
+from .loading import (
+    DEFAULT_CONFIG_PATH,
+    SHIPPED_CONFIGS_DIR,
+    ConfigError,
+    load_config,
+    resolve_config_path,
+    shipped_configs,
+    validate_config,
+)
 from .models import (
     AdmissionConfig,
     BackendConfig,
@@ -37,6 +53,7 @@ from .models import (
     ImageEncodingConfig,
     JudgeConfig,
     MediaConfig,
+    PromptsConfig,
     ServerConfig,
     VideoSamplingConfig,
     check_api_key,
@@ -69,16 +86,18 @@ __all__ = [
     "LaunchConfig",
     "VLLM_PRESETS",
     # loading
-    "ConfigError", "DEFAULT_CONFIG_PATH", "load_config", "validate_config",
+    "ConfigError", "DEFAULT_CONFIG_PATH", "SHIPPED_CONFIGS_DIR", "load_config", "resolve_config_path",
+    "shipped_configs", "validate_config",
     # sections
     "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
-    "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig",
+    "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig", "PromptsConfig",
     "check_api_key", "is_loopback",
     # judge kinds and their options
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",
     "HeadOptions", "ClipOptions", "PickScoreOptions", "HPSv2Options", "HPSv3Options", "OcrOptions",
     "GenEvalOptions", "VideoAlignOptions", "ImageRewardOptions", "ImageRewardVit",
+    "ImportedHeadOptions", "CustomHeadOptions", "FlowFactoryModelOptions", "CosmosRLHandlerOptions", "class_ref",
     # protocol adapters
     "StoreConfig", "QueueConfig", "CosmosRLConfig", "CosmosReward", "InvalidFill", "LegacyKey", "TagSplit",
     "LatentDecoderConfig", "WanVaeConfig", "WAN_CHANNELS", "WAN_NAMES", "DEFAULT_COSMOS_REWARDS",

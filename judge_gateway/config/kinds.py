@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .custom_heads import CosmosRLHandlerOptions, CustomHeadOptions, FlowFactoryModelOptions
 from .head_options import (
     ClipOptions,
     GenEvalOptions,
@@ -43,6 +44,12 @@ class KindSpec:
     # Head kinds: the media it scores and the worker's model (a `(kind, options dict)` callable).
     media: tuple[str, ...] = ()
     head_model: str | None = None
+    # Head kinds: the pip extra that installs its libraries into the worker's interpreter
+    # (`pip install 'judge-gateway[EXTRA]'`); None where they need their own set-up script.
+    extra: str | None = None
+    # Head kinds: the frames sampled uniformly from a video when the judge sets no `video` table
+    # (None: the table's defaults, every frame up to max_frames).
+    video_frames: int | None = None
 
     @property
     def template_kind(self) -> str | None:
@@ -56,8 +63,9 @@ def _vlm(name: str, options: type[VLMOptions], judge: str) -> KindSpec:
 
 
 def _head(name: str, options: type[HeadOptions], head_model: str, *, judge: str = "heads.judge:HeadJudge",
-          media: tuple[str, ...] = ("image", "video")) -> KindSpec:
-    return KindSpec(name, options, "head", judge, media, head_model)
+          media: tuple[str, ...] = ("image", "video"), extra: str | None = "heads",
+          video_frames: int | None = None) -> KindSpec:
+    return KindSpec(name, options, "head", judge, media, head_model, extra, video_frames)
 
 
 _CLIP_FAMILY = "heads.models.clip:build_clip_family"
@@ -71,14 +79,26 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
     _head("clip", ClipOptions, _CLIP_FAMILY),
     _head("pickscore", PickScoreOptions, _CLIP_FAMILY),
     _head("hpsv2", HPSv2Options, _CLIP_FAMILY),
-    _head("hpsv3", HPSv3Options, "heads.models.hpsv3:HPSv3Head"),
-    _head("ocr", OcrOptions, "heads.models.ocr:RapidOcrHead", judge="heads.judge:OcrJudge"),
+    _head("hpsv3", HPSv3Options, "heads.models.hpsv3:HPSv3Head", extra=None),  # scripts/setup_hpsv3.sh
+    # OCR reads ~1 image a second on a CPU: 8 frames of a video, not all of them (text on screen
+    # changes slowly; `video = { max_frames = N }` reads up to N, as Flow-Factory's mean over frames).
+    _head("ocr", OcrOptions, "heads.models.ocr:RapidOcrHead", judge="heads.judge:OcrJudge", extra="ocr",
+          video_frames=8),
     _head("videoalign", VideoAlignOptions, "heads.videoalign.model:VideoAlignHead",
           judge="heads.videoalign.judge:VideoAlignJudge", media=("video",)),
     # GenEval's rules run on the gateway side over the detector's output.
     _head("gen_eval", GenEvalOptions, "heads.geneval.model:GenEvalDetectorHead",
-          judge="heads.geneval.judge:GenEvalJudge", media=("image",)),
-    _head("image_reward", ImageRewardOptions, "heads.models.image_reward:ImageRewardHead"),
+          judge="heads.geneval.judge:GenEvalJudge", media=("image",), extra=None),  # scripts/setup_geneval.sh
+    _head("image_reward", ImageRewardOptions, "heads.models.image_reward:ImageRewardHead",
+          extra=None),  # scripts/setup_imagereward.sh
+    # Classes you bring, named in the judge's options (config/custom_heads.py); the media a judge of
+    # these kinds takes is its `options.media`; their libraries are the user's (no extra of ours).
+    _head("custom", CustomHeadOptions, "heads.custom.model:build_custom_head",
+          judge="heads.custom.judge:CustomJudge", extra=None),
+    _head("flow_factory_model", FlowFactoryModelOptions, "heads.custom.flow_factory:build_flow_factory_head",
+          judge="heads.custom.judge:CustomJudge", extra=None),
+    _head("cosmos_rl_handler", CosmosRLHandlerOptions, "heads.custom.cosmos_rl:build_cosmos_rl_head",
+          judge="heads.custom.judge:CustomJudge", extra=None),
 )}
 
 # Views of the table, by the names callers use.

@@ -16,7 +16,9 @@ from .protocols import check_protocols
 from .ray import check_ray
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+# The configs shipped inside the package (the repository's configs/ folder), loadable by name.
+SHIPPED_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_CONFIG_PATH = SHIPPED_CONFIGS_DIR / "default.toml"
 
 
 class ConfigError(ConfigurationError):
@@ -35,9 +37,12 @@ def _format_validation(err: ValidationError, prefix: tuple[Any, ...] = ()) -> st
 
 
 def validate_config(data: dict[str, Any], *, source: str = "<config>") -> GatewayConfig:
-    """Validate a parsed TOML document; raise ConfigError naming every offending key."""
+    """Validate a parsed TOML document; raise ConfigError naming every offending key. Relative
+    paths of your own folders ([prompts] dirs, a brought head's pythonpath) are taken from the
+    folder of `source` when it is a file, else from the working directory."""
+    context = {"base_dir": str(Path(source).resolve().parent) if Path(source).is_file() else None}
     try:
-        cfg = GatewayConfig.model_validate(data)
+        cfg = GatewayConfig.model_validate(data, context=context)
     except ValidationError as err:
         # A judge's kind and options are checked inside its section. When only judge sections
         # failed, the checks across sections still run over the other judges, so that every
@@ -49,7 +54,7 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> Gatewa
         broken = {loc[1] for loc in locs}
         rest = {**data, "judges": {n: j for n, j in data["judges"].items() if n not in broken}}
         try:
-            cfg = GatewayConfig.model_validate(rest)
+            cfg = GatewayConfig.model_validate(rest, context=context)
         except ValidationError:  # no section spans judges; kept for safety
             raise ConfigError(f"{source}: {section}") from None
         problems = [section] + _check_across(cfg, list(data["judges"]), source)
@@ -107,7 +112,7 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
     if not judge.template:
         return problems + [f"{key}.template: required for kind {judge.kind!r} (pin `family@version`)"]
     try:
-        template = load_template(judge.template)
+        template = load_template(judge.template, judge.template_dirs)
     except TemplateError as err:
         return problems + [f"{key}.template: {err}"]
     opts = judge.options
@@ -164,7 +169,7 @@ def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any)
         return []
     where = f"{key}.options.shadow_template"
     try:
-        shadow = load_template(ref)
+        shadow = load_template(ref, judge.template_dirs)
     except TemplateError as err:
         return [f"{where}: {err}"]
     if shadow.kind != template.kind:
@@ -208,9 +213,33 @@ def _check_profile(key: str, judge: JudgeConfig, opts: RubricOptions, template: 
     return []
 
 
+def shipped_configs() -> dict[str, Path]:
+    """The configs that ship with the package, by name (`default`, `cosmos_rl`, ...)."""
+    return {p.stem: p for p in sorted(SHIPPED_CONFIGS_DIR.glob("*.toml"))}
+
+
+def resolve_config_path(ref: str | Path | None) -> Path:
+    """The config file `ref` names: a path to a TOML file, or the name of a shipped config
+    (`cosmos_rl`, `cosmos_rl.toml`), so `--config NAME` works from any directory and from a pip
+    install. A file at the path wins over a shipped config of the same name; `None` is the
+    embedded default."""
+    if ref is None:
+        return DEFAULT_CONFIG_PATH
+    p = Path(ref)
+    if p.exists() or len(p.parts) != 1:
+        return p
+    shipped = shipped_configs()
+    name = p.name.removesuffix(".toml")
+    if name in shipped:
+        return shipped[name]
+    raise ConfigError(f"cannot read config {ref}: no such file, and no shipped config of that name "
+                      f"(shipped: {', '.join(shipped)}; `judge-gateway configs` lists them)")
+
+
 def load_config(path: str | Path | None = None) -> GatewayConfig:
-    """Load and validate a TOML config; `None` loads the embedded default."""
-    p = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    """Load and validate a TOML config: a file path, the name of a shipped config (see
+    `resolve_config_path`), or `None` for the embedded default."""
+    p = resolve_config_path(path)
     try:
         raw = p.read_bytes()
     except OSError as err:

@@ -5,6 +5,7 @@
     [combine]   policy, on_invalid, fill_value
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
     [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
+    [prompts]   dirs: your own template folders, after the package's
     [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py)
 
 Each model checks its own section; the checks across sections are in loading.py.
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SerializationInfo,
     StrictFloat,
     ValidationInfo,
@@ -31,6 +33,7 @@ from ..bands import check_bands
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
 from ..media.budget import auto_process_pixels
 from .base import Strict
+from .custom_heads import resolve_path
 from .kinds import KINDS, JudgeOptions, KindSpec
 from .launch import LaunchConfig
 from .normalize import NormalizeConfig
@@ -315,6 +318,8 @@ class JudgeConfig(Strict):
         default_factory=VideoSamplingConfig,
         description="Which frames of a video a judge sees, and at what size (recorded in details['video']).",
     )
+    # The [prompts] dirs its template is looked up in after the package's (set by GatewayConfig).
+    _template_dirs: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("kind")
     @classmethod
@@ -333,7 +338,7 @@ class JudgeConfig(Strict):
             return options  # the kind's own error says why
         if not isinstance(options, (dict, spec.options)):  # the TOML's text, not the model's name
             raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-        return spec.options.model_validate(options)
+        return spec.options.model_validate(options, context=info.context)  # base_dir: relative paths
 
     @field_serializer("options")
     def _options_as_written(self, options: JudgeOptions, info: SerializationInfo) -> dict[str, Any]:
@@ -344,10 +349,46 @@ class JudgeConfig(Strict):
     def kind_spec(self) -> KindSpec:
         return KINDS[self.kind]
 
+    @property
+    def template_dirs(self) -> tuple[str, ...]:
+        """The user template folders ([prompts] dirs) its template refs are looked up in."""
+        return self._template_dirs
+
+    @model_validator(mode="after")
+    def _kind_video_default(self) -> JudgeConfig:
+        """A kind with its own video default (kinds.py `video_frames`) gets it when the judge
+        sets no `video` table; the config's dump shows it, so runs record what was sampled."""
+        spec = KINDS.get(self.kind)
+        if spec is not None and spec.video_frames and "video" not in self.model_fields_set:
+            self.video = VideoSamplingConfig(num_frames=spec.video_frames)
+        return self
+
     @field_validator("bands")
     @classmethod
     def _bands(cls, bands: dict[str, float] | None) -> dict[str, float] | None:
         return None if bands is None else check_bands(bands)
+
+
+class PromptsConfig(Strict):
+    """Template families of your own, beside the package's (`judge-gateway prompts new` starts one)."""
+
+    dirs: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Folders of template families, each `<family>/<version>.toml` with the folder's own "
+            "`templates.lock` (`judge-gateway prompts lock --dir DIR`), checked as the package's are: "
+            "a released version's bytes never change. Looked up after the package's templates; a "
+            "family lives in one place only. Relative paths are from the config file's folder."
+        ),
+    )
+
+    @field_validator("dirs")
+    @classmethod
+    def _absolute(cls, dirs: list[str], info: ValidationInfo) -> list[str]:
+        resolved = [resolve_path(d, info) for d in dirs]
+        if len(set(resolved)) != len(resolved):
+            raise ValueError(f"{dirs}: a folder is listed twice")
+        return resolved
 
 
 class GatewayConfig(Strict):
@@ -383,6 +424,16 @@ class GatewayConfig(Strict):
     ray: RayConfig | None = Field(
         None, description="Distributed mode (`judge-gateway serve --ray`) on Ray Serve; absent: one machine, no Ray needed."
     )
+    prompts: PromptsConfig = Field(
+        default_factory=PromptsConfig,
+        description="Template families of your own, in your folders beside the package's.",
+    )
+
+    @model_validator(mode="after")
+    def _bind_template_dirs(self) -> "GatewayConfig":
+        for judge in self.judges.values():
+            judge._template_dirs = tuple(self.prompts.dirs)
+        return self
 
     def judge_options(self, name: str) -> JudgeOptions:
         return self.judges[name].options

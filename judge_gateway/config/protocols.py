@@ -365,10 +365,12 @@ class FlowFactoryProfile(Strict):
     combine: Literal["weighted_mean", "sum"] = Field(
         "weighted_mean", description="How the profile's judges' rewards become one (weights: `judges`)."
     )
-    group_transform: Literal["rank", "ordinal_rank", "zscore"] = Field(
+    group_transform: Literal["none", "rank", "ordinal_rank", "zscore"] = Field(
         "ordinal_rank",
         description="groupwise: the request is one group. Default as Flow-Factory's groupwise "
-        "PickScore_Rank: ordinal rank / n (ties by position); rank = average rank / (n - 1).",
+        "PickScore_Rank: ordinal rank / n (ties by position); rank = average rank / (n - 1); none: "
+        "the judges' rewards as they are (a groupwise judge, e.g. a Flow-Factory GroupwiseRewardModel "
+        "behind kind = \"flow_factory_model\", scored the group itself).",
     )
     on_invalid: Literal["fill", "mean", "error"] = Field(
         "mean",

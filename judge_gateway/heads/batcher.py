@@ -42,6 +42,7 @@ class Job:
     msg_id: int
     frames: np.ndarray  # uint8 [n, H, W, 3]
     prompt: str
+    items: list[Any] | None = None  # a brought head's samples (protocol.HeadItem), scored whole
 
 
 @dataclass

@@ -62,6 +62,13 @@ class HeadJudge(Judge):
     async def probe(self) -> tuple[bool, str | None]:
         return await self.worker.probe()
 
+    async def check(self) -> tuple[bool, str | None]:
+        try:
+            await self.worker.wait_ready()
+        except HeadError as exc:
+            return False, str(exc)
+        return True, None
+
     async def aclose(self) -> None:
         await self.worker.aclose()
 
@@ -118,7 +125,7 @@ class HeadJudge(Judge):
         return values, details
 
     def _model_facts(self) -> dict[str, Any]:
-        info = {k: v for k, v in self.worker.info.items() if k not in ("model", "pid")}
+        info = {k: v for k, v in self.worker.info.items() if k not in ("model", "pid", "package")}
         return {"head": info, "device": self.options.device, "dtype": self.options.dtype}
 
     def _frames(self, sample: "SampleInput") -> tuple[np.ndarray, dict[str, Any]]:

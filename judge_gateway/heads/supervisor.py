@@ -13,21 +13,46 @@ the worker's reason; the next request after `retry_failed_load_s` tries again.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import json
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..config import HeadOptions
-from ..workers.framing import encode_frame, encode_head
+from ..config import KINDS, HeadOptions
+from ..workers.framing import MAX_HEADER_BYTES, encode_frame, encode_head
 from ..workers.supervisor import Launch, WorkerError, WorkerSupervisor
-from .protocol import images_header, jobs_header
+from .protocol import HeadItem, ItemsJob, images_header, jobs_header
 from .shm import Arena, memfd_supported
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The judge_gateway package this gateway runs: its workers import this same package (below).
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+_package_path: str | None = None
+
+
+def package_path_entry() -> str:
+    """A private folder holding nothing but a link to PACKAGE_DIR, for the worker's PYTHONPATH.
+
+    Whatever interpreter runs a head (the gateway's own, or a head venv with torch), its worker
+    then imports the very package the gateway runs, so the two always speak the same protocol;
+    nothing else of the gateway's environment leaks in (putting the package's parent folder on
+    the path would add a repository checkout's other folders, or a whole site-packages of
+    another venv, ahead of the head venv's own packages). The head's interpreter provides
+    judge-gateway's dependencies (installing judge-gateway there gives them). Made once per
+    process with mkdtemp (private to this user), removed at exit."""
+    global _package_path
+    if _package_path is None:
+        folder = tempfile.mkdtemp(prefix="judge-gateway-pkg-")
+        os.symlink(PACKAGE_DIR, os.path.join(folder, "judge_gateway"))
+        atexit.register(shutil.rmtree, folder, True)
+        _package_path = folder
+    return _package_path
 
 
 class HeadError(WorkerError):
@@ -37,16 +62,36 @@ class HeadError(WorkerError):
 
 @dataclass
 class _Outgoing:
-    """A scoring job waiting for the sender: one `infer` call."""
+    """A scoring job waiting for the sender: one `infer` call (frames and a prompt) or one
+    `infer_items` call (a brought head's samples)."""
 
     msg_id: int
     prompt: str
     frames: np.ndarray  # C-contiguous uint8 [n, H, W, 3]
     fut: asyncio.Future[Any]
+    items: list[HeadItem] | None = None
+    header_bytes: int = 0  # what its description adds to a frame's JSON header (items: their metadata)
+
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        return [a for item in self.items for a in item.arrays()] if self.items is not None else [self.frames]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+    def described(self) -> tuple[int, str, tuple[int, ...]] | ItemsJob:
+        if self.items is not None:
+            return ItemsJob.of(self.msg_id, self.items)
+        return self.msg_id, self.prompt, self.frames.shape
 
 
 # The pipe carries at most this much per frame; bigger batches go as several frames.
 PIPE_FRAME_BYTES = 64 * 1024 * 1024
+# A frame's jobs describe themselves in its JSON header (a brought head's items with their
+# metadata): jobs whose descriptions would pass this go in the next frame.
+HEADER_BUDGET_BYTES = MAX_HEADER_BYTES // 2
+ITEM_HEADER_BYTES = 512  # an item's description besides its metadata, at most
 # Frames at least this large are written into the arena on a thread (pwritev drops the GIL).
 THREAD_WRITE_BYTES = 8 * 1024 * 1024
 
@@ -89,12 +134,28 @@ class HeadWorker(WorkerSupervisor):
         """Per-frame outputs of the model for uint8 [n, H, W, 3] frames and one prompt."""
         await self.wait_ready()
         images_header(frames)  # refuse anything but uint8 [n, H, W, 3] here, not in the worker
+        return await self._submit(prompt, np.ascontiguousarray(frames), None, len(frames))
+
+    async def infer_items(self, items: list[HeadItem]) -> list[dict[str, Any]]:
+        """A brought head's outputs, one per item (a groupwise head's items are one group)."""
+        if not items:
+            return []
+        await self.wait_ready()
+        for item in items:
+            for arr in item.arrays():
+                images_header(arr)
+        items = [_contiguous(item) for item in items]
+        described = sum(ITEM_HEADER_BYTES + len(json.dumps(item.metadata)) for item in items)
+        return await self._submit("", items[0].frames, items, len(items), described)
+
+    async def _submit(self, prompt: str, frames: np.ndarray, items: list[HeadItem] | None,
+                      expected: int, header_bytes: int = 0) -> list[dict[str, Any]]:
         self.running()  # ready: on_ready set _wake before the state became ready
         assert self._wake is not None
         msg_id, fut = self.new_request()
         # The sender wakes after the other ready tasks of this loop turn: a request's samples
         # that reach this point together go out in one frame.
-        self._outbox.append(_Outgoing(msg_id, prompt, np.ascontiguousarray(frames), fut))
+        self._outbox.append(_Outgoing(msg_id, prompt, frames, fut, items, header_bytes))
         self._wake.set()
         try:
             reply, _ = await fut
@@ -106,7 +167,7 @@ class HeadWorker(WorkerSupervisor):
         if not reply.get("ok"):
             raise HeadError(f"head {self.name!r}: {reply.get('error', 'unknown error')}")
         outputs = reply.get("outputs")
-        if not isinstance(outputs, list) or len(outputs) != len(frames):
+        if not isinstance(outputs, list) or len(outputs) != expected:
             raise HeadError(f"head {self.name!r} returned a malformed result")
         return outputs
 
@@ -130,8 +191,7 @@ class HeadWorker(WorkerSupervisor):
     def launch(self) -> Launch:
         python = self.options.python or sys.executable
         env = {**os.environ, **self.options.env}
-        # The worker imports judge_gateway from this checkout whatever its interpreter.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_path_entry(), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._arena = arena = self._open_arena()
         opts = self.options.model_dump(mode="json", exclude={"env", "python"})
@@ -142,12 +202,29 @@ class HeadWorker(WorkerSupervisor):
                       pass_fds=(arena.fd,) if arena is not None else ())
 
     def on_ready(self, proc: asyncio.subprocess.Process) -> None:
+        package = self.info.get("package")
+        if package and Path(package).resolve() != PACKAGE_DIR:
+            self.log.warning("head %r: the worker imported judge_gateway from %s, the gateway runs %s "
+                             "(a judge_gateway folder in the working directory shadows it?)",
+                             self.name, package, PACKAGE_DIR)
         if self._arena_error and "transport_error" not in self.info:
             self.info["transport_error"] = self._arena_error
         if self.info.get("transport") != "shm":
             self._close_arena()  # the worker could not map it: the pipe carries the pixels
         self._wake = wake = asyncio.Event()
         self._sender = asyncio.create_task(self._send_loop(proc, wake), name=f"head-{self.name}-sender")
+
+    def start_failure_hint(self, stderr: list[str]) -> str:
+        missing = next((line for line in reversed(stderr) if "No module named" in line), None)
+        if missing is None:
+            return ""
+        python = self.options.python or sys.executable
+        spec = KINDS.get(self.kind)
+        extra = spec.extra if spec is not None else None
+        return (f". The head's interpreter {python} lacks a package the worker imports ({missing.strip()}): "
+                f"install judge-gateway there with the head's libraries"
+                + (f", `{python} -m pip install 'judge-gateway[{extra}]'`" if extra else
+                   " (its set-up script; see the docs' page of the head)"))
 
     def on_frame(self, header: dict[str, Any], payload: bytes) -> None:
         if header.get("op") == "result":
@@ -177,25 +254,26 @@ class HeadWorker(WorkerSupervisor):
     def _chunks(self, items: list[_Outgoing]) -> list[list[_Outgoing]]:
         limit = self._arena.size // 4 if self._arena is not None else PIPE_FRAME_BYTES
         chunks: list[list[_Outgoing]] = []
-        size = 0
+        size = described = 0
         for item in items:
-            if chunks and size + item.frames.nbytes <= limit:
+            if chunks and size + item.nbytes <= limit and described + item.header_bytes <= HEADER_BUDGET_BYTES:
                 chunks[-1].append(item)
-                size += item.frames.nbytes
+                size += item.nbytes
+                described += item.header_bytes
             else:
                 chunks.append([item])
-                size = item.frames.nbytes
+                size, described = item.nbytes, item.header_bytes
         return chunks
 
     async def _send_frame(self, proc: asyncio.subprocess.Process, items: list[_Outgoing]) -> None:
         arena = self._arena
         try:
             assert proc.stdin is not None
-            described = [(o.msg_id, o.prompt, o.frames.shape) for o in items]
-            if arena is not None and sum(o.frames.nbytes for o in items) <= arena.size:
+            described = [o.described() for o in items]
+            if arena is not None and sum(o.nbytes for o in items) <= arena.size:
                 header, total = jobs_header(described, "shm")
                 start = await self._alloc(arena, total)
-                arrays = [o.frames for o in items]
+                arrays = [a for o in items for a in o.arrays]
                 try:
                     if total >= THREAD_WRITE_BYTES:  # keep the loop serving while pages are copied
                         wrote = await asyncio.to_thread(arena.write_on_own_fd(start, arrays)[1])
@@ -220,7 +298,8 @@ class HeadWorker(WorkerSupervisor):
                 header, total = jobs_header(described, "pipe")
                 proc.stdin.write(encode_head(header, total))
                 for o in items:  # no await in between: frames never interleave
-                    proc.stdin.write(memoryview(o.frames).cast("B"))
+                    for arr in o.arrays:
+                        proc.stdin.write(memoryview(arr).cast("B"))
                 self.transport_counts["frames_pipe"] += 1
                 self.transport_counts["bytes_pipe"] += total
             await proc.stdin.drain()
@@ -273,3 +352,10 @@ class HeadWorker(WorkerSupervisor):
             if arena.released is not None:
                 arena.released.set()  # wake a sender waiting for space: it sees the arena is gone
             arena.close()
+
+
+def _contiguous(item: HeadItem) -> HeadItem:
+    """The item with C-contiguous arrays (what the arena and the pipe write byte for byte)."""
+    c = np.ascontiguousarray
+    return HeadItem(item.prompt, item.medium, c(item.frames), item.fps, item.metadata, item.group_id,
+                    [c(a) for a in item.condition_images], [c(a) for a in item.condition_videos])

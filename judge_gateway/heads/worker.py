@@ -4,7 +4,8 @@ the head's dependencies and can import judge_gateway).
 Protocol (workers/framing.py frames carrying the head messages of protocol.py) on stdin/stdout:
   gateway -> worker  {"op": "init", "kind", "name", "options", "arena"?: {"fd", "size"}}
                      then scoring messages:
-                     {"op": "score", "via", "region"?, "jobs": [...]} (+ uint8 frames via the pipe)
+                     {"op": "score", "via", "region"?, "jobs": [...]} (+ uint8 frames via the pipe;
+                                              a brought head's jobs carry whole samples, protocol.py)
                      {"op": "stats", "id"}
                      {"op": "cancel", "id"}   the request of a queued score message was abandoned:
                                               drop it (no result is sent for it)
@@ -30,6 +31,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..workers.framing import ProtocolError, read_frame, write_frame
@@ -120,7 +122,7 @@ def _reader(stream: BinaryIO, q: "queue.Queue[Any] | FairJobQueue", writer: _Wri
                 for job in jobs:
                     if cancels is not None:
                         cancels.queued(job.msg_id)
-                    q.put(Job(msg_id=job.msg_id, frames=job.frames, prompt=job.prompt))
+                    q.put(Job(msg_id=job.msg_id, frames=job.frames, prompt=job.prompt, items=job.items))
             elif op == "cancel":
                 if cancels is not None:
                     cancels.cancel(msg_id)
@@ -151,6 +153,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         log.warning("%s; pixels come through the pipe", arena_error)
     try:
         head = build_head(kind, options)
+        head.name = str(header.get("name") or kind)  # the configured judge's name, before it loads
         info = head.load()
     except HeadLoadError as exc:
         writer.send({"op": "fatal", "error": str(exc)})
@@ -171,7 +174,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     if arena_error:
         transport["transport_error"] = arena_error
     atexit.register(head.close)  # its preprocessing processes and shared memory
-    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid()}})
+    # Which judge_gateway this interpreter imported: the gateway checks it is its own.
+    package = str(Path(__file__).resolve().parents[1])
+    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid(), "package": package}})
 
     q = FairJobQueue()  # small jobs first, none starved (batcher.py)
     cancels = _Cancels()

@@ -7,6 +7,7 @@ import logging
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,10 +38,14 @@ class JudgeFailure(ScoringFailed):
 
 @dataclass
 class ScoreContext:
-    """What the judges of one request share: the media encoded once, the request id."""
+    """What the judges of one request share: the media encoded once, the request id, the request's
+    samples, and work several of its cells share (a groupwise head scores a group once: its key is
+    (judge, group id), its value what the group's cells await)."""
 
     media: "MediaCache"
     request_id: str
+    samples: Sequence["SampleInput"] = ()
+    shared: dict[Hashable, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,6 +106,10 @@ class Judge(ABC):
 
     async def probe(self) -> tuple[bool, str | None]:
         return True, None
+
+    async def check(self) -> tuple[bool, str | None]:
+        """Readiness once whatever is loading has loaded (a head's model); else as `probe`."""
+        return await self.probe()
 
     async def aclose(self) -> None:
         return None

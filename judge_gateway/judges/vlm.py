@@ -28,7 +28,7 @@ class VLMJudge(Judge):
     def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
         super().__init__(name, cfg)
         assert cfg.template is not None
-        self.template: Template = load_template(cfg.template)
+        self.template: Template = load_template(cfg.template, cfg.template_dirs)
         self.pool = pool
         self._template_ref = TemplateRef(
             id=self.template.id, version=self.template.version, sha256=self.template.sha256

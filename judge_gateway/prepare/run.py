@@ -103,6 +103,8 @@ def environment_needs(cfg: GatewayConfig, names: list[str], specs: Specs, rows: 
             python = getattr(jc.options, "python", None)
             if spec is not None and python:
                 need(spec.name, python, spec.venv, name)
+            elif spec is None and python:  # a class you bring: your venv, never built here
+                rows[name].env_text = f"yours: {_short(_venv_of(python))}"
         else:
             backend = cfg.backends.get(jc.backend or "")
             if backend is not None and backend.launch is not None:

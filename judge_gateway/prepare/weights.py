@@ -81,6 +81,8 @@ WEIGHT_OPTIONS: dict[str, tuple[tuple[str, Rule], ...]] = {
     "videoalign": (("checkpoint", _as("repo")), ("base_model", _as("repo"))),
     "image_reward": (("checkpoint", _as("file")), ("med_config", _as("file")), ("tokenizer", _as("repo"))),
     "ocr": (),  # RapidOCR's models ship in its wheel
+    # Classes you bring load what their own params name: nothing prepare can know to fetch.
+    "custom": (), "flow_factory_model": (), "cosmos_rl_handler": (),
 }
 
 

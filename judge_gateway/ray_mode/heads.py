@@ -6,8 +6,8 @@ batches across requests with its MicroBatcher. Many calls in flight on one repli
 `max_ongoing_requests`) reach that worker in the same loop turns, so cross-request batching works
 inside each replica as on one machine.
 
-`RemoteHeadWorker` has the methods a HeadJudge uses of a HeadWorker (infer, probe, wait_ready,
-stats, info), so the judge code is the same in both modes. A call whose replica died is sent again
+`RemoteHeadWorker` has the methods a HeadJudge uses of a HeadWorker (infer, infer_items, probe,
+wait_ready, stats, info), so the judge code is the same in both modes. A call whose replica died is sent again
 (Serve routes it to a live replica); a head's own failure comes back as HeadError, as locally.
 """
 
@@ -23,6 +23,7 @@ from ray.exceptions import RayActorError
 from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 
 from ..config import HEAD_KIND_OPTIONS
+from ..heads.protocol import HeadItem
 from ..heads.supervisor import HeadError, HeadWorker
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,14 @@ class HeadReplica:
         "crashed": whether the worker died under it (it respawns: scoring again can work)}."""
         try:
             outputs = await self.worker.infer(frames, prompt)
+        except HeadError as exc:
+            return {"error": str(exc), "crashed": exc.crashed}
+        return {"outputs": outputs, "info": self.worker.info}
+
+    async def infer_items(self, items: list[HeadItem]) -> dict[str, Any]:
+        """A brought head's samples (heads/custom): as `infer`, one output per item."""
+        try:
+            outputs = await self.worker.infer_items(items)
         except HeadError as exc:
             return {"error": str(exc), "crashed": exc.crashed}
         return {"outputs": outputs, "info": self.worker.info}
@@ -103,6 +112,13 @@ class RemoteHeadWorker:
 
     async def infer(self, frames: np.ndarray, prompt: str) -> list[dict[str, Any]]:
         reply = await self._call("infer", np.ascontiguousarray(frames), prompt)
+        if "error" in reply:
+            raise HeadError(reply["error"], crashed=bool(reply.get("crashed")))
+        self.info = reply["info"]
+        return reply["outputs"]
+
+    async def infer_items(self, items: list[HeadItem]) -> list[dict[str, Any]]:
+        reply = await self._call("infer_items", items)
         if "error" in reply:
             raise HeadError(reply["error"], crashed=bool(reply.get("crashed")))
         self.info = reply["info"]

@@ -165,7 +165,7 @@ class FlowFactoryService:
             for judge, s in r.scores.items():
                 if not s.valid and s.error is not None:
                     problems.append((r.index, f"{judge}: {s.error.code.value}: {s.error.message}", s.error.code))
-        if profile.mode == "groupwise":
+        if profile.mode == "groupwise" and profile.group_transform != "none":
             rewards = group_transform(rewards, ["group"] * len(rewards), profile.group_transform)
         valid = [v for v in rewards if v is not None]
         # Flow-Factory's client reads only `rewards`; the flags beside them keep a filled value

@@ -71,7 +71,7 @@ def judge_identity(cfg: GatewayConfig, judge: str) -> tuple[str, str]:
     from ..prompts import load_template
 
     jcfg = cfg.judges[judge]
-    sha = load_template(jcfg.template).sha256 if jcfg.template else "-"
+    sha = load_template(jcfg.template, jcfg.template_dirs).sha256 if jcfg.template else "-"
     if jcfg.backend and jcfg.backend in cfg.backends:
         model = cfg.backends[jcfg.backend].model
     else:

@@ -149,7 +149,8 @@ def compare_templates(cfg: GatewayConfig, ref_a: str, ref_b: str, data_path: str
     out = out or sys.stdout
     from ..config import validate_config
 
-    ta, tb = load_template(ref_a), load_template(ref_b)  # refuses unpinned or unknown versions
+    dirs = cfg.prompts.dirs
+    ta, tb = load_template(ref_a, dirs), load_template(ref_b, dirs)  # refuses unpinned or unknown versions
     if ta.id != tb.id:
         raise ValueError(f"compare two versions of one family, got {ta.id!r} and {tb.id!r}")
     if ta.kind != tb.kind:

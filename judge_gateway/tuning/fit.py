@@ -141,18 +141,25 @@ class FitResult:
     candidates: dict[str, float] = field(default_factory=dict)  # policy label -> training NLL
 
 
+def usable(pairs: PairSet, policy: NAPolicy, na_value: float | None) -> np.ndarray:
+    """Which pairs this N/A policy can score on both sides (the pairs a fit can use)."""
+    _, ma = _masked(pairs.va, policy, na_value)
+    _, mb = _masked(pairs.vb, policy, na_value)
+    valid = np.ones(len(pairs), dtype=bool)
+    if policy == "invalidate":
+        valid &= ~np.isnan(pairs.va).any(axis=1) & ~np.isnan(pairs.vb).any(axis=1)
+    # A pair whose sample has no feature at all can never be scored.
+    return valid & (ma.sum(axis=1) > 0) & (mb.sum(axis=1) > 0)
+
+
 def _fit_weights(pairs: PairSet, policy: NAPolicy, na_value: float | None, *, steps: int = 1500,
                  lr: float = 0.05, l2: float = 1e-3, seed: int = 0) -> tuple[np.ndarray, float, float, int]:
     """Softmax weights and beta minimising the pairwise NLL; (w, beta, nll, pairs used)."""
     k = pairs.va.shape[1]
-    va, ma = _masked(pairs.va, policy, pairs_na := na_value)
-    vb, mb = _masked(pairs.vb, policy, pairs_na)
+    va, ma = _masked(pairs.va, policy, na_value)
+    vb, mb = _masked(pairs.vb, policy, na_value)
     y = np.array([LABEL_Y[lab] for lab in pairs.labels])
-    valid = np.ones(len(y), dtype=bool)
-    if policy == "invalidate":
-        valid &= ~np.isnan(pairs.va).any(axis=1) & ~np.isnan(pairs.vb).any(axis=1)
-    # A pair whose sample has no feature at all can never be scored: drop it up front.
-    valid &= (ma.sum(axis=1) > 0) & (mb.sum(axis=1) > 0)
+    valid = usable(pairs, policy, na_value)
     va, ma, vb, mb, y = va[valid], ma[valid], vb[valid], mb[valid], y[valid]
     n = len(y)
     if n == 0:

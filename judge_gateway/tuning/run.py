@@ -23,6 +23,7 @@ from .fit import (
     fit_aggregation,
     policy_candidates,
     summarize,
+    usable,
 )
 from .prefs import PreferenceData, load_preferences
 from ..profiles import write_profile
@@ -77,19 +78,29 @@ def score_table(data: PreferenceData, cfg: GatewayConfig, judges: list[str], opt
     return table
 
 
-def _nan_to_none(x: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x):
+def _json_safe(x: Any) -> Any:
+    """JSON has no NaN or inf: such a figure (an accuracy over no pairs, the NLL of a policy that
+    could score no pair) is written as null."""
+    if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _nan_to_none(v) for k, v in x.items()}
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
     return x
 
 
 def _run(features: Features, default: Aggregation, policies: list[tuple[NAPolicy, float | None]], *, k: int,
          seed: int, out: TextIO) -> tuple[list[FoldResult], dict[str, dict[str, float]], FitResult]:
     n = len(features.pairs)
-    if n < k:
-        raise ValueError(f"only {n} labelled pairs with usable scores; {k}-fold cross-validation needs at least {k}")
+    # Pairs some candidate policy can score on both sides: with none, there is nothing to fit
+    # (and nothing is written); with fewer than k, no k folds.
+    scorable = max((int(usable(features.pairs, p, v).sum()) for p, v in policies), default=0) if n else 0
+    if scorable < k:
+        why = (" (every pair has a sample without a valid score: see `excluded` above; are the judges' "
+               "backends up? `judge-gateway judges` shows them)" if features.excluded or n > scorable else "")
+        raise ValueError(f"only {scorable} of {n} labelled pairs have scores on both sides{why}; "
+                         f"{k}-fold cross-validation needs at least {k}; nothing was written")
     folds = cross_validate(features.pairs, features.names, default, policies, k=k, seed=seed)
     summary = summarize(folds)
     final = fit_aggregation(features.pairs, features.names, policies, seed=seed)
@@ -122,9 +133,10 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
         "fit": {"model": "Bradley-Terry on weighted-mean score differences (ties = 1/2)", "beta": final.beta,
                 "train_nll": final.nll, "policy_candidates": final.candidates},
         "default": {"weights": default.weight_dict(), "na_policy": default.na_policy},
-        "cv": {"folds_k": k, "seed": seed, "summary": _nan_to_none(summary),
+        "cv": {"folds_k": k, "seed": seed, "summary": summary,
                "folds": [fold_record(f) for f in folds]},
     }
+    body = _json_safe(body)
     profile_path = None
     if out_dir:
         profile_path = write_profile(out_dir, name, body)
@@ -132,7 +144,7 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
     plot_path = None
     if plot:
         plot_path = plot_cv(plot, folds, agg.weight_dict(), default.weight_dict(), title)
-        print(f"plot: {plot_path}" if plot_path else "plot: skipped (install the `tune` extra for matplotlib)",
+        print(f"plot: {plot_path}" if plot_path else "plot: skipped (it needs matplotlib: pip install 'judge-gateway[tune]')",
               file=out)
     return profile_path, plot_path
 
@@ -150,7 +162,7 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     options = jcfg.options
     if not isinstance(options, RubricOptions):
         raise ValueError(f"judge {judge!r} is a {jcfg.kind!r} judge; `tune rubric` needs a rubric judge")
-    template = load_template(jcfg.template)
+    template = load_template(jcfg.template, jcfg.template_dirs)
     scale = options.scale or template.scale
     assert scale is not None
     lo, hi = float(scale[0]), float(scale[1])

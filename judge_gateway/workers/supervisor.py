@@ -103,6 +103,11 @@ class WorkerSupervisor:
     def on_exit(self) -> None:
         """The process ended (or could not start); drop what belonged to it."""
 
+    def start_failure_hint(self, stderr: list[str]) -> str:
+        """Advice appended to the reason of a worker that exited before it was ready, given its
+        last stderr lines ("" for none)."""
+        return ""
+
     # -- lifecycle -----------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
@@ -290,13 +295,15 @@ class WorkerSupervisor:
                 if first is not None and first[0].get("op") == "fatal":
                     self.reason = str(first[0].get("error"))
                 else:
-                    self.reason = f"worker exited with code {proc.returncode} before loading{self._tail()}"
+                    self.reason = (f"worker exited with code {proc.returncode} before loading{self._tail()}"
+                                   + self.start_failure_hint(list(self._stderr_tail)))
                 return "fatal"
             self.info = first[0].get("info", {})
-            self.on_ready(proc)
-            self.state, self.reason = "ready", None
-            self._ready.set()
-            self.log.info("%s ready (pid %s): %s", self.label, proc.pid, self.info)
+            if self.state != "closed":  # closed while it loaded: it is on its way out, not ready
+                self.on_ready(proc)
+                self.state, self.reason = "ready", None
+                self._ready.set()
+                self.log.info("%s ready (pid %s): %s", self.label, proc.pid, self.info)
             while (frame := await read_frame_async(proc.stdout, self.max_payload)) is not None:
                 header, payload = frame
                 self.on_frame(header, payload)
@@ -318,6 +325,8 @@ class WorkerSupervisor:
             self.on_exit()
         code = await proc.wait()
         await stderr_task
+        if self.state == "closed":
+            return "exited"
         self.reason = f"worker exited with code {code}{self._tail()}"
         self.fail_pending(f"{self.crash_why} ({self.reason})", crashed=True)
         return "exited"

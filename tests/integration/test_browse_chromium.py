@@ -84,8 +84,9 @@ def test_grid_loads_sorts_and_filters(browser, served, tmp_path):
     browser.save_screenshot(str(tmp_path / "grid.png"))
     if os.environ.get("JG_README_SCREENSHOT"):
         browser.set_window_size(1200, 700)
-        _wait(lambda: browser.execute_script(
-            "return [...document.querySelectorAll('#grid video')].slice(0, 3).every(v => v.readyState >= 2)"))
+        # Grid videos load nothing but their posters (preload="none"): give those a moment.
+        _wait(lambda: browser.execute_script("return document.readyState === 'complete'"))
+        time.sleep(1.0)
         browser.save_screenshot(os.environ["JG_README_SCREENSHOT"])
         browser.set_window_size(1400, 1000)
 
@@ -187,3 +188,36 @@ def test_ab_view(browser, served, tmp_path):
     assert len(browser.find_elements(By.CSS_SELECTOR, ".chart svg")) == 2 + 2  # 2 judges + 2 runs
     browser.save_screenshot(str(tmp_path / "stats.png"))
     assert (tmp_path / "ab.png").stat().st_size > 10_000
+
+
+def test_clips_chromium_cannot_play_play_as_previews_with_posters(browser, tmp_path):
+    """The clips generators write that Chromium refuses (checked here: the raw file errors) play
+    from their preview, and the grid shows their posters."""
+    from selenium.webdriver.common.by import By
+
+    from tests.support.media_files import UNPLAYABLE_CLIPS, write_video
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    names = []
+    for name in ("mpeg4", "hevc", "prores"):
+        suffix, codec, pix = UNPLAYABLE_CLIPS[name]
+        write_video(inputs / f"{name}{suffix}", frames=16, fps=8, size=(64, 48), codec=codec, pix_fmt=pix)
+        names.append(f"{name}{suffix}")
+    run = sr.media_run(inputs, tmp_path / "run", names)
+    with LiveServer(create_browse_app(load_runs([str(run)]))) as server:
+        browser.get(f"{server.url}/run/0")
+        posters = browser.execute_script(
+            "return [...document.querySelectorAll('#grid video')].map(v => v.poster)")
+        assert len(posters) == 3 and all(p.endswith(f"/run/0/poster/{i}.jpg") for i, p in enumerate(posters))
+        for i, name in enumerate(names):
+            browser.get(f"{server.url}/run/0/sample/{i}")
+            video = browser.find_element(By.ID, f"player-0-{i}")
+            playing = _wait(lambda v=video: browser.execute_script(
+                "return arguments[0].readyState >= 2 && arguments[0].videoWidth === 64", v))
+            assert playing, (name, browser.execute_script("return arguments[0].error && arguments[0].error.message", video))
+            assert browser.execute_script("return arguments[0].duration", video) == pytest.approx(2.0, abs=0.2)
+        # What the page used to serve, the file itself: Chromium cannot decode it.
+        browser.execute_script("const v = arguments[0]; v.src = arguments[1]; v.load();",
+                               browser.find_element(By.ID, "player-0-2"), f"{server.url}/run/0/media/2/video")
+        assert _wait(lambda: browser.execute_script("return document.getElementById('player-0-2').error !== null"))

@@ -4,7 +4,8 @@ judge_gateway.heads.worker with a head whose outputs fingerprint the pixels it r
 
 Per image: {"raw": sum of its bytes, "sha256": of its bytes, "shape": [H, W, 3]}. Prompts steer it:
 "hang" writes the file named by $JG_FAKE_HEAD_MARK and sleeps (to kill a worker mid-batch);
-"slow" sleeps $JG_FAKE_HEAD_SLEEP_S (default 0.05 s) per batch.
+"slow" sleeps $JG_FAKE_HEAD_SLEEP_S (default 0.05 s) per batch. $JG_FAKE_HEAD_LOAD_S makes loading
+take that long.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from judge_gateway.heads.models.base import HeadModel
 
 class FingerprintHead(HeadModel):
     def load(self) -> dict[str, Any]:
+        time.sleep(float(os.environ.get("JG_FAKE_HEAD_LOAD_S", "0")))  # a model that takes a while
         return {"model": "fingerprint"}
 
     def infer(self, images, prompts) -> list[dict[str, Any]]:

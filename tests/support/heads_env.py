@@ -3,6 +3,7 @@ the tiny models built there, rendered text."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -149,6 +150,20 @@ def build_tiny_wan() -> Path:
     """The tiny Wan VAEs (Wan2.1 and Wan2.2 layouts) and cosmos-rl's statistics (cached: tiny_cache)."""
     return cached_build("wan-vae-tiny", python=latents_python(), module="tests.support.tiny_wan",
                         marker="video_mean_std.pt", timeout=600)
+
+
+BYO_EXAMPLES = ROOT / "docs" / "examples" / "byo"
+PEERS = ROOT / "tests" / "support" / "peers"  # stand-ins of flow_factory and cosmos_rl_reward
+
+
+def build_byo() -> Path:
+    """The "add a reward" guide's model, inputs and direct-call numbers (cached: tiny_cache; the
+    examples and the peer stand-ins are hashed into the key, as they are not imported by name)."""
+    h = hashlib.sha256()
+    for path in sorted([*BYO_EXAMPLES.rglob("*.py"), *PEERS.rglob("*.py")]):
+        h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return cached_build("byo", python=heads_python(), module="tests.support.tiny_byo",
+                        args=["--examples-digest", h.hexdigest()[:16]], marker="reference.json")
 
 
 def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:

@@ -128,3 +128,26 @@ def build_runs(root: Path, n: int = 240, *, shift_b: float = 0.05) -> BuiltRuns:
                                                 "templates": {}}))
         out.append(d)
     return BuiltRuns(inputs=inputs, a=out[0], b=out[1], n=n)
+
+
+def media_run(inputs: Path, run: Path, media: list[str], judges: dict[str, float | None] | None = None) -> Path:
+    """A run folder `run` over files already in `inputs`, one sample per name (a `.png` is an
+    image, anything else a video); each judge's score is its given reward, or invalid
+    (`backend_unavailable`) where that is None."""
+    scores = judges or {"q": 0.5}
+
+    def score(judge: str, reward: float | None) -> dict:
+        if reward is None:
+            return {"judge": judge, "reward": None, "valid": False, "raw": None, "latency_ms": 1.0,
+                    "error": {"code": "backend_unavailable", "message": "down"}}
+        return {"judge": judge, "reward": reward, "valid": True, "raw": reward, "latency_ms": 1.0}
+
+    run.mkdir(parents=True)
+    lines = [{"index": i, "source": name, "key": f"k{i}", "prompt": f"p{i}",
+              ("image" if name.endswith(".png") else "video"): name,
+              "scores": {j: score(j, r) for j, r in scores.items()}, "reward": 0.5, "valid": True}
+             for i, name in enumerate(media)]
+    (run / "scores.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (run / "run.json").write_text(json.dumps({"input_root": str(inputs), "media_roots": [str(inputs)],
+                                              "judges": list(scores)}))
+    return run

@@ -17,8 +17,9 @@ from tests.support.fake_openai import free_port
 class ServedGateway:
     """stop() runs the app's shutdown (lifespan), as a real stop does."""
 
-    def __init__(self, data: dict) -> None:
-        self.gateway = Gateway(validate_config(copy.deepcopy(data)))
+    def __init__(self, data: dict, source: str = "<config>") -> None:
+        """`source`: the config file `data` stands for (its folder is where relative paths start)."""
+        self.gateway = Gateway(validate_config(copy.deepcopy(data), source=source))
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.gateway), host="127.0.0.1", port=self.port,
                                                     log_level="warning", lifespan="on"))

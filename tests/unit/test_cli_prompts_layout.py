@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "judge_gateway"
 
 # Every command path -> its arguments as (flags or dest, required, default), in order, read from
-# the parser before the split (cli.py at d317846). The test checks these alone: commands, flags,
+# the parser before the split (cli.py at d317846), plus those added since on purpose (configs,
+# judges NAME/--server/--json, prompts diff). The test checks these alone: commands, flags,
 # required-ness and defaults are unchanged; help texts, metavars and choices are not compared.
 COMMANDS = {
     '': [('-v/--verbose', False, False)],
@@ -33,16 +34,24 @@ COMMANDS = {
              ('--api-key', False, None), ('--threshold', False, None), ('--plot', False, None),
              ('--cache', False, None), ('--batch-size', False, 16), ('--concurrency', False, 4),
              ('--no-progress', False, False)],
-    'judges': [('--config', False, None)],
+    'configs': [('name', False, None)],
+    'judges': [('names', True, None), ('--config', False, None), ('--server', False, None), ('--api-key', False, None),
+               ('--json', False, False)],
     'prompts': [],
     'prompts compare': [('ref_a', True, None), ('ref_b', True, None), ('--judge', False, None), ('--data', True, None),
                         ('--config', False, None), ('--cache', False, None), ('--cache-only', False, False),
                         ('--batch-size', False, 16), ('--concurrency', False, 4), ('--no-progress', False, False)],
-    'prompts list': [],
-    'prompts lock': [],
-    'prompts render': [('ref', True, None), ('--prompt', False, 'a photo of a cat'), ('--json', False, False)],
-    'prompts show': [('ref', True, None)],
-    'prompts verify': [],
+    # --dir / --config: your own template folders ([prompts] dirs), added with `prompts new`
+    'prompts diff': [('ref_a', True, None), ('ref_b', True, None), ('--rendered', False, False),
+                     ('--prompt', False, 'a photo of a cat'), ('-U/--context', False, 3), ('--dir', False, None),
+                     ('--config', False, None)],
+    'prompts list': [('--dir', False, None), ('--config', False, None)],
+    'prompts lock': [('--dir', False, None), ('--config', False, None)],
+    'prompts new': [('family', True, None), ('--from', True, None), ('--dir', False, None), ('--config', False, None)],
+    'prompts render': [('ref', True, None), ('--prompt', False, 'a photo of a cat'), ('--json', False, False),
+                       ('--dir', False, None), ('--config', False, None)],
+    'prompts show': [('ref', True, None), ('--dir', False, None), ('--config', False, None)],
+    'prompts verify': [('--dir', False, None), ('--config', False, None)],
     'ray-status': [('--config', False, None), ('--address', False, None), ('--json', False, False)],
     'schema': [('--request', False, False)],
     'score': [('input', True, None), ('-o/--output', True, None), ('--config', False, None), ('--server', False, None),
@@ -136,7 +145,7 @@ def test_only_the_cli_imports_the_cli():
     assert importers == []
 
 
-PROMPTS_SUBMODULES = ("lock", "parse", "registry", "template")
+PROMPTS_SUBMODULES = ("derive", "lock", "parse", "registry", "template")
 
 
 def test_prompts_submodules_import_their_siblings_never_the_face():
@@ -155,12 +164,13 @@ def test_prompts_submodules_import_their_siblings_never_the_face():
 
 def test_the_prompts_face_re_exports_the_submodules_objects():
     from judge_gateway import prompts
-    from judge_gateway.prompts import parse, registry, template
+    from judge_gateway.prompts import derive, parse, registry, template
 
     homes = {"KINDS": parse, "MEDIA_SLOTS": template,
              "Aspect": template, "Template": template, "TemplateError": template, "list_templates": registry,
              "load_template": registry, "lock_new_templates": registry, "parse_ref": registry,
-             "show_template": registry, "verify_lock": registry}
+             "show_template": registry, "verify_lock": registry, "TemplateDirs": registry,
+             "family_versions": registry, "new_template": derive}
     assert sorted(prompts.__all__) == sorted(homes)
     for name, home in homes.items():
         assert getattr(prompts, name) is getattr(home, name), name

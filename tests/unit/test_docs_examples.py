@@ -18,6 +18,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Fragments that cannot load on their own, each for a reason the page states.
 FRAGMENTS = {
     ("guides/tuning.md", "[judges.rr_t2i.options]"),  # names the profile file `tune rubric` writes
+    ("guides/add-a-reward.md", "[judges.product_sharpness]"),  # pins a template of the guide's own folder
 }
 
 

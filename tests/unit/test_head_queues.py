@@ -117,7 +117,8 @@ async def test_a_full_head_queue_refuses_with_retry_after_and_accepted_work_wait
         "server": {"admission": {"retry_after_s": 3, "max_active": 8}},  # the head queue bounds, not admission
         "judges": {"head": {"kind": "clip", "options": {
             "python": str(python), "max_batch_size": 1, "max_wait_ms": 0, "max_queue_items": 2,
-            "env": {"SLOW_HEAD_LOG": str(log), "SLOW_HEAD_S": "0.5"}}}},
+            # 2 s a batch: the queue stays full long enough for both refusals on a loaded machine
+            "env": {"SLOW_HEAD_LOG": str(log), "SLOW_HEAD_S": "2.0"}}}},
         "flow_factory": {"profiles": {"t2i": {"judges": {"head": 1.0}}}},
     }))
     app = create_app(gw)

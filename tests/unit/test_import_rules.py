@@ -32,6 +32,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
         "exceptions", "_version",  # the exception tree's root and branches; the version string
+        "extras",  # the pip extras and the check that names a missing one
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
     ("config, schema", ("config", "schema")),
@@ -49,6 +50,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
     ("tuning", (  # the offline tools over run folders and preference data
         "tuning", "evaluation", "browse", "runs",
+        "preflight",  # which of a command's judges can score here, through a client
         "prepare",  # environments, weights and a probe per judge before serving
     )),
     ("cli", ("cli",)),

@@ -47,9 +47,11 @@ def _defines(ref: str) -> bool:
 
 def test_the_table_has_every_kind_once_with_its_views():
     assert tuple(KINDS) == ("yes_no", "rubric", "final_score", "critic", "clip", "pickscore", "hpsv2",
-                            "hpsv3", "ocr", "videoalign", "gen_eval", "image_reward")
+                            "hpsv3", "ocr", "videoalign", "gen_eval", "image_reward",
+                            "custom", "flow_factory_model", "cosmos_rl_handler")
     assert VLM_KINDS == ("yes_no", "rubric", "final_score", "critic")
-    assert set(HEAD_KINDS) == {"clip", "pickscore", "hpsv2", "hpsv3", "ocr", "videoalign", "gen_eval", "image_reward"}
+    assert set(HEAD_KINDS) == {"clip", "pickscore", "hpsv2", "hpsv3", "ocr", "videoalign", "gen_eval", "image_reward",
+                               "custom", "flow_factory_model", "cosmos_rl_handler"}
     assert KIND_OPTIONS["critic"] is CriticOptions and HEAD_KIND_OPTIONS["pickscore"] is PickScoreOptions
     assert set(HEAD_KIND_OPTIONS) == set(HEAD_KINDS)
     # a VLM kind pins templates of its own kind: the template kinds are exactly the VLM kinds
@@ -58,6 +60,8 @@ def test_the_table_has_every_kind_once_with_its_views():
     assert all(KINDS[k].template_kind is None and KINDS[k].media for k in HEAD_KINDS)
     assert KINDS["gen_eval"].media == ("image",) and KINDS["videoalign"].media == ("video",)
     assert KINDS["pickscore"].media == ("image", "video")
+    # the classes you bring: one judge class, the media of each judge in its options
+    assert {KINDS[k].judge for k in ("custom", "flow_factory_model", "cosmos_rl_handler")} == {"heads.custom.judge:CustomJudge"}
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -116,7 +120,8 @@ def test_load_errors_keep_their_text():
         validate_config({"judges": {"x": {"kind": "psychic", "options": {"anything": 1}}}})
     assert str(err.value) == (
         "<config>: judges.x.kind: unknown kind 'psychic' (known: yes_no, rubric, final_score, critic, "
-        "clip, pickscore, hpsv2, hpsv3, ocr, videoalign, gen_eval, image_reward)")
+        "clip, pickscore, hpsv2, hpsv3, ocr, videoalign, gen_eval, image_reward, custom, flow_factory_model, "
+        "cosmos_rl_handler)")
     with pytest.raises(ConfigError) as err:
         validate_config({"judges": {"h": {"kind": "hpsv3", "options": {"flash_attn": True, "dtype": "int8"}}}})
     assert str(err.value).startswith("<config>: judges.h.options.dtype: Input should be 'fp32', 'fp16' or 'bf16'")

@@ -61,6 +61,15 @@ def test_one_venv_for_two_specs_is_a_problem_of_the_second_judge():
     assert rows["ocr"].env is None  # no python of its own: the gateway's interpreter
 
 
+def test_a_brought_class_runs_in_the_venv_it_names_which_prepare_never_builds():
+    cfg = validate_config({"judges": {"mine": {"kind": "cosmos_rl_handler", "options": {
+        "handler": "rewards:Mine", "python": "/srv/.venv-mine/bin/python"}}}})
+    rows = {"mine": Row("mine", "cosmos_rl_handler")}
+    assert environment_needs(cfg, ["mine"], load_specs(), rows) == []
+    assert rows["mine"].env is None and rows["mine"].env_text == "yours: /srv/.venv-mine"
+    assert judge_weights(cfg.judges["mine"]) == []
+
+
 def test_the_table_has_a_row_per_judge():
     rows = [Row("ocr", "ocr", load="ok", probe="ok (reward 1)", seconds=2.04), Row("clip", "clip")]
     lines = format_table(rows).splitlines()

@@ -89,7 +89,7 @@ def test_serve_with_a_ray_section_deploys_on_ray_never_on_one_machine(tmp_path, 
     monkeypatch.setitem(sys.modules, "judge_gateway.ray_mode.deploy", None)
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("served on one machine"))
     assert cli.main(["serve", "--config", str(path)]) == 2
-    assert "Ray mode needs the `ray` extra (scripts/setup_ray.sh)" in capsys.readouterr().err
+    assert "Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'" in capsys.readouterr().err
 
 
 def test_serve_on_ray_warns_that_host_and_port_are_unused(tmp_path, capsys, monkeypatch):

@@ -22,6 +22,7 @@ class HeadModel(ABC):
 
     def __init__(self, kind: str, options: dict[str, Any]) -> None:
         self.kind = kind
+        self.name = kind  # the configured judge's name (the worker sets it before load)
         self.options = options
 
     @abstractmethod

@@ -6,6 +6,8 @@ the gateway side (heads/ocr_text.py), which also knows whether a prompt has targ
 
 from __future__ import annotations
 
+import importlib.metadata
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,12 +16,23 @@ import numpy as np
 from .base import HeadLoadError, HeadModel
 
 
+def rapidocr_version() -> str:
+    """The installed RapidOCR's version (the package has no `__version__`: its distribution's)."""
+    try:
+        return importlib.metadata.version("rapidocr")
+    except importlib.metadata.PackageNotFoundError:
+        import rapidocr  # an install without distribution metadata (a source tree on the path)
+
+        return str(getattr(rapidocr, "__version__", "unknown version"))
+
+
 class RapidOcrHead(HeadModel):
     def load(self) -> dict[str, Any]:
         try:
             from rapidocr import RapidOCR
         except ImportError as exc:
-            raise HeadLoadError(f"rapidocr is not installed in the worker's interpreter: {exc}") from exc
+            raise HeadLoadError(f"rapidocr is not installed in the worker's interpreter ({exc}): "
+                                f"{sys.executable} -m pip install 'judge-gateway[ocr]'") from exc
         o = self.options
         device = o.get("device", "cpu")
         params: dict[str, Any] = {
@@ -36,9 +49,7 @@ class RapidOcrHead(HeadModel):
             self.engine = RapidOCR(params=params)
         except Exception as exc:
             raise HeadLoadError(f"RapidOCR failed to initialise: {exc}") from exc
-        import rapidocr
-
-        return {"model": f"rapidocr {getattr(rapidocr, '__version__', '?')} (PP-OCR)", "library": "rapidocr"}
+        return {"model": f"rapidocr {rapidocr_version()} (PP-OCR)", "library": "rapidocr"}
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
         outputs = []
