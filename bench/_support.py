@@ -129,6 +129,32 @@ class CpuVllm:
         self._script("stop", timeout=120)
 
 
+def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
+    """uint8 [n, h, w, 3] frames that look like a generated clip to a codec and a resampler: a
+    smooth photo-like texture, colour gradients and rendered text, panning a few pixels a frame
+    (noise would be the worst case for both, and nothing like what a generator makes)."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    pad = 4 * n
+    field = rng.normal(0, 1, ((h + 15) // 16, (w + pad + 15) // 16, 3)).astype(np.float32)
+    texture = cv2.resize(field, (w + pad, h), interpolation=cv2.INTER_CUBIC)
+    texture = cv2.GaussianBlur(texture, (0, 0), 3)
+    texture = (texture - texture.min()) / (np.ptp(texture) + 1e-6)
+    yy, xx = np.mgrid[0:h, 0:w + pad].astype(np.float32)
+    gradient = np.stack([xx / (w + pad), yy / h, 1 - xx / (w + pad)], axis=-1)
+    base = ((0.6 * texture + 0.4 * gradient) * 255).clip(0, 255).astype(np.uint8)
+    im = Image.fromarray(base)
+    draw = ImageDraw.Draw(im)
+    size = max(12, h // 18)
+    font = ImageFont.load_default(size=size)
+    for row in range(0, h - size, 3 * size):
+        draw.text((20 + row % 97, row + size), f"frame text {row:04d} The quick brown fox 0123456789",
+                  fill=(255, 255, 255) if row % 2 else (10, 10, 10), font=font)
+    canvas = np.asarray(im)
+    return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
+
+
 def run_on_vllm(main_async, args) -> int:
     """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
     for the run (served as `args.model`) when no URL was given."""

@@ -8,6 +8,11 @@ so drift in the machine's load hits both sides alike.
 
     .venv/bin/python bench/gateway_vs_direct.py --samples 512 --concurrency 64
     .venv/bin/python bench/gateway_vs_direct.py --base-url http://gpu:8005/v1 --model Qwen/Qwen2.5-VL-7B-Instruct
+    .venv/bin/python bench/gateway_vs_direct.py --before /path/to/older/checkout   # before/after, same run
+
+`--before DIR` serves a second gateway from another checkout of judge-gateway (its package on
+PYTHONPATH) and adds it to every round, so a change's before and after are measured side by side;
+`--profile FILE` records this checkout's gateway with py-spy during the timed rounds.
 
 Without --base-url it builds the tiny CPU model and starts a vLLM CPU server itself
 (scripts/start_vllm.sh --cpu), as the tests do.
@@ -20,6 +25,7 @@ import asyncio
 import base64
 import io
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -136,61 +142,96 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path = Path(tmp) / "bench.toml"
         cfg_path.write_text(cfg_text)
-        port = free_port()
-        log = open(Path(tmp) / "gateway.log", "w")
-        proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(cfg_path),
-                                 "--port", str(port), "--log-level", "warning"], stdout=log, stderr=log)
-        gw_url = f"http://127.0.0.1:{port}"
+        sides = {"gateway": str(ROOT)}
+        if args.before:
+            sides = {"before": str(Path(args.before).resolve()), "gateway": str(ROOT)}
+        procs: dict[str, tuple[subprocess.Popen, int]] = {}
+        logs = []
+        for name, code in sides.items():
+            port = free_port()
+            log = open(Path(tmp) / f"{name}.log", "w")
+            logs.append(log)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH")) if p)}
+            procs[name] = (subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config",
+                                             str(cfg_path), "--port", str(port), "--log-level", "warning"],
+                                            stdout=log, stderr=log, env=env), port)
         try:
-            async with httpx.AsyncClient(base_url=gw_url, timeout=600,
-                                         limits=httpx.Limits(max_connections=args.concurrency + 8)) as http:
-                await wait_healthy(http, "the gateway's log", timeout_s=20)
-                direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=600,
-                                     http_client=httpx.AsyncClient(
-                                         timeout=600, limits=httpx.Limits(max_connections=args.concurrency + 8)))
+            limits = httpx.Limits(max_connections=args.concurrency + 8)
+            https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits)
+                     for name, (_, port) in procs.items()}
+            for name, http in https.items():
+                await wait_healthy(http, f"gateway {name}'s log", timeout_s=30)
+            direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=600,
+                                 http_client=httpx.AsyncClient(timeout=600, limits=limits))
 
-                async def via_direct(i: int) -> None:
-                    c = await direct.chat.completions.create(model=args.model, messages=messages[i], max_tokens=1,
-                                                             temperature=0.0, logprobs=True, top_logprobs=20)
-                    assert c.choices[0].logprobs.content[0].top_logprobs
+            async def via_direct(i: int) -> None:
+                c = await direct.chat.completions.create(model=args.model, messages=messages[i], max_tokens=1,
+                                                         temperature=0.0, logprobs=True, top_logprobs=20)
+                assert c.choices[0].logprobs.content[0].top_logprobs
 
-                invalid = 0
+            invalid = 0
 
-                async def via_gateway(i: int) -> None:
+            def via(name: str):
+                async def send(i: int) -> None:
                     nonlocal invalid
-                    r = await http.post("/v1/rewards", json={"samples": [{"prompt": "a photo", "image": b64[i]}]})
+                    r = await https[name].post("/v1/rewards", json={"samples": [{"prompt": "a photo", "image": b64[i]}]})
                     r.raise_for_status()
                     if not r.json()["results"][0]["valid"]:
                         invalid += 1
+                return send
 
-                # Warm both paths (connections, vLLM's first-request costs).
-                await run_load(min(args.samples, args.concurrency), args.concurrency, via_direct)
-                await run_load(min(args.samples, args.concurrency), args.concurrency, via_gateway)
-                rows: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
-                print(f"{args.samples} samples, {args.concurrency} concurrent, {args.size}x{args.size} PNG, "
-                      f"model {args.model} at {base_url}")
-                for rnd in range(args.rounds):
-                    print(f"round {rnd + 1}")
-                    wall, lat = await run_load(args.samples, args.concurrency, via_direct)
-                    rows["direct"].append(report("direct", args.samples, wall, lat))
-                    cpu0 = cpu_seconds(proc.pid)
-                    wall, lat = await run_load(args.samples, args.concurrency, via_gateway)
-                    cpu1 = cpu_seconds(proc.pid)
+            # Warm every path (connections, vLLM's first-request costs).
+            await run_load(min(args.samples, args.concurrency), args.concurrency, via_direct)
+            for name in procs:
+                await run_load(min(args.samples, args.concurrency), args.concurrency, via(name))
+            rows: dict[str, list[dict[str, float]]] = {"direct": [], **{name: [] for name in procs}}
+            spy = None
+            if args.profile:  # py-spy on this checkout's gateway for the timed rounds (GIL-holding samples)
+                spy = subprocess.Popen([args.py_spy, "record", "--pid", str(procs["gateway"][0].pid), "--gil",
+                                        "--rate", "200", "--format", "raw", "--nonblocking", "-o", args.profile],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                await asyncio.sleep(1.0)
+            print(f"{args.samples} samples, {args.concurrency} concurrent, {args.size}x{args.size} PNG, "
+                  f"model {args.model} at {base_url}" + (f"; before = {sides['before']}" if args.before else ""))
+            for rnd in range(args.rounds):
+                print(f"round {rnd + 1}")
+                wall, lat = await run_load(args.samples, args.concurrency, via_direct)
+                rows["direct"].append(report("direct", args.samples, wall, lat))
+                order = list(procs) if rnd % 2 == 0 else list(reversed(procs))
+                for name in order:
+                    pid = procs[name][0].pid
+                    cpu0 = cpu_seconds(pid)
+                    wall, lat = await run_load(args.samples, args.concurrency, via(name))
+                    cpu1 = cpu_seconds(pid)
                     cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
-                    rows["gateway"].append(report("gateway", args.samples, wall, lat, cpu))
-                await direct.close()
+                    rows[name].append(report(name, args.samples, wall, lat, cpu))
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=120)
+                print(f"py-spy profile of the gateway (collapsed stacks): {args.profile}")
+            await direct.close()
+            for http in https.values():
+                await http.aclose()
         finally:
-            proc.terminate()
-            proc.wait(timeout=20)
-            log.close()
+            for proc, _ in procs.values():
+                proc.terminate()
+                proc.wait(timeout=20)
+            for log in logs:
+                log.close()
 
     print("mean over rounds")
     for name, rs in rows.items():
+        cpu_ms = [r["cpu_ms_per_req"] for r in rs if "cpu_ms_per_req" in r]
         print(f"  {name:8s} {statistics.fmean(r['rps'] for r in rs):8.1f} req/s   "
               f"p50 {statistics.fmean(r['p50_ms'] for r in rs):8.1f} ms   "
-              f"p99 {statistics.fmean(r['p99_ms'] for r in rs):8.1f} ms")
-    ratio = statistics.fmean(r["rps"] for r in rows["gateway"]) / statistics.fmean(r["rps"] for r in rows["direct"])
-    print(f"gateway / direct throughput: {ratio:.3f}   (invalid gateway scores: {invalid})")
+              f"p99 {statistics.fmean(r['p99_ms'] for r in rs):8.1f} ms"
+              + (f"   gateway CPU {statistics.fmean(cpu_ms):.2f} ms/request" if cpu_ms else ""))
+    direct_rps = statistics.fmean(r["rps"] for r in rows["direct"])
+    for name in rows:
+        if name != "direct":
+            ratio = statistics.fmean(r["rps"] for r in rows[name]) / direct_rps
+            print(f"{name} / direct throughput: {ratio:.3f}")
+    print(f"invalid gateway scores: {invalid}")
 
 
 def main() -> int:
@@ -201,6 +242,9 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--before", help="another judge-gateway checkout to serve beside this one (before/after)")
+    p.add_argument("--profile", help="write a py-spy profile of this checkout's gateway (collapsed stacks) here")
+    p.add_argument("--py-spy", default="py-spy", help="the py-spy executable (pip install py-spy)")
     args = p.parse_args()
     return run_on_vllm(main_async, args)
 

@@ -83,6 +83,8 @@ def judge_config(head: str, batch: int, args: argparse.Namespace) -> dict:
         common["overlap_preprocessing"] = args.overlap == "on"
     if args.transport is not None:
         common["transport"] = args.transport
+    if args.pipeline_min_batch:
+        common["pipeline_min_batch"] = args.pipeline_min_batch
     if head in CLIP_FAMILY:
         return tiny_judge(head, args.size, **common)
     if head == "image_reward":
@@ -306,6 +308,8 @@ async def main() -> int:
                     help="preprocess the next batch during the current forward (default: on off-CPU)")
     ap.add_argument("--transport", choices=["shm", "pipe"], default=None,
                     help="how pixels reach the worker (default: the head's default, shm)")
+    ap.add_argument("--pipeline-min-batch", type=int, default=None,
+                    help="start a batch once it holds this many items while the device is idle (default: off)")
     args = ap.parse_args()
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
     batches = [int(b) for b in args.batch_sizes.split(",")]

@@ -1,11 +1,13 @@
 """Backend pool: one served model on one or more vLLM replicas behind the OpenAI API.
 
 One long-lived `AsyncOpenAI` client per replica (created on the event loop that uses it), a
-concurrency limit per replica, least-outstanding-requests balancing, ejection of a replica that
-keeps failing, and tenacity retries for transient faults only: with jittered exponential
-back-off until the call's deadline (`call_deadline`: the judge's deadline_s, a cosmos-rl
-request's own deadline), or `retry_for_s` when it has none. A fault shorter than the deadline
-is waited out, not turned into an invalid score.
+concurrency limit per replica, least-outstanding-requests balancing (or, for a call that names
+its medium, the replica that medium hashes to, so the k judges of one image share vLLM's
+encoder and prefix caches there), ejection of a replica that keeps failing, and tenacity
+retries for transient faults only: with jittered exponential back-off until the call's deadline
+(`call_deadline`: the judge's deadline_s, a cosmos-rl request's own deadline), or `retry_for_s`
+when it has none. A fault shorter than the deadline is waited out, not turned into an invalid
+score.
 
 Fault messages reach clients in scores: they name the backend and the replica's index, never its
 URL, and never echo the backend's error body (both go to the log).
@@ -14,6 +16,7 @@ URL, and never echo the backend's error body (both go to the log).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 import time
@@ -27,8 +30,10 @@ import openai
 from openai import AsyncOpenAI
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
+from .chat_http import ChatSession
 from .config import BackendConfig
 from .exceptions import Unavailable
+from .media.body import dumps as dumps_body
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 10.0  # a backend's failures are logged at most this often per kind
@@ -125,6 +130,14 @@ def deadline_at(when: float | None) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: every input bit moves every output bit (a rendezvous score)."""
+    x &= 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
 @dataclass
 class Replica:
     base_url: str
@@ -133,9 +146,14 @@ class Replica:
     consecutive_failures: int = 0
     ejected_until: float = 0.0
     _client: AsyncOpenAI | None = None
+    _chat: ChatSession | None = None  # chat completions, without the SDK's per-call cost (chat_http.py)
     _loop: asyncio.AbstractEventLoop | None = None
     _sem: asyncio.Semaphore | None = None
     served: int = field(default=0)
+    salt: int = field(init=False)  # a number of the URL, the same in every process (rendezvous hashing)
+
+    def __post_init__(self) -> None:
+        self.salt = int.from_bytes(hashlib.blake2b(self.base_url.encode(), digest_size=8).digest(), "little")
 
     def bind(self, cfg: BackendConfig) -> tuple[AsyncOpenAI, asyncio.Semaphore]:
         """The client and semaphore of the running loop (made once per loop)."""
@@ -149,10 +167,16 @@ class Replica:
                 timeout=timeout,
                 http_client=_http_client(timeout),
             )
+            self._chat = ChatSession(self.base_url, cfg.api_key(), cfg.timeout_s, cfg.connect_timeout_s)
             self._sem = asyncio.Semaphore(cfg.max_concurrency)
             self._loop = loop
         assert self._sem is not None
         return self._client, self._sem
+
+    @property
+    def chat(self) -> ChatSession:
+        assert self._chat is not None, "bind() first"
+        return self._chat
 
 
 def _http_client(timeout: Any) -> Any:
@@ -177,12 +201,19 @@ class BackendPool:
         self.replicas = [Replica(url, cfg.max_concurrency) for url in cfg.base_urls]
         self._logged: dict[str, float] = {}  # fault kind -> when it was last logged
 
-    def _pick(self) -> Replica:
+    def _pick(self, affinity: int | None = None) -> Replica:
         now = time.monotonic()
         healthy = [r for r in self.replicas if r.ejected_until <= now]
         if not healthy:
             # Everyone is cooling down: try the one that comes back first rather than fail.
             return min(self.replicas, key=lambda r: r.ejected_until)
+        if affinity is not None and len(healthy) > 1:
+            # Rendezvous hashing: a medium keeps its replica while others come and go; a replica
+            # with no free slot is passed over for the least loaded (its caches are not worth
+            # a wait in its queue).
+            preferred = max(healthy, key=lambda r: _mix64(affinity ^ r.salt))
+            if preferred.outstanding < preferred.max_concurrency:
+                return preferred
         least = min(r.outstanding for r in healthy)
         return random.choice([r for r in healthy if r.outstanding == least])
 
@@ -199,15 +230,15 @@ class BackendPool:
                             self.cfg.eject_cooldown_s)
             replica.ejected_until = now + self.cfg.eject_cooldown_s
 
-    async def _attempt(self, body: dict[str, Any]) -> dict[str, Any]:
-        replica = self._pick()
-        client, sem = replica.bind(self.cfg)
+    async def _attempt(self, body: bytes, affinity: int | None) -> dict[str, Any]:
+        replica = self._pick(affinity)
+        _, sem = replica.bind(self.cfg)
         replica.outstanding += 1
         try:
             async with sem:
-                # A raw post with `cast_to=object` returns the JSON as is: the SDK's request
-                # transforms and response models cost more CPU than the judge itself.
-                result = await client.post("/chat/completions", cast_to=object, body=body)
+                # The JSON as is, through aiohttp: the SDK's request and response layers cost more
+                # CPU than the judge itself (chat_http.py).
+                result = await replica.chat.post(body)
         except Exception as exc:
             self._record(replica, ok=not is_transient(exc))
             raise
@@ -218,16 +249,19 @@ class BackendPool:
             raise BackendError(f"backend {self.name!r}: expected a JSON object, got {type(result).__name__}")
         return result
 
-    async def chat(self, **params: Any) -> dict[str, Any]:
+    async def chat(self, *, affinity: int | None = None, **params: Any) -> dict[str, Any]:
         """A chat completion as the server's JSON; raises a BackendFault subclass on failure.
 
         `params` are the OpenAI chat parameters; `extra_body` entries are merged into the body.
         Transient faults are retried with back-off until the call's deadline (`call_deadline`),
         else for `retry_for_s`: no attempt starts after it; `max_retries`, when set, caps the
         attempts too. An attempt in flight is the caller's to end (asyncio.timeout around this
-        call: the judge's deadline_s, a cosmos-rl request's timeout, which fails it as a whole)."""
+        call: the judge's deadline_s, a cosmos-rl request's timeout, which fails it as a whole).
+        `affinity` (a medium's key, MediaCache.affinity) routes the first attempt to that
+        medium's replica; retries go to the least loaded."""
         extra = params.pop("extra_body", None) or {}
-        body = {"model": self.model, **params, **extra}
+        # Serialised once for every attempt, data URLs spliced in (media/body.py).
+        body = dumps_body({"model": self.model, **params, **extra})
         deadline = call_deadline()
         if deadline is None:
             deadline = time.monotonic() + self.cfg.retry_for_s
@@ -247,7 +281,8 @@ class BackendPool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(body)
+                    first = attempt.retry_state.attempt_number == 1
+                    return await self._attempt(body, affinity if first else None)
         except BackendFault:
             raise
         except openai.OpenAIError as exc:
@@ -301,9 +336,11 @@ class BackendPool:
 
     async def aclose(self) -> None:
         for replica in self.replicas:
-            if replica._client is not None:
+            for closable in (replica._client, replica._chat):
+                if closable is None:
+                    continue
                 try:
-                    await replica._client.close()
+                    await closable.close()
                 except RuntimeError:  # its loop is gone; nothing left to close
                     pass
-                replica._client = None
+            replica._client = replica._chat = None

@@ -18,6 +18,7 @@ from .judges import Judge, ScoreContext
 from .judges.queue import hold_queues
 from .media import MediaCache
 from .media.budget import MediaBudget
+from .media.pool import MediaPool
 from .media.scope import MediaScope, media_scope
 from .metrics import Metrics
 from .registry import build_judges
@@ -50,6 +51,8 @@ class Gateway:
         self.config = config
         self.pools = {name: BackendPool(name, b) for name, b in config.backends.items()}
         self.judges: dict[str, Judge] = build_judges(config, self.pools)
+        # Decoding, resizing and encoding of every request's media, on every core ([media]).
+        self.media_pool = MediaPool(config.media.workers, config.media.max_pending)
         self.metrics = Metrics()
         # Decoded pixels all requests scoring at once may hold (media/budget.py): the servers reserve a
         # request's share before it scores.
@@ -64,6 +67,14 @@ class Gateway:
     @classmethod
     def from_config_file(cls, path: str | Path | None = None) -> "Gateway":
         return cls(load_config(path))
+
+    def media_backlog(self) -> str | None:
+        """Why new requests should wait (the media pool's queue is past its bound), else None."""
+        pool = self.media_pool
+        if not pool.overloaded:
+            return None
+        return (f"{pool.pending} media jobs queued or running on {pool.workers} media workers "
+                f"(media.max_pending = {pool.max_pending})")
 
     def capacity(self) -> dict[str, int]:
         """What the configured judges can work on at once: per used backend its replicas x
@@ -113,7 +124,7 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
-        ctx = ScoreContext(media=MediaCache(), request_id=request.request_id or uuid.uuid4().hex,
+        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex,
                            samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
                   for name in names if (judge := self.judges[name]).queue is not None}
@@ -238,6 +249,7 @@ class Gateway:
                                        return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
+        self.media_pool.shutdown()
         errors = [(name, r) for name, r in zip(self.judges, results) if isinstance(r, BaseException)]
         for name, err in errors[1:]:  # only the first is raised: the others are not lost
             log.error("judge %s failed to close: %r", name, err)

@@ -11,8 +11,11 @@ request, not here). Every request carries an "id" that its reply repeats. Reques
   {"op": "ping"}
   {"op": "load_torch"}           payload: torch.save bytes  -> npy of the tensor (bf16 -> float32)
   {"op": "decode", "decoder", "channels", "checkpoint", "subfolder", "device", "dtype", "batch_size",
-   "denormalize", "mean_std": null | {"images": file, "video": file}, "to_uint8": "truncate" | "round"}
-                                 payload: npy float32 [B,C,T,H,W] -> npy uint8 [B,3,T',H',W']
+   "denormalize", "mean_std": null | {"images": file, "video": file}, "to_uint8": "truncate" | "round",
+   "frames": null | [[index, ...] per sample], "size": null | [width, height]}
+                                 payload: npy float32 [B,C,T,H,W] -> npy uint8 [B,3,T',H',W'], or with
+                                 "frames" / "size" only those frames of each sample at that size,
+                                 [B,3,n,h,w]: sampled and resized on the device right after the decode
   {"op": "shutdown"}             exit (so does the end of stdin)
 Replies: {"id", "ok": true, ...} + payload, or {"id", "ok": false, "error": "...", "stage": "load" | null}
 + empty payload ("load": the VAE or its statistics could not be loaded).
@@ -180,6 +183,33 @@ def _undo_dataset_norm(z: Any, h: dict[str, Any]) -> Any:
     return z * std + mean
 
 
+def sample_and_resize(x: Any, frames: list[list[int]] | None, size: list[int] | None, to_uint8: str | None) -> Any:
+    """Decoded pixels in [-1, 1], [b,3,T,H,W] on the device -> uint8 [b,3,n,h,w]: each sample's
+    `frames` (all when None), resized to `size` (width, height) by antialiased bicubic, as Qwen-VL's
+    processor (and PIL) resize, then cosmos-rl's ((x.clamp(-1,1)+1)/2*255) cast (truncated, or
+    rounded with to_uint8 = "round"). Only these frames leave the device."""
+    import torch
+    import torch.nn.functional as F
+
+    if frames is not None:
+        if len(frames) != x.shape[0] or len({len(f) for f in frames}) != 1:
+            raise ValueError(f"frames must list the same number of indices for each of the {x.shape[0]} samples")
+        for f in frames:
+            if not f or min(f) < 0 or max(f) >= x.shape[2]:
+                raise ValueError(f"frame indices {f[:3]}... out of range for {x.shape[2]} decoded frames")
+        x = torch.stack([x[i][:, torch.tensor(f, device=x.device)] for i, f in enumerate(frames)])
+    x = (x.float().clamp(-1, 1) + 1) / 2 * 255
+    if size is not None and (size[1], size[0]) != tuple(x.shape[-2:]):
+        b, c, n, height, width = x.shape
+        flat = x.permute(0, 2, 1, 3, 4).reshape(b * n, c, height, width)
+        flat = F.interpolate(flat, size=(int(size[1]), int(size[0])), mode="bicubic", antialias=True,
+                             align_corners=False).clamp(0, 255)
+        x = flat.reshape(b, n, c, int(size[1]), int(size[0])).permute(0, 2, 1, 3, 4)
+    if to_uint8 == "round":
+        x = x.round()
+    return x.to(torch.uint8)  # the cast truncates, as the original's does
+
+
 def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
     import numpy as np
     import torch
@@ -198,6 +228,7 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
         std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
     outs = []
+    frames = h.get("frames")
     with torch.inference_mode():
         for i in range(0, lat.shape[0], int(h["batch_size"])):
             z = torch.from_numpy(lat[i: i + int(h["batch_size"])]).float()
@@ -205,11 +236,9 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
                 z = _undo_dataset_norm(z, h)
             if mean is not None:
                 z = z * std + mean  # the Wan pipeline's latents / (1/std) + mean
-            x = vae.decode(z.to(h["device"], dtype), return_dict=False)[0].float().cpu()
-            x = (x.clamp(-1, 1) + 1) / 2 * 255
-            if h.get("to_uint8") == "round":
-                x = x.round()
-            outs.append(x.to(torch.uint8).numpy())  # the cast truncates, as the original's does
+            x = vae.decode(z.to(h["device"], dtype), return_dict=False)[0]
+            chunk = frames[i: i + int(h["batch_size"])] if frames is not None else None
+            outs.append(sample_and_resize(x, chunk, h.get("size"), h.get("to_uint8")).cpu().numpy())
     pixels = np.concatenate(outs, axis=0)
     return {"shape": list(pixels.shape)}, _npy(pixels)
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ class TorchWorker(WorkerSupervisor):
                          retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_LATENT_PAYLOAD_BYTES)
         self.cfg = cfg
         self._lock = asyncio.Lock()
+        self._waiting: dict[tuple[Any, ...], list[_Waiting]] = {}  # alike decode calls waiting to batch
         self._load_failures: dict[str, tuple[float, str]] = {}  # decoder -> (when, why)
         # cosmos-rl's load_mean_std of the Wan2.1 decoder; POST /api/reward/latent_attr sets it.
         self.load_mean_std = bool(cfg.wan2_1 and cfg.wan2_1.load_mean_std)
@@ -78,8 +81,12 @@ class TorchWorker(WorkerSupervisor):
 
     async def _call(self, header: dict[str, Any], payload: bytes, timeout: float) -> tuple[dict[str, Any], bytes]:
         async with self._lock:
-            await self.wait_ready()  # starts the worker at the first call, or waits out a restart
-            reply, out = await self.request(header, payload, timeout=timeout)
+            return await self._call_locked(header, payload, timeout)
+
+    async def _call_locked(self, header: dict[str, Any], payload: bytes,
+                           timeout: float) -> tuple[dict[str, Any], bytes]:
+        await self.wait_ready()  # starts the worker at the first call, or waits out a restart
+        reply, out = await self.request(header, payload, timeout=timeout)
         if not reply.get("ok"):
             raise TorchWorkerError(reply.get("error", "unknown worker error"), stage=reply.get("stage"))
         return reply, out
@@ -93,8 +100,31 @@ class TorchWorker(WorkerSupervisor):
         reply, out = await self._call({"op": "load_torch"}, data, self.cfg.start_timeout_s)
         return np.load(io.BytesIO(out), allow_pickle=False), str(reply["dtype"])
 
-    async def decode(self, latents: np.ndarray) -> np.ndarray:
-        """float32 [B,C,T,H,W] -> uint8 pixels [B,3,T',H',W'], by the decoder of C channels."""
+    async def decode(self, latents: np.ndarray, frames: list[list[int]] | None = None,
+                     size: tuple[int, int] | None = None) -> np.ndarray:
+        """float32 [B,C,T,H,W] -> uint8 pixels [B,3,T',H',W'], by the decoder of C channels; with
+        `frames` (source indices per sample, as many for each) and `size` (width, height), only
+        those frames at that size, [B,3,n,h,w]: sampled and resized on the decoder's device
+        (latent_worker.sample_and_resize), so a 224 MB 720p clip crosses the pipe as ~21 MB.
+
+        Calls that wait while the worker is busy are decoded together when they are alike (same
+        decoder, latent shape, frames kept and size) and hold at most `batch_size` samples between
+        them: the device then decodes full batches across cosmos-rl requests of a sample or two."""
+        header = self._decode_header(latents, frames, size)
+        if latents.shape[0] >= self.cfg.batch_size or not self._lock.locked():
+            return await self._decode_now(header, [latents], [frames])
+        key = (header["decoder"], json.dumps(header["mean_std"]), latents.shape[1:],
+               len(frames[0]) if frames else None, tuple(size) if size else None)
+        item = _Waiting(latents, frames, asyncio.get_running_loop().create_future())
+        group = self._waiting.setdefault(key, [])
+        group.append(item)
+        if len(group) == 1:  # the first of its kind starts the batch; the rest join it while it waits
+            flush = asyncio.ensure_future(self._flush(key))
+            flush.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await item.result
+
+    def _decode_header(self, latents: np.ndarray, frames: list[list[int]] | None,
+                       size: tuple[int, int] | None) -> dict[str, Any]:
         channels = int(latents.shape[1])
         if channels not in self.decoders:
             raise TorchWorkerError(f"no decoder for {channels}-channel latents is configured (cosmos_rl.latents)")
@@ -105,17 +135,70 @@ class TorchWorker(WorkerSupervisor):
                 raise TorchWorkerError("load_mean_std is on but cosmos_rl.latents.wan2_1 has no "
                                        "images_mean_std / video_mean_std")
             mean_std = {"images": vae.images_mean_std, "video": vae.video_mean_std}
+        return {"op": "decode", "decoder": name, "channels": channels, "checkpoint": vae.checkpoint,
+                "subfolder": vae.subfolder, "device": self.cfg.device, "dtype": self.cfg.dtype,
+                "batch_size": self.cfg.batch_size, "denormalize": self.cfg.denormalize, "mean_std": mean_std,
+                "to_uint8": self.cfg.to_uint8, "frames": frames, "size": list(size) if size else None}
+
+    async def _decode_now(self, header: dict[str, Any], parts: list[np.ndarray],
+                          frames: list[list[list[int]] | None], locked: bool = False) -> np.ndarray:
+        """One worker call for these latents (concatenated along the batch)."""
+        latents = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        header = {**header, "frames": [f for fs in frames for f in fs] if frames[0] is not None else None}
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(latents, dtype=np.float32), allow_pickle=False)
-        header = {"op": "decode", "decoder": name, "channels": channels, "checkpoint": vae.checkpoint,
-                  "subfolder": vae.subfolder, "device": self.cfg.device, "dtype": self.cfg.dtype,
-                  "batch_size": self.cfg.batch_size, "denormalize": self.cfg.denormalize, "mean_std": mean_std,
-                  "to_uint8": self.cfg.to_uint8}
+        name = header["decoder"]
+        call = self._call_locked if locked else self._call
         try:
-            _, out = await self._call(header, buf.getvalue(), self.cfg.start_timeout_s + self.cfg.timeout_s)
+            _, out = await call(header, buf.getvalue(), self.cfg.start_timeout_s + self.cfg.timeout_s)
         except TorchWorkerError as err:
             if err.stage == "load":
-                self._load_failures[name] = (time.monotonic(), f"{WAN_NAMES[name]} decoder {vae.checkpoint!r}: {err}")
+                self._load_failures[name] = (time.monotonic(), f"{WAN_NAMES[name]} decoder {header['checkpoint']!r}: {err}")
             raise
         self._load_failures.pop(name, None)
         return np.load(io.BytesIO(out), allow_pickle=False)
+
+    async def _flush(self, key: tuple[Any, ...]) -> None:
+        """Decode the calls gathered under `key` once the worker is free, `batch_size` samples at
+        most per worker call; each caller gets its own rows (or the call's error)."""
+        async with self._lock:
+            group = self._waiting.pop(key, [])
+            batch: list[_Waiting] = []
+            for item in group:
+                if item.result.done():  # its caller left
+                    continue
+                if batch and sum(b.latents.shape[0] for b in batch) + item.latents.shape[0] > self.cfg.batch_size:
+                    self._waiting.setdefault(key, []).append(item)  # the next batch
+                    continue
+                batch.append(item)
+            if key in self._waiting:
+                later = asyncio.ensure_future(self._flush(key))
+                later.add_done_callback(lambda t: t.cancelled() or t.exception())
+            if not batch:
+                return
+            header = self._decode_header(batch[0].latents, batch[0].frames, None)
+            header["size"] = list(key[4]) if key[4] else None
+            try:
+                pixels = await self._decode_now(header, [b.latents for b in batch], [b.frames for b in batch],
+                                                locked=True)
+            except BaseException as err:
+                failure = err if isinstance(err, Exception) else TorchWorkerError("the latent decoder stopped")
+                for b in batch:
+                    if not b.result.done():
+                        b.result.set_exception(failure)
+                raise
+        start = 0
+        for b in batch:
+            rows = b.latents.shape[0]
+            if not b.result.done():
+                b.result.set_result(pixels[start: start + rows])
+            start += rows
+
+
+@dataclass
+class _Waiting:
+    """A decode call waiting to be batched with others like it."""
+
+    latents: np.ndarray
+    frames: list[list[int]] | None
+    result: asyncio.Future[np.ndarray]

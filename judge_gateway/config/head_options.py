@@ -39,6 +39,10 @@ class HeadOptions(BaseModel):
     max_wait_ms: float = Field(
         5.0, ge=0, le=10_000, description="How long a batch waits for more concurrent items once it has one."
     )
+    pipeline_min_batch: int | None = Field(
+        None, ge=1, le=4096, description="While the device is idle, start a batch as soon as it holds this many "
+        "items instead of waiting for max_batch_size or max_wait_ms: the first images of a GRPO step start the "
+        "forward while the rest arrive (batches after it fill while it runs). Default: off.")
     max_queue_items: int = Field(
         4096, ge=1, description="Items (images or frames) accepted and not yet answered; a request that would "
         "go over is refused with Retry-After (429 native, 503 Flow-Factory; accepted cosmos-rl work waits). "

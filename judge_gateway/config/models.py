@@ -180,6 +180,12 @@ class MediaConfig(Strict):
         2**29, gt=0, description="Decoded pixels of all compressed media (PNG/JPEG/WebP, mp4) in one request, "
         "and of all tensors in one cosmos-rl enqueue (2^29: ~1.6 GB of RGB)."
     )
+    workers: int | None = Field(
+        None, gt=0, description="Threads that decode, resize and encode media (default: one per core this "
+        "process may use).")
+    max_pending: int | None = Field(
+        None, gt=0, description="Media jobs queued or running beyond which new synchronous requests are refused "
+        "(429 / 503 with Retry-After; default: 32 per worker).")
     max_process_pixels: int | None = Field(
         None, gt=0, description="Decoded pixels all requests scoring at once may hold, process-wide: a request "
         "reserves what its compressed media (and cosmos-rl latents) decode to before it scores and waits for room "
@@ -199,7 +205,7 @@ class MediaConfig(Strict):
         return self
 
     def limits(self) -> MediaLimits:
-        return MediaLimits(**self.model_dump(exclude={"max_process_pixels"}))
+        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending"}))
 
     def process_pixels(self) -> int:
         """max_process_pixels, or its default for this machine."""
@@ -290,6 +296,8 @@ class ImageEncodingConfig(Strict):
     min_pixels: int | None = Field(None, gt=0, description="Upscale smaller images to this many pixels.")
     format: Literal["png", "jpeg"] = Field("png", description="How the image is sent to the VLM (a data URL).")
     jpeg_quality: int = Field(95, ge=1, le=100, description="format = jpeg: the encoder's quality.")
+    resampler: Literal["fast", "pil"] = Field(
+        "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")
 
 
 class VideoSamplingConfig(Strict):
@@ -302,6 +310,12 @@ class VideoSamplingConfig(Strict):
         True, description="Drop the last frame of an odd count (Qwen2.5-VL's temporal patch is 2 frames); a lone "
         "frame is sent twice."
     )
+    codec: Literal["auto", "mjpeg", "libx264", "mpeg4"] = Field(
+        "auto", description="auto: Motion JPEG (libjpeg-turbo frames in mp4); libx264 / mpeg4 through FFmpeg.")
+    jpeg_quality: int = Field(95, ge=1, le=100, description="Motion JPEG quality (4:4:4 chroma from 90).")
+    crf: int = Field(18, ge=0, le=51, description="libx264's quality.")
+    resampler: Literal["fast", "pil"] = Field(
+        "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")
 
 
 class JudgeConfig(Strict):

@@ -3,7 +3,9 @@
 Jobs (one per request message, each with n frames) arrive on a queue from the reader thread.
 The batcher takes the first job, then keeps collecting until it holds `max_batch_size` items or
 `max_wait_ms` has passed since the first one, runs the model in slices of at most
-`max_batch_size` items, and hands every job its own outputs.
+`max_batch_size` items, and hands every job its own outputs. With `pipeline_min_batch`, a batch
+is closed as soon as it holds that many items while the device is idle (`collect`'s `idle`): the
+forward starts on the first images of a step while the rest arrive.
 
 Two stages: a head may split its work into `prepare` (preprocessing: resize, normalise; the
 CLIP family also its prompts' text rows; safe to run beside a forward on another thread) and
@@ -146,12 +148,13 @@ class Staged:
 
 class MicroBatcher:
     def __init__(self, infer: InferFn, max_batch_size: int, max_wait_ms: float,
-                 prepare: PrepareFn | None = None) -> None:
+                 prepare: PrepareFn | None = None, pipeline_min_batch: int | None = None) -> None:
         """`infer(images, prompts)`, or `infer(images, prompts, prepared)` when `prepare` is given."""
         self.infer = infer
         self.prepare = prepare
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
+        self.pipeline_min_batch = pipeline_min_batch
         self.batches = 0
         self.items = 0
         self.batch_sizes: dict[int, int] = {}
@@ -159,8 +162,10 @@ class MicroBatcher:
         self.infer_s = 0.0
         self._held: Job | None = None  # a job kept for the next batch (a plain FIFO queue's)
 
-    def collect(self, q: "queue.Queue[Any] | FairJobQueue") -> tuple[list[Job], list[Any]]:
-        """Block for one message, then gather jobs until the batch is full or the wait is over.
+    def collect(self, q: "queue.Queue[Any] | FairJobQueue",
+                idle: Callable[[], bool] | None = None) -> tuple[list[Job], list[Any]]:
+        """Block for one message, then gather jobs until the batch is full or the wait is over
+        (or, with `pipeline_min_batch`, holds that many items while `idle()` says the device waits).
         Returns (jobs, other messages that arrived meanwhile, in order after the jobs). A job
         whose items are over MAX_BATCH_SIZE_RATIO times the first's is left for the next batch."""
         if self._held is not None:
@@ -173,14 +178,21 @@ class MicroBatcher:
         items = self.job_size(first)
         largest = max(1, item_pixels(first)) * MAX_BATCH_SIZE_RATIO
         deadline = time.monotonic() + self.max_wait_s
+        early = self.pipeline_min_batch if idle is not None else None
         while items < self.max_batch_size:
+            if early is not None and items >= early and idle():  # type: ignore[misc]
+                break  # the device waits: start it on what has arrived
             remaining = deadline - time.monotonic()
+            if early is not None and items >= early:
+                remaining = min(remaining, 0.001)  # look at the device again soon
             try:
                 if isinstance(q, FairJobQueue):
                     msg, seq, arrived = q.get_entry(timeout=remaining) if remaining > 0 else q.get_entry(False)
                 else:
                     msg = q.get(timeout=remaining) if remaining > 0 else q.get_nowait()
             except queue.Empty:
+                if early is not None and items >= early and deadline > time.monotonic():
+                    continue
                 break
             if not isinstance(msg, Job):
                 others.append(msg)  # control / end of stream: run what we have first

@@ -29,7 +29,7 @@ import queue
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -167,7 +167,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     if make_batcher is not None:
         batcher = make_batcher(max_batch, max_wait)
     else:
-        batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare)
+        pipeline = options.get("pipeline_min_batch")
+        batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare,
+                               pipeline_min_batch=int(pipeline) if pipeline else None)
     transport = {"transport": "shm" if arena is not None else "pipe"}
     if arena_error:
         transport["transport_error"] = arena_error
@@ -183,7 +185,8 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     overlap = options.get("overlap_preprocessing")
     if overlap is None:
         overlap = not str(options.get("device", "cpu")).startswith("cpu")
-    items = _batches(batcher, q, cancels, writer)
+    device_idle = threading.Event()  # set while this thread waits for its next batch
+    items = _batches(batcher, q, cancels, writer, device_idle.is_set)
     if overlap and batcher.prepare is not None:
         # One batch ahead: the stager thread collects batch k+1 and has it prepared (by the
         # preprocessing processes, or as kernels on the device's side stream) while this thread
@@ -194,7 +197,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     else:
         next_item = items.__next__  # the same stages, in turn on this thread
     while True:
+        device_idle.set()
         item = next_item()
+        device_idle.clear()
         if isinstance(item, _Batch):
             for msg_id, out in batcher.run(item.jobs, item.staged).items():
                 if isinstance(out, Exception):
@@ -219,12 +224,13 @@ class _Batch:
 
 
 def _batches(batcher: MicroBatcher, q: "queue.Queue[Any] | FairJobQueue", cancels: _Cancels | None = None,
-             writer: _Writer | None = None) -> Iterator[Any]:
+             writer: _Writer | None = None, idle: Callable[[], bool] | None = None) -> Iterator[Any]:
     """Collected batches with their CPU preparation done, then the messages that came after
     them (controls, the end of stream), in arrival order. Cancelled jobs are dropped unrun, and
-    answered: every job gets an answer (the gateway frees its shared-memory region on it)."""
+    answered: every job gets an answer (the gateway frees its shared-memory region on it).
+    `idle()`: the device waits for a batch (batcher.collect's pipelining)."""
     while True:
-        jobs, others = batcher.collect(q)
+        jobs, others = batcher.collect(q, idle)
         if cancels is not None:
             jobs, dropped = cancels.keep(jobs)
             for job in dropped:

@@ -49,7 +49,8 @@ class _GenerativeJudge(VLMJudge):
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
         messages, media_facts = await self.build_messages(sample, ctx)
-        completion = await self.pool.chat(messages=messages, **self._request_params())
+        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx),
+                                          **self._request_params())
         choices = completion.get("choices") or []
         message = (choices[0].get("message") or {}) if choices else {}
         text = message.get("content")

@@ -90,6 +90,13 @@ class VLMJudge(Judge):
     async def probe(self) -> tuple[bool, str | None]:
         return await self.pool.probe()
 
+    def media_affinity(self, sample: "SampleInput", ctx: ScoreContext) -> int | None:
+        """The key of the medium this judge asks about (its image, else its video), for the
+        backend to send every judge of that medium to one replica (backends.BackendPool)."""
+        slots = self.template.media_slots
+        medium = sample.image if "image" in slots and sample.image is not None else sample.video
+        return ctx.media.affinity(medium) if medium is not None else None
+
     async def _conditions(self, given: list[Any], needed: int, what: str,
                           encode: Callable[[Any], Awaitable[Any]]) -> list[Any]:
         """The first `needed` condition media of a sample, encoded (a shortfall is bad input)."""

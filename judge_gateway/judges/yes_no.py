@@ -35,6 +35,7 @@ class YesNoJudge(VLMJudge):
         messages, media_facts = await self.build_messages(sample, ctx)
         completion = await self.pool.chat(
             messages=messages,
+            affinity=self.media_affinity(sample, ctx),
             max_completion_tokens=1,  # what vLLM reads as max_tokens; Flow-Factory sends this name
             temperature=0.0,
             logprobs=True,

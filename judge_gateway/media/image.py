@@ -16,6 +16,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from .limits import MAX_IMAGE_PIXELS, MediaError, _charge, _check_size
+from .native import cv2
 from .wire import (
     _array_from_json,
     _array_json_schema,
@@ -27,7 +28,6 @@ from .wire import (
     _media_core_schema,
     sniff_image_format,
 )
-
 
 # Pillow plugins an image may be read with (magic bytes pick the format first; this keeps every
 # other plugin, e.g. EPS, which runs Ghostscript, away from request bytes).
@@ -271,11 +271,20 @@ class ImageMedia:
         assert self._bytes is not None
         try:
             with Image.open(io.BytesIO(self._bytes), formats=ACCEPTED_IMAGE_FORMATS) as im:
-                im.load()
-                rgb = im.convert("RGB")
+                if im.mode in ("RGB", "L"):
+                    # OpenCV's decoders (libjpeg-turbo, libpng, libwebp) give the same pixels
+                    # for these modes at ~60% of PIL's CPU; EXIF orientation is ignored, as PIL
+                    # does. Palettes, alpha, CMYK and 16-bit gray keep PIL's conversion.
+                    cv = cv2()
+                    arr = cv.imdecode(np.frombuffer(self._bytes, np.uint8),
+                                      cv.IMREAD_COLOR_RGB | cv.IMREAD_IGNORE_ORIENTATION)
+                    if arr is None:
+                        raise ValueError("OpenCV could not decode it")
+                else:
+                    im.load()
+                    arr = np.asarray(im.convert("RGB"))
         except Exception as e:
             raise MediaError(f"cannot decode {self._format.upper()} image: {e}") from None
-        arr = np.asarray(rgb)
         if arr.shape[:2] != (self._height, self._width):
             raise MediaError(
                 f"decoded image is {arr.shape[1]}x{arr.shape[0]} but its header said "

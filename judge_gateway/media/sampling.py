@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from .limits import MediaError, _check_fps
+
+# media/resize.py: "fast" (OpenCV + PIL, the default) or "pil" (PIL bicubic, the reference).
+Resampler = Literal["fast", "pil"]
+RESAMPLERS: tuple[str, ...] = ("fast", "pil")
 
 
 def fit_pixels(
@@ -38,8 +43,9 @@ class VideoSampling:
     (cosmos-rl: keep all up to 160, else stride); then, with `even_frames`, drop the last frame
     of an odd count (Qwen2.5-VL's temporal patch is 2), duplicating a lone frame instead.
     Frames are resized (aspect kept, sides multiples of `size_multiple`) only when above
-    min(max_pixels, total_pixels / frames); otherwise at most one row/column is cropped to make
-    the sides even (yuv420p needs that).
+    min(max_pixels, total_pixels / frames), by `resampler` (media/resize.py); otherwise at most
+    one row/column is cropped to make the sides even (yuv420p needs that). `codec` "auto" is
+    Motion JPEG at `jpeg_quality` (encode.VIDEO_CODECS); `crf` is x264's quality.
     """
 
     num_frames: int | None = None
@@ -51,6 +57,8 @@ class VideoSampling:
     codec: str = "auto"
     size_multiple: int = 28  # Qwen-VL patch 14 x merge 2: vLLM's own resize is then a no-op
     crf: int = 18  # x264 quality; near-lossless so the judge does not score our artefacts
+    jpeg_quality: int = 95  # Motion JPEG's quality (4:4:4 chroma from 90 up)
+    resampler: Resampler = "fast"
 
     def __post_init__(self) -> None:
         for name in ("num_frames", "max_pixels", "total_pixels"):
@@ -72,6 +80,10 @@ class VideoSampling:
             raise ValueError(f"VideoSampling.crf must be in 0..51, got {self.crf}")
         if not self.codec:
             raise ValueError("VideoSampling.codec must be 'auto' or an encoder name")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"VideoSampling.jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        if self.resampler not in RESAMPLERS:
+            raise ValueError(f"VideoSampling.resampler must be one of {RESAMPLERS}, got {self.resampler!r}")
 
 
 def _round_half_up(x: float) -> int:

@@ -1,9 +1,9 @@
 """A request's media work across the threads it runs on: a stop flag, and a count of the threads
 still at work.
 
-Decoding and encoding run in worker threads (`asyncio.to_thread`), which a timed-out or
-cancelled request cannot interrupt: without a flag such a thread kept decoding a video nobody
-waited for any more, and held its frames. `Gateway.score` enters a `MediaScope` (a context
+Decoding and encoding run in worker threads (the media pool, `asyncio.to_thread`), which a
+timed-out or cancelled request cannot interrupt: without a flag such a thread kept decoding a
+video nobody waited for any more, and held its frames. `Gateway.score` enters a `MediaScope` (a context
 variable, so every task and thread it starts inherits it); each decode/encode loop runs
 `with working():` and calls `check_stop()` once per frame, so when the request ends (answered,
 timed out, cancelled) its threads stop at their next frame and drop what they hold.

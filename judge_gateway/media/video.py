@@ -15,7 +15,14 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from .container import _CONTAINER_MIME, _av_message, _ContainerInfo, _probe_container, open_container, video_stream
+from .container import (
+    _CONTAINER_MIME,
+    _av_message,
+    _ContainerInfo,
+    _probe_container,
+    open_container,
+    video_stream,
+)
 from .image import ImageMedia, _check_uint8, _image_json_schema
 from .limits import (
     MAX_FPS,
@@ -136,6 +143,10 @@ class VideoMedia:
         self._bytes = data
         self._container = container
         self._sha256: str | None = None
+        # Frames a decoder already sampled and resized (from_presampled): source index -> row of
+        # _array, and who resized them (details.video.resampler).
+        self._kept: dict[int, int] | None = None
+        self.resampled_by: str | None = None
 
     # ---- construction ------------------------------------------------------------------------
 
@@ -157,15 +168,15 @@ class VideoMedia:
         w, h = items[0].width, items[0].height
         for i, im in enumerate(items):
             if (im.width, im.height) != (w, h):
-                raise MediaError(
-                    f"video frame {i} is {im.width}x{im.height} but frame 0 is {w}x{h}: "
-                    "all frames must be the same size"
-                )
+                raise MediaError(f"video frame {i} is {im.width}x{im.height} but frame 0 is {w}x{h}: "
+                                 "all frames must be the same size")
         _check_video_pixels(len(items), w, h, "video 'frames' list")
         return cls(kind="frames", fps=fps, num_frames=len(items), width=w, height=h, frames=items)
 
     @classmethod
-    def from_array(cls, arr: np.ndarray, fps: float) -> VideoMedia:
+    def from_array(cls, arr: np.ndarray, fps: float, *, copy: bool = True) -> VideoMedia:
+        """A [T, H, W, 3] uint8 clip, snapshotted (callers reuse buffers); `copy=False` takes a
+        C-contiguous buffer over for good (a decoder's fresh output: a 720p clip is 224 MB)."""
         fps = _check_fps(fps)
         if not isinstance(arr, np.ndarray):
             raise MediaError(f"video array must be a numpy array, got {type(arr).__name__}")
@@ -175,7 +186,7 @@ class VideoMedia:
         _check_num_frames(arr.shape[0], "video array")
         _check_size(arr.shape[2], arr.shape[1], "video frame")
         _check_video_pixels(arr.shape[0], arr.shape[2], arr.shape[1], "video array")
-        snap = np.array(arr, copy=True, order="C")  # callers often reuse their buffers
+        snap = np.array(arr, copy=True, order="C") if copy or not arr.flags.c_contiguous else arr
         snap.flags.writeable = False
         return cls(
             kind="array",
@@ -185,6 +196,24 @@ class VideoMedia:
             height=arr.shape[1],
             array=snap,
         )
+
+    @classmethod
+    def from_presampled(cls, frames: np.ndarray, fps: float, *, source_frames: int, source_width: int,
+                        source_height: int, indices: Sequence[int], resampled_by: str) -> VideoMedia:
+        """A clip a decoder sampled and resized for a judge (the latent worker, on its device):
+        `frames[k]` is source frame `indices[k]`. It reports the source's frame count, size and
+        rate, so the judge's sampling finds the same indices and size (encode_video only encodes);
+        another frame is a MediaError. The buffer is taken over, not copied."""
+        video = cls.from_array(frames, fps, copy=False)
+        if len(indices) != frames.shape[0]:
+            raise MediaError(f"{frames.shape[0]} presampled frames for {len(indices)} indices")
+        if any(not 0 <= int(i) < source_frames for i in indices):
+            raise MediaError(f"presampled frame indices outside a {source_frames}-frame source")
+        _check_size(source_width, source_height, "video frame")
+        video._num_frames, video._width, video._height = source_frames, source_width, source_height
+        video._kept = {int(i): k for k, i in enumerate(indices)}
+        video.resampled_by = resampled_by
+        return video
 
     @classmethod
     def from_mp4(
@@ -227,27 +256,19 @@ class VideoMedia:
         if isinstance(value, (bytes, bytearray, memoryview, str)):
             return cls.from_mp4(value)
         if isinstance(value, np.ndarray):
-            raise MediaError(
-                "a bare video array has no frame rate: pass {'array': arr, 'fps': ...} or use "
-                "VideoMedia.from_array(arr, fps)"
-            )
+            raise MediaError("a bare video array has no frame rate: pass {'array': arr, 'fps': ...} or use "
+                             "VideoMedia.from_array(arr, fps)")
         if not isinstance(value, dict):
-            raise MediaError(
-                f"unsupported video input of type {type(value).__name__}: expected an object "
-                "with one of 'frames', 'mp4', 'array' and 'fps'"
-            )
+            raise MediaError(f"unsupported video input of type {type(value).__name__}: expected an object "
+                             "with one of 'frames', 'mp4', 'array' and 'fps'")
         allowed = {"frames", "mp4", "array", "fps"}
         extra = set(value) - allowed
         if extra:
-            raise MediaError(
-                f"video object has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}"
-            )
+            raise MediaError(f"video object has unknown keys {sorted(extra)}; allowed: {sorted(allowed)}")
         sources = [k for k in ("frames", "mp4", "array") if k in value]
         if len(sources) != 1:
-            raise MediaError(
-                "video object needs exactly one of 'frames', 'mp4', 'array'"
-                + (f", got {sources}" if sources else "")
-            )
+            raise MediaError("video object needs exactly one of 'frames', 'mp4', 'array'"
+                             + (f", got {sources}" if sources else ""))
         src = sources[0]
         fps = value.get("fps")
         if src == "mp4":
@@ -372,7 +393,7 @@ class VideoMedia:
         for i in idx:
             check_stop()
             if self._array is not None:
-                yield i, self._array[i]
+                yield i, self._array[self._rows([i])[0]]
             else:
                 assert self._frames is not None
                 yield i, self._frames[i].to_array()
@@ -386,7 +407,7 @@ class VideoMedia:
         if not idx:
             return np.zeros((0, self._height, self._width, 3), dtype=np.uint8)
         if transform is None and self._array is not None:
-            return self._array[self._checked(idx)]
+            return self._array[self._rows(self._checked(idx))]
         slots: dict[int, list[int]] = {}
         for pos, i in enumerate(idx):
             slots.setdefault(i, []).append(pos)
@@ -400,6 +421,21 @@ class VideoMedia:
                 out[pos] = frame
         assert out is not None
         return out
+
+    def _rows(self, indices: Sequence[int]) -> list[int]:
+        """Rows of _array holding these source frames (the same numbers unless presampled)."""
+        if self._kept is None:
+            return list(indices)
+        missing = [i for i in indices if i not in self._kept]
+        if missing:
+            raise MediaError(f"frames {missing[:5]} were not kept: this clip was sampled and resized by "
+                             f"{self.resampled_by} for another sampling (frames {sorted(self._kept)[:5]}...)")
+        return [self._kept[i] for i in indices]
+
+    @property
+    def presampled_size(self) -> tuple[int, int] | None:
+        """(width, height) of a presampled clip's kept frames, else None."""
+        return None if self._kept is None or self._array is None else (self._array.shape[2], self._array.shape[1])
 
     def first_frame(self) -> ImageMedia:
         """Frame 0 as an image: the frame's own bytes for a frame list, else decoded pixels."""
@@ -445,10 +481,8 @@ class VideoMedia:
                 "than media.max_image_pixels"
             ) from None
         if n < last:
-            raise MediaError(
-                f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
-                f"frame {last} is missing"
-            )
+            raise MediaError(f"video decoded to {n + 1} frames but its header says {self._num_frames}; "
+                             f"frame {last} is missing")
 
     def to_json(self) -> dict[str, Any]:
         if self._bytes is not None:

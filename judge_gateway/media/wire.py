@@ -5,7 +5,6 @@ object of a uint8 array, and the JSON Schema / pydantic pieces that describe the
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import math
@@ -16,7 +15,9 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic_core import core_schema
 
+from .body import DataURL
 from .limits import MediaError
+from .native import pybase64
 
 T = TypeVar("T")
 
@@ -57,6 +58,14 @@ def _looks_like_path(s: str) -> bool:
 
 def b64decode_any(s: str) -> bytes:
     """Decode standard or urlsafe base64, padded or not, ignoring whitespace."""
+    try:
+        # The form every client sends (standard alphabet, padded, one line), checked and decoded
+        # in one SIMD pass: ~40x the regular expressions below, which cost ~18 ms per MB.
+        data = pybase64().b64decode(s, validate=True)
+        if data:
+            return data
+    except (binascii.Error, ValueError):
+        pass  # anything else: the careful path says what is wrong, or decodes the other forms
     s = _WS.sub("", s)
     if not s:
         raise MediaError("empty base64 string")
@@ -71,7 +80,7 @@ def b64decode_any(s: str) -> bytes:
         raise MediaError("not valid base64: impossible length (truncated?)")
     s += "=" * (-len(s) % 4)
     try:
-        return base64.b64decode(s, altchars=alt, validate=True)
+        return pybase64().b64decode(s, altchars=alt, validate=True)
     except (binascii.Error, ValueError) as e:
         raise MediaError(f"not valid base64: {e}") from None
 
@@ -189,14 +198,14 @@ def _array_sha256(tag: str, arr: np.ndarray) -> str:
 
 def _array_to_json(arr: np.ndarray) -> dict[str, Any]:
     return {
-        "data": base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii"),
+        "data": pybase64().b64encode_as_string(np.ascontiguousarray(arr)),
         "shape": list(arr.shape),
         "dtype": "uint8",
     }
 
 
-def _data_url(mime: str, data: bytes) -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+def _data_url(mime: str, data: bytes) -> DataURL:
+    return DataURL(f"data:{mime};base64,{pybase64().b64encode_as_string(data)}")
 
 
 def _array_json_schema(shape_doc: str, min_dims: int, max_dims: int) -> dict[str, Any]:

@@ -5,10 +5,12 @@ Without it, at 10x a backend's capacity every request queued inside the backend 
 request either gets one of `max_active` slots, waits for one (at most `max_waiting` requests, each
 at most `max_wait_s`), or is refused at once. The bounds default to the judges' capacity
 (AdmissionConfig.bounds): a small backend gets a small bound, so refusals engage in front of it.
-Once validated, a request also reserves what its media decode to in the process-wide
-decoded-media budget (`media`, waiting at most max_wait_s) and room in its head judges' queues
-(Gateway.score raises QueueFull). The caller turns `Refused` into its protocol's status (429
-native, 503 Flow-Factory) with `Retry-After`.
+A request is also refused at once while `busy` names a reason (the media pool's backlog past
+[media] max_pending): work already admitted finishes, new work waits at the client instead of in
+an unbounded queue here. Once validated, a request also reserves what its media decode to in the
+process-wide decoded-media budget (`media`, waiting at most max_wait_s) and room in its head
+judges' queues (Gateway.score raises QueueFull). The caller turns `Refused` into its protocol's
+status (429 native, 503 Flow-Factory) with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ class Refused(Overloaded):
 
 class Admission:
     def __init__(self, cfg: AdmissionConfig, metrics: Metrics, *, capacity: dict[str, int] | None = None,
-                 budget: MediaBudget | None = None) -> None:
+                 budget: MediaBudget | None = None,
+                 busy: Callable[[], str | None] | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics
         self.capacity = capacity or {}
         self.max_active, self.max_waiting = cfg.bounds(sum(self.capacity.values()))
         self.budget = budget
+        self.busy = busy
         self._slots = asyncio.Semaphore(self.max_active)
         self.active = 0
         self.waiting = 0
@@ -125,6 +129,9 @@ class Admission:
                    until: Callable[[Awaitable[bool]], Awaitable[bool]] | None = None) -> AsyncIterator[None]:
         """A scoring slot. `until` wraps the wait (the caller's unless_disconnected): a client that
         leaves while waiting gives its waiting place back at once."""
+        reason = self.busy() if self.busy is not None else None
+        if reason is not None:
+            raise self._refuse(api, "media_backlog", f"overloaded: {reason}; retry after {self.cfg.retry_after_s} s")
         if not self._slots.locked():
             await self._slots.acquire()  # a free slot: taken at once, before any other request looks
         else:

@@ -69,6 +69,24 @@ def _references(models: Path, jobs: list[tuple[str, np.ndarray, bool]], tmp: Pat
     return [(np.load(tmp / f"ref{k}.npy"), np.load(tmp / f"ref{k}.npy.round.npy")) for k in range(len(jobs))]
 
 
+KEEP = [[0, 2, 4, 6], [1, 3, 5, 8]]  # per sample, the frames a judge keeps
+
+
+def _device_resize_matches_pil(full: np.ndarray, sampled: np.ndarray, small: np.ndarray, size: tuple[int, int]) -> None:
+    """Sampling alone changes no pixel; the device's antialiased bicubic is within PSNR 40 dB of
+    decoding everything and resizing each frame with PIL's bicubic (the reference path)."""
+    from PIL import Image
+
+    from tests.support.natural_media import psnr
+
+    assert small.shape == (full.shape[0], 3, len(KEEP[0]), size[1], size[0])
+    for b, frames in enumerate(KEEP):
+        assert np.array_equal(sampled[b], full[b][:, frames])
+        reference = np.stack([np.asarray(Image.fromarray(full[b, :, t].transpose(1, 2, 0)).resize(
+            size, Image.Resampling.BICUBIC)) for t in frames])
+        assert psnr(small[b].transpose(1, 2, 3, 0), reference) >= 40.0
+
+
 def _close(got: np.ndarray, want: np.ndarray) -> None:
     assert got.dtype == np.uint8 and got.shape == want.shape
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1  # batching may move a rounding
@@ -84,8 +102,14 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
         got16 = await worker.decode(z16)
         got48 = await worker.decode(z48)
         got48_image = await worker.decode(_z(48, 1, b=1, seed=2))
+        # the judge's frames only, resized on the worker's device (cosmos_rl/payload.py: device_plan)
+        small16 = await worker.decode(z16, frames=KEEP, size=(14, 11))
+        sampled16 = await worker.decode(z16, frames=KEEP)
+        with pytest.raises(TorchWorkerError, match="out of range for 9 decoded frames"):
+            await worker.decode(z16, frames=[[0, 9], [1, 2]])
     finally:
         await worker.aclose()
+    _device_resize_matches_pil(got16, sampled16, small16, (14, 11))
     assert got16.shape == (2, 3, 9, 32, 32)  # temporal x4 (+1), spatial x8
     assert got48.shape == (2, 3, 9, 64, 64)  # temporal x4 (+1), spatial x16
     assert got48_image.shape == (1, 3, 1, 64, 64)
@@ -139,3 +163,4 @@ async def test_a_decoder_that_cannot_load_says_why_and_is_remembered(models, mon
     assert e1.value.stage == e2.value.stage == "load"
     assert "Wan2.1" in worker.load_failure(16) and "Wan2.2" in worker.load_failure(48)
     print(json.dumps({"wan2_2 offline": worker.load_failure(48)[:300]}))
+

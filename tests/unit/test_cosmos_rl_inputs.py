@@ -96,7 +96,8 @@ LATENTS = {"python": sys.executable, "wan2_1": {"checkpoint": "/vae/wan21"}, "wa
 
 
 def _capture_decodes(service) -> list[dict]:
-    """Replace the worker's wire call: record each decode header, answer with grey pixels."""
+    """Replace the worker's wire call: record each decode header, answer with grey pixels (only
+    the frames asked for, at the size asked for, as latent_worker.py does)."""
     headers: list[dict] = []
 
     async def call(header, payload, timeout):
@@ -104,7 +105,9 @@ def _capture_decodes(service) -> list[dict]:
         lat = np.load(io.BytesIO(payload))
         scale = 8 if header["channels"] == 16 else 16
         b, _, t, h, w = lat.shape
-        out = np.full((b, 3, 1 + 4 * (t - 1), h * scale, w * scale), 128, np.uint8)
+        frames = len(header["frames"][0]) if header.get("frames") else 1 + 4 * (t - 1)
+        width, height = header["size"] if header.get("size") else (w * scale, h * scale)
+        out = np.full((b, 3, frames, height, width), 128, np.uint8)
         buf = io.BytesIO()
         np.save(buf, out)
         return {"ok": True}, buf.getvalue()
@@ -125,8 +128,11 @@ async def test_latents_pick_the_decoder_by_channels(serve, channels, checkpoint,
     body = (await poll(client, r.json()["uuid"], "cosmos_reason1")).json()
     assert body["valid"] == [True, True], body["errors"]
     assert [h["checkpoint"] for h in headers] == [checkpoint]
+    # cosmos_reason1 keeps 8 of the 9 decoded frames (an even count): only those leave the worker
+    assert headers[0]["frames"] == [list(range(8))] * 2 and headers[0]["size"] is None
     video = body["judge_scores"][0]["details"]["video"]
     assert (video["source_frames"], video["source_width"]) == (9, side)
+    assert video["frame_indices"] == list(range(8))
 
 
 async def test_latents_without_their_decoder_are_refused_by_name(serve):

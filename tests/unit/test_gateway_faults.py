@@ -119,8 +119,8 @@ async def test_each_medium_is_encoded_once_per_request(fake_backend, monkeypatch
     caches: list[MediaCache] = []
 
     class Recording(MediaCache):
-        def __init__(self) -> None:
-            super().__init__()
+        def __init__(self, *args, **kwargs) -> None:  # the gateway passes its media pool
+            super().__init__(*args, **kwargs)
             caches.append(self)
 
     monkeypatch.setattr(gateway_module, "MediaCache", Recording)

@@ -41,6 +41,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     )),
     ("backends, store, combine", (
         "backends", "store", "combine",
+        "chat_http",  # the backends' chat completions over aiohttp
         "latents", "latent_worker",  # the cosmos-rl latent decoder
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)

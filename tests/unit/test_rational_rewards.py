@@ -114,6 +114,7 @@ class Recorder:
         self.calls: list[dict[str, Any]] = []
 
     async def chat(self, **kwargs: Any) -> dict[str, Any]:
+        # `affinity` routes the call to a replica (backends.py); the rest is the request
         self.calls.append(kwargs)
         return {"choices": [{"message": {"role": "assistant", "content": self.reply}, "finish_reason": "stop"}],
                 "usage": {"completion_tokens": 900}}
@@ -156,7 +157,7 @@ async def test_shipped_t2i_request_and_missing_aspect_match_the_readme(monkeypat
     score, calls = await score_with_default_config("rational_rewards_t2i", T2I_MISSING_ASPECT, monkeypatch)
     assert score.template.version == "2"
     [call] = calls
-    assert {k: v for k, v in call.items() if k != "messages"} == {"max_tokens": 2048, "temperature": 0.1}
+    assert {k: v for k, v in call.items() if k not in ("messages", "affinity")} == {"max_tokens": 2048, "temperature": 0.1}
     image_url = call["messages"][1]["content"][1]["image_url"]["url"]
     assert image_url == "data:image/png;base64," + base64.b64encode(IMAGE_PNG).decode()  # the PNG as sent
     if find_reference_dir() is not None:
@@ -173,7 +174,7 @@ async def test_shipped_t2i_request_and_missing_aspect_match_the_readme(monkeypat
 async def test_shipped_edit_request_and_missing_score_line_match_the_readme(monkeypatch):
     score, calls = await score_with_default_config("rational_rewards_edit", EDIT_MISSING_SCORE, monkeypatch)
     [call] = calls
-    assert {k: v for k, v in call.items() if k != "messages"} == {"max_tokens": 2048, "temperature": 0.1}
+    assert {k: v for k, v in call.items() if k not in ("messages", "affinity")} == {"max_tokens": 2048, "temperature": 0.1}
     sent = [p["image_url"]["url"] for p in call["messages"][1]["content"] if p["type"] == "image_url"]
     assert sent == ["data:image/png;base64," + base64.b64encode(b).decode() for b in (SOURCE_PNG, IMAGE_PNG)]
     # The README: Image Faithfulness has no Score line (None), Text Rendering N/A -> mean(3.0, 2.5).
@@ -206,7 +207,7 @@ async def test_the_old_behaviour_stays_available_as_options(monkeypatch):
         score = await judge.score(sample, ScoreContext(media=MediaCache(), request_id="rr-old"))
     finally:
         await gateway.aclose()
-    assert {k: v for k, v in recorder.calls[0].items() if k != "messages"} == \
+    assert {k: v for k, v in recorder.calls[0].items() if k not in ("messages", "affinity")} == \
         {"max_tokens": 2048, "temperature": 0.0, "stop": ["# Summary"]}
     assert not score.valid and score.error.code.value == "parse_error"
     assert "Physical and Visual Quality" in score.error.message

@@ -3,6 +3,7 @@
 The reward names resolve to configured judges that can score now; the tensor is loaded (npy here,
 torch-saved bytes in the torch worker) and checked against the media type, the batch, the prompts,
 the frame rates and the [media] size limits. latent_attr's form fields are checked here too.
+`device_plan` says which frames of decoded latents the latent worker keeps, and at what size.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import numpy as np
 
 from ...exceptions import Unavailable
 from ...gateway import Gateway
+from ...judges.vlm import VLMJudge
 from ...json_body import JSONBodyError, parse_json
 from ...latents import TorchWorker, TorchWorkerError
-from ...media import MAX_FPS, ImageMedia, MediaError, VideoMedia
+from ...media import MAX_FPS, ImageMedia, MediaError, VideoMedia, VideoSampling, sample_frame_indices
+from ...media.sampling import _frame_size
 from ...config import (
     WAN_CHANNELS,
     WAN_NAMES,
@@ -42,6 +45,61 @@ from .tensors import (
     sniff,
     split_body,
 )
+
+
+# ---- decoded latents: the judges' frames only, sampled and resized on the decoder's device ----
+# When every judge of the request that looks at the video is a VLM judge sampling it the same way
+# (one VideoSampling, the video slot of its template), the latent worker keeps those frames at
+# that size right after the VAE decode: an 81-frame 720p clip (224 MB of pixels) crosses the pipe
+# and the gateway's memory as the ~21 MB the judge sees. A head, a first-frame fallback or two
+# samplings need the full clip, which the worker then sends as before.
+
+# details.video.resampler of frames resized by the latent worker
+DEVICE_RESAMPLER = "device"
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Per sample, the source frames to keep; the size to resize them to (None: as decoded)."""
+
+    frames: list[list[int]]
+    size: tuple[int, int] | None
+    source_frames: int
+    source_width: int
+    source_height: int
+
+
+def device_plan(gateway: Gateway, judges: list[str], fps: list[float], frames: int, width: int,
+                height: int) -> DevicePlan | None:
+    """The plan for B decoded clips of `frames` x `height` x `width` at `fps` (one rate per sample)
+    scored by `judges`, or None when the full clips are needed."""
+    samplings: set[VideoSampling] = set()
+    for name in judges:
+        judge = gateway.judges[name]
+        if "video" not in judge.media:
+            continue  # this judge does not look at videos (its cells are bad_input either way)
+        if not isinstance(judge, VLMJudge) or "video" not in judge.template.media_slots or judge.video_first_frame:
+            return None  # a head, or a VLM judge taking the first frame: the full clip
+        samplings.add(judge.video_sampling)
+    if len(samplings) != 1:
+        return None
+    (sampling,) = samplings
+    kept = [sample_frame_indices(frames, rate, sampling)[0] for rate in fps]
+    if len({len(k) for k in kept}) != 1:
+        return None  # rates that keep different counts: one tensor cannot hold them
+    w, h, resized = _frame_size(width, height, len(kept[0]), sampling)
+    if kept[0] == list(range(frames)) and not resized:
+        return None  # every frame at its size: nothing to save
+    return DevicePlan(frames=kept, size=(w, h) if resized else None, source_frames=frames,
+                      source_width=width, source_height=height)
+
+
+def latents_plan(gateway: Gateway, p: Prepared, judges: list[str]) -> DevicePlan | None:
+    """device_plan for a request's latents (a video with its rates), else None."""
+    if p.latents is None or p.medium != "video" or p.fps is None:
+        return None
+    _, frames, height, width = decoded_video_shape(p.latents.shape)
+    return device_plan(gateway, judges, p.fps, frames, width, height)
 
 
 @dataclass
@@ -278,7 +336,8 @@ class PayloadChecks:
             t, h, w = (1, *pixels.shape[1:3]) if pixels.ndim == 4 else pixels.shape[1:4]
             check_enqueue_limits(batch, t, h, w, prompts, limits, f"tensor {list(pixels.shape)}")
 
-    def samples(self, p: Prepared, pixels: np.ndarray) -> list[SampleInput]:
+    def samples(self, p: Prepared, pixels: np.ndarray, plan: DevicePlan | None = None) -> list[SampleInput]:
+        """One sample per clip or image; `plan`: the decoder kept only these frames at this size."""
         out = []
         for i in range(p.batch):
             prompt = p.meta.prompts[i] if p.meta.prompts is not None else ""
@@ -287,8 +346,13 @@ class PayloadChecks:
                     sample = SampleInput(prompt=prompt, image=ImageMedia.from_array(pixels[i]), metadata=p.extra_meta[i])
                 else:
                     assert p.fps is not None
-                    sample = SampleInput(prompt=prompt, video=VideoMedia.from_array(pixels[i], p.fps[i]),
-                                         metadata=p.extra_meta[i])
+                    # decoded latents are this request's own buffer: taken over, not copied
+                    video = (VideoMedia.from_array(pixels[i], p.fps[i], copy=p.latents is None) if plan is None
+                             else VideoMedia.from_presampled(
+                                 np.ascontiguousarray(pixels[i]), p.fps[i], source_frames=plan.source_frames,
+                                 source_width=plan.source_width, source_height=plan.source_height,
+                                 indices=plan.frames[i], resampled_by=DEVICE_RESAMPLER))
+                    sample = SampleInput(prompt=prompt, video=video, metadata=p.extra_meta[i])
             except MediaError as err:
                 raise PayloadError(f"sample {i}: {err}") from None
             out.append(sample)

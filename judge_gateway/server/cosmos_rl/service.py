@@ -25,10 +25,10 @@ import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...config import CosmosReward, CosmosRLConfig
 from ...exceptions import Overloaded
 from ...gateway import Gateway
 from ...latents import TorchWorker, TorchWorkerError
-from ...config import CosmosReward, CosmosRLConfig
 from ...schema import (
     ErrorCode,
     JudgeScore,
@@ -38,7 +38,7 @@ from ...store import ResultStore, StoreError, retry_store_write
 from ...watch import RunTags, Watch
 from ...work_queue import BacklogFull, QueuedWork, RedisWorkQueue
 from .envelope import failed_envelope, result_envelope
-from .payload import JudgeUnready, PayloadChecks, Prepared
+from .payload import JudgeUnready, PayloadChecks, Prepared, latents_plan
 from .rescore import score_until_deadline
 from .tensors import PayloadError, decoded_video_shape
 
@@ -299,15 +299,16 @@ class CosmosRLService:
         started = time.perf_counter()
         decoded_s = 0.0
         pixels = p.pixels
+        judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
+        plan = latents_plan(self.gateway, p, judges)  # the judges' frames, sampled and resized on the device
         if p.latents is not None:
             assert self.worker is not None
             t0 = time.perf_counter()
-            video = await self.worker.decode(p.latents)  # [B,3,T,H,W] uint8
+            video = await self.worker.decode(p.latents, plan and plan.frames, plan and plan.size)  # [B,3,T,H,W] uint8
             decoded_s = time.perf_counter() - t0
             pixels = video[:, :, 0].transpose(0, 2, 3, 1) if p.medium == "image" else video.transpose(0, 2, 3, 4, 1)
         assert pixels is not None
-        samples = await asyncio.to_thread(self.payloads.samples, p, pixels)
-        judges = list(dict.fromkeys(r.judge for r in p.rewards.values()))
+        samples = await asyncio.to_thread(self.payloads.samples, p, pixels, plan)
         if deadline is None:
             deadline = time.monotonic() + self.cfg.request_timeout_s
         cells = await score_until_deadline(self.gateway, self.cfg, uid, samples, judges, deadline)
