@@ -17,7 +17,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..config import BackendConfig, GatewayConfig
-from ..envs.builder import source_checkout
 from ..envs.torch_build import nvidia_gpus
 from ..exceptions import ConfigurationError
 
@@ -80,11 +79,12 @@ def visible_gpus(environ: dict[str, str] | None = None) -> list[str]:
 
 
 def start_script() -> Path:
-    root = source_checkout()
-    script = root / "scripts" / "start_vllm.sh" if root else None
-    if script is None or not script.is_file():
-        raise LaunchError("launch tables run scripts/start_vllm.sh from a source checkout of judge-gateway, "
-                          "which this installation is not; start the servers yourself and drop `launch`")
+    """scripts/start_vllm.sh, shipped inside the package (launch/start_vllm.sh: a link to it in a
+    source checkout, resolved so the script finds the checkout; a copy in an installed wheel)."""
+    script = (Path(__file__).resolve().parent / "start_vllm.sh").resolve()
+    if not script.is_file():
+        raise LaunchError(f"this installation lacks {script.name} (a broken package?): reinstall judge-gateway, "
+                          "or start the servers yourself and drop `launch`")
     return script
 
 

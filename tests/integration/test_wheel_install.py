@@ -52,6 +52,22 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
+UP_CONFIG = """
+[backends.my_judge]
+model = "my-org/my-judge"
+base_urls = ["http://127.0.0.1:8101/v1"]
+
+[backends.my_judge.launch]
+preset = "qwen_vl"
+gpus = 1
+
+[judges.q]
+kind = "yes_no"
+backend = "my_judge"
+template = "image_quality@1"
+"""
+
+
 def test_the_wheel_installs_serves_and_scores_outside_the_repository(tmp_path):
     timings = {}
     started = time.monotonic()
@@ -81,6 +97,12 @@ def test_the_wheel_installs_serves_and_scores_outside_the_repository(tmp_path):
                             cwd=elsewhere)
     assert browse.returncode == 2 and "pip install 'judge-gateway[browse]'" in browse.stderr
     assert "Traceback" not in browse.stderr, browse.stderr
+    # `up` with a launch table: the packaged start_vllm.sh plans the vLLM server, no checkout needed.
+    (elsewhere / "node.toml").write_text(UP_CONFIG)
+    planned = _run([cli, "up", "--config", "node.toml", "--dry-run"], env=env | {"CUDA_VISIBLE_DEVICES": "0"},
+                   cwd=elsewhere).stdout
+    assert "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-VL-7B-Instruct" in planned, planned
+    assert "--port 8101" in planned and "--served-model-name my-org/my-judge" in planned, planned
 
     port = free_port()
     log_path = tmp_path / "serve.log"

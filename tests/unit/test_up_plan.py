@@ -203,3 +203,18 @@ def test_the_gpu_node_guide_configs_load_and_plan_as_it_says(tmp_path):
     plan = plan_up(validate_config(flow), None, run_dir=tmp_path, visible=EIGHT)
     assert [p.gpus for p in plan.servers] == [["0"], ["1"], ["2"], ["3"]]
     assert plan.gateway is not None and plan.gateway.gpus == ["4", "5", "6", "7"]
+
+
+def test_start_vllm_sh_ships_inside_the_package():
+    """A wheel carries launch/start_vllm.sh (package data); in a checkout it is scripts/start_vllm.sh
+    itself, resolved, so the script's own REPO_ROOT is the checkout."""
+    import tomllib
+
+    from judge_gateway.launch.plan import start_script
+
+    root = Path(__file__).resolve().parents[2]
+    assert start_script() == (root / "scripts" / "start_vllm.sh").resolve()
+    packaged = root / "judge_gateway" / "launch" / "start_vllm.sh"
+    assert packaged.read_bytes() == (root / "scripts" / "start_vllm.sh").read_bytes()
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "launch/start_vllm.sh" in data["judge_gateway"]
