@@ -343,7 +343,7 @@ def bench_latents(python: str, device: str, batch: int, reps: int, shape: tuple[
     import tempfile
 
     from judge_gateway.config import LatentDecoderConfig
-    from judge_gateway.latents import TorchWorker
+    from judge_gateway.latents import LatentDecoderSupervisor
     from judge_gateway.media import VideoSampling, sample_frame_indices
     from judge_gateway.media.sampling import _frame_size
 
@@ -354,7 +354,7 @@ def bench_latents(python: str, device: str, batch: int, reps: int, shape: tuple[
     latents = np.random.default_rng(0).standard_normal((batch, 16, t, lh, lw)).astype(np.float32)
 
     async def run(checkpoint: str) -> None:
-        worker = TorchWorker(LatentDecoderConfig.model_validate({
+        worker = LatentDecoderSupervisor(LatentDecoderConfig.model_validate({
             "python": python, "device": device, "dtype": "bfloat16", "batch_size": batch, "timeout_s": 3600,
             "wan2_1": {"checkpoint": checkpoint}}))
         try:

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from judge_gateway.latents import TorchWorker
+from judge_gateway.latents import LatentDecoderSupervisor
 from judge_gateway.config import LatentDecoderConfig
 from judge_gateway.store import RedisStore
 from tests.support.cosmos_client import enqueue_body, poll
@@ -288,7 +288,7 @@ async def test_latent_decoder_matches_diffusers(tiny_vae, tmp_path):
     np.save(tmp_path / "z.npy", z)
     _latents_py(REFERENCE, str(tiny_vae), str(tmp_path / "z.npy"), str(tmp_path / "ref.npy"))
     expected = np.load(tmp_path / "ref.npy")
-    worker = TorchWorker(LatentDecoderConfig(python=str(latents_python()), checkpoint=str(tiny_vae), batch_size=2))
+    worker = LatentDecoderSupervisor(LatentDecoderConfig(python=str(latents_python()), checkpoint=str(tiny_vae), batch_size=2))
     try:
         got = await worker.decode(z)
     finally:

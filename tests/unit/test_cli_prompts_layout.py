@@ -167,7 +167,7 @@ def test_the_prompts_face_re_exports_the_submodules_objects():
     from judge_gateway import prompts
     from judge_gateway.prompts import derive, parse, registry, template
 
-    homes = {"KINDS": parse, "MEDIA_SLOTS": template,
+    homes = {"TEMPLATE_KINDS": parse, "MEDIA_SLOTS": template,
              "Aspect": template, "Template": template, "TemplateError": template, "list_templates": registry,
              "load_template": registry, "lock_new_templates": registry, "parse_ref": registry,
              "show_template": registry, "verify_lock": registry, "TemplateDirs": registry,

@@ -14,7 +14,7 @@ import pytest
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.latents import TorchWorkerError
+from judge_gateway.latents import LatentDecoderError
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import (
     HEADERS,
@@ -151,7 +151,7 @@ async def test_a_decoder_that_failed_to_load_is_refused_at_enqueue(serve):
     client, service = await serve(latents=LATENTS)
 
     async def call(header, payload, timeout):
-        raise TorchWorkerError("cannot load AutoencoderKLWan '/vae/wan21': OSError: offline", stage="load")
+        raise LatentDecoderError("cannot load AutoencoderKLWan '/vae/wan21': OSError: offline", stage="load")
 
     service.worker._call = call
     meta = {"reward_fn": {"cosmos_reason1": 1.0}, "prompts": ["a"], "video_infos": [{"video_fps": 16}]}

@@ -18,7 +18,7 @@ OPTIONS = {"detector_checkpoint": "/models/mask2former.pth", "clip_pretrained": 
 
 
 class StubWorker:
-    """Stands in for HeadWorker: answers each infer with the next canned detections."""
+    """Stands in for HeadSupervisor: answers each infer with the next canned detections."""
 
     def __init__(self, detections: dict[str, Any]) -> None:
         self.detections = detections
