@@ -1,7 +1,7 @@
 """Wan VAE latents through the torch worker (.venv-latents, scripts/setup_latents.sh), on tiny random
 AutoencoderKLWan models built locally (tests/support/tiny_wan.py): Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
 patchified, spatial x16) decode side by side, each by the decoder of its channel count, and
-cosmos-rl's load_mean_std statistics are undone as the original does. No vLLM needed."""
+cosmos-rl's load_mean_std statistics are undone as cosmos-rl's DecodeHandler does. No vLLM needed."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from judge_gateway.latents import LatentDecoderSupervisor, LatentDecoderError
+from judge_gateway.latents import LatentDecoderError, LatentDecoderSupervisor
 from judge_gateway.config import LatentDecoderConfig
 from tests.support.heads_env import build_tiny_wan, latents_python
 
 # The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
 # decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
 # ones), then the Wan VAE's own z / (1/std) + mean, decode, ((x.clamp(-1,1)+1)/2*255) cast to uint8
-# (truncated, as the original's DecodeHandler.decode_video; also saved rounded).
+# (truncated, as cosmos-rl's DecodeHandler.decode_video; also saved rounded).
 REFERENCE = """
 import json, sys, numpy as np, torch
 from diffusers import AutoencoderKLWan
@@ -117,12 +117,12 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
                                                          tmp_path)
     _close(got16, truncated)
     _close(got48, truncated48)
-    # truncated as the original casts, not rounded: equal to the truncated reference, often one
+    # truncated as cosmos-rl casts, not rounded: equal to the truncated reference, often one
     # below the rounded one
     assert (got16 == truncated).mean() > 0.99 and (rounded.astype(int) - got16 == 1).mean() > 0.2
 
 
-async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(models, tmp_path):
+async def test_load_mean_std_undoes_the_dataset_statistics_as_cosmos_rl(models, tmp_path):
     cfg = LatentDecoderConfig.model_validate({"python": str(latents_python()), "to_uint8": "round", "wan2_1": {
         "checkpoint": str(models / "wan21"), "load_mean_std": True,
         "images_mean_std": str(models / "images_mean_std.pt"), "video_mean_std": str(models / "video_mean_std.pt")}})

@@ -1,4 +1,4 @@
-"""Issue 12's layout of the command, the input readers and the prompt templates:
+"""The layout of the command, the input readers and the prompt templates:
 
 - `judge_gateway/cli/` is a package (main, serve, info, prompts, tune, score, browse, eval) and
   every command, flag, default and `python -m judge_gateway.cli` stay what they were;

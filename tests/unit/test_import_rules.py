@@ -1,6 +1,6 @@
 """Import rules, read from the source with `ast` (nothing is imported):
 
-- the package's floors run one way (issue 12): a module imports only from its own floor or lower;
+- the package's floors run one way: a module imports only from its own floor or lower;
 - no circle among the package's modules, nor among its top-level parts;
 - no test module imports another test module (shared helpers live in tests/support or conftest).
 - the bench imports nothing from tests/ (it runs the tiny-model builders as a command).
@@ -358,8 +358,8 @@ def _write(tmp: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 def test_a_lazy_import_in_a_base_module_is_a_circle(tmp_path):
-    """The shape issue 12 found: a factory in the base module imports the concrete class, which
-    imports the base back; the import inside a function still counts."""
+    """A factory in the base module that imports the concrete class, which imports the base back, is
+    a circle: the import inside a function still counts."""
     mods = _write(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/base.py": "class Base: ...\ndef build():\n    from .concrete import Concrete\n    return Concrete()\n",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_gateway.latents import LatentDecoderSupervisor, LatentDecoderError
+from judge_gateway.latents import LatentDecoderError, LatentDecoderSupervisor
 from judge_gateway.config import LatentDecoderConfig
 from judge_gateway.workers.framing import encode_frame, read_frame
 from judge_gateway.workers.supervisor import Launch, WorkerError, WorkerSupervisor
@@ -104,9 +104,9 @@ async def test_a_worker_that_dies_mid_request_fails_it_and_the_next_request_is_s
 
 async def test_a_stderr_line_over_the_reader_limit_neither_stops_supervision_nor_hangs_requests():
     """A worker's stderr line longer than the reader's 1 MiB line limit (a library dumping a
-    tensor, a traceback of a huge prompt) used to end the stderr pump with ValueError: the
-    worker's next death then skipped failing its in-flight requests (they hung) and stderr was
-    no longer drained."""
+    tensor, a traceback of a huge prompt) must not end the stderr pump (asyncio raises ValueError
+    there): the worker's next death would then skip failing its in-flight requests (they would
+    hang) and stderr would no longer be drained."""
     sup = FakeSupervisor()
     try:
         await sup.wait_ready()

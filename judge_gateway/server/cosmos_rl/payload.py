@@ -19,7 +19,7 @@ from ...exceptions import Unavailable
 from ...gateway import Gateway
 from ...judges.vlm import VLMJudge
 from ...json_body import JSONBodyError, parse_json
-from ...latents import LatentDecoderSupervisor, LatentDecoderError
+from ...latents import LatentDecoderError, LatentDecoderSupervisor
 from ...media import MAX_FPS, ImageMedia, MediaError, VideoMedia, VideoSampling, sample_frame_indices
 from ...media.sampling import _frame_size
 from ...config import (
