@@ -9,7 +9,7 @@ from judge_gateway.config import validate_config
 from judge_gateway.config.kinds import HEAD_KINDS
 from judge_gateway.heads.factory import head_options
 from judge_gateway.heads.models.base import HeadLoadError
-from judge_gateway.heads.supervisor import HeadWorker
+from judge_gateway.heads.supervisor import HeadSupervisor
 from judge_gateway.workers.framing import encode_frame, read_frame
 from tests.support.worker_pipes import worker_on_pipes
 
@@ -37,7 +37,7 @@ def test_every_head_kind_rebuilds_in_the_worker_as_the_gateway_validated_it():
                                       for kind, options in SET.items()}})
     for kind in SET:
         options = cfg.judges[kind].options
-        init = HeadWorker(kind, kind, options.model_copy(update={"transport": "pipe"})).launch().init
+        init = HeadSupervisor(kind, kind, options.model_copy(update={"transport": "pipe"})).launch().init
         assert "env" not in init["options"] and "python" not in init["options"]
         rebuilt = head_options(kind, init["options"])
         assert type(rebuilt) is type(options)
