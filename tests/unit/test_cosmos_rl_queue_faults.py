@@ -17,6 +17,8 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.config import QueueConfig
 from judge_gateway.server import create_app
 from judge_gateway.server.cosmos_rl import CosmosRLService
+from judge_gateway.server.cosmos_rl.entry import Accepted, DoneEntry
+from judge_gateway.server.cosmos_rl.pull import NeverAccepted
 from judge_gateway.store import MemoryStore, StoreError
 from judge_gateway.work_queue import QueuedWork
 from tests.support.cosmos_client import enqueue_body, image_batch
@@ -69,7 +71,7 @@ async def test_a_request_handed_out_past_max_deliveries_is_failed_and_acknowledg
     uid = str(uuid.uuid4())
     await store.put(uid, {"status": "pending", "rewards": ["quality"], "skipped": [], "prompts": ["a", "b"]})
     try:
-        await service._run_queued(_work(uid, enqueue_body(META, image_batch(2)), deliveries=4))
+        await service.consumer.run_queued(_work(uid, enqueue_body(META, image_batch(2)), deliveries=4))
         entry = await store.get(uid)
     finally:
         await service.aclose()
@@ -91,7 +93,7 @@ async def test_a_malformed_entry_is_failed_and_the_consumer_goes_on(fake_backend
             if entry is not None and queue.acked:
                 break
             await asyncio.sleep(0.01)
-        consumer_alive = not service._consumer.done()
+        consumer_alive = not service.consumer.task.done()
     finally:
         await service.aclose()
         await gw.aclose()
@@ -107,10 +109,10 @@ async def test_a_request_whose_preparation_breaks_is_failed_not_left_pending(fak
     async def broken(body: bytes, *, check_ready: bool = True):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(service, "prepare", broken)
+    monkeypatch.setattr(service.payloads, "prepare", broken)
     uid = str(uuid.uuid4())
     try:
-        await service._run_queued(_work(uid, b"whatever"))
+        await service.consumer.run_queued(_work(uid, b"whatever"))
         entry = await store.get(uid)
     finally:
         await service.aclose()
@@ -123,13 +125,13 @@ async def test_an_entry_claimed_by_another_replica_stops_here(fake_backend):
     gw, service = _service(fake_backend.base_url, MemoryStore(ttl_s=60, max_entries=10), FakeQueue())
     mine, lost = str(uuid.uuid4()), str(uuid.uuid4())
     never = asyncio.Event()
-    service._track(mine, never.wait(), "1-0")
-    service._track(lost, never.wait(), "2-0")
+    service.jobs.track(mine, never.wait(), "1-0")
+    service.jobs.track(lost, never.wait(), "2-0")
     try:
-        service._stop_lost(["2-0"])
+        service.consumer.stop_lost(["2-0"])
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        running = sorted(service._tasks)
+        running = sorted(service.jobs.tasks)
     finally:
         await service.aclose()
         await gw.aclose()
@@ -161,17 +163,31 @@ async def test_shutdown_never_overwrites_a_result(fake_backend):
     finished = asyncio.get_running_loop().create_future()
     finished.set_result(None)
     await store.put(stored, {"status": "done", "by": "its task"})
-    service._tasks[stored] = finished  # finished; its done-callback has not run yet
-    service._tasks[storing] = asyncio.ensure_future(asyncio.Event().wait())
-    service._unstored[storing] = {"status": "done", "by": "its task, write under way"}
-    service._tasks[running] = asyncio.ensure_future(asyncio.Event().wait())
-    service._accepted[running] = {"rewards": ["quality"], "skipped": [], "prompts": ["a"]}
+    service.jobs.tasks[stored] = finished  # finished; its done-callback has not run yet
+    service.jobs.tasks[storing] = asyncio.ensure_future(asyncio.Event().wait())
+    service.jobs.unstored[storing] = DoneEntry({"quality": {"by": "its task, write under way"}}, [], 1.0)
+    service.jobs.tasks[running] = asyncio.ensure_future(asyncio.Event().wait())
+    service.jobs.accepted[running] = Accepted(["quality"], [], ["a"])
     try:
         await service.aclose()
         got = {uid: await store.get(uid) for uid in (stored, storing, running)}
     finally:
         await gw.aclose()
     assert got[stored] == {"status": "done", "by": "its task"}
-    assert got[storing] == {"status": "done", "by": "its task, write under way"}
+    assert got[storing] == {"status": "done", "results": {"quality": {"by": "its task, write under way"}},
+                           "skipped": [], "finished_at": 1.0}
     assert got[running]["status"] == "failed" and got[running]["rewards"] == ["quality"]
     assert json.dumps(got[running]["reason"]) == json.dumps("the gateway shut down before finishing; enqueue it again")
+
+
+async def test_a_pull_in_queue_mode_starts_no_consumer(fake_backend):
+    store = MemoryStore(ttl_s=60, max_entries=10)
+    gw, service = _service(fake_backend.base_url, store, FakeQueue())
+    try:
+        outcome = await service.pull(str(uuid.uuid4()), "quality")
+        started = (service.consumer.task, service.heartbeat.running)
+    finally:
+        await service.aclose()
+        await gw.aclose()
+    assert isinstance(outcome, NeverAccepted)
+    assert started == (None, False)  # the app's lifespan starts them (service.start), never a pull

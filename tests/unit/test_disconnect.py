@@ -157,14 +157,14 @@ def test_cosmos_enqueue_is_cancelled_while_preparing_but_runs_once_it_has_a_uuid
         hang_up("POST", f"{live.url}/api/reward/enqueue", 0.5, content=body, headers=headers)
         wait_for(lambda: metric(live.url, "judge_gateway_cancelled_requests_total", api="cosmos_rl") == 1.0)
         time.sleep(2.5)  # past the preparation: it was cancelled, so nothing was accepted or scored
-        assert prepared == [] and service._tasks == {} and counters["requests"] == 0
+        assert prepared == [] and service.jobs.tasks == {} and counters["requests"] == 0
 
         service.prepare = prepare
         r = httpx.post(f"{live.url}/api/reward/enqueue", content=body, headers=headers, timeout=10)
         uid = r.json()["uuid"]
         # The client has its uuid and is gone; the accepted request keeps scoring.
         wait_for(lambda: counters["inflight"] == 2)
-        assert uid in service._tasks and not service._tasks[uid].done()
+        assert uid in service.jobs.tasks and not service.jobs.tasks[uid].done()
         assert metric(live.url, "judge_gateway_cancelled_requests_total", api="cosmos_rl") == 1.0
 
 

@@ -11,7 +11,8 @@ policy decides what that is (`cosmos_rl.on_invalid`, per reward `on_invalid`):
   request's valid mean, and a request with none valid gets `fill_value`: either way one constant
   over the whole group, which also gives zero advantage.
 - `value`: `fill_value` (labels: `fill_label`).
-- `sentinel`: the original service's -1.0 (labels: "Error").
+- `sentinel`: -1.0, what cosmos-rl's reward service stores for a sample it could not score
+  (labels: "Error").
 
 Per-tag keys (`by_tag`, gen_eval_group) give an invalid sample the not-applicable value in every
 tag under every policy: it was scored in none.
@@ -138,8 +139,8 @@ def _fill(fill: InvalidFill, key: str, i: int, read: list[tuple[dict[str, Any], 
 def result_envelope(name: str, reward: CosmosReward, fill: InvalidFill, cells: list[JudgeScore],
                     prompts: list[str], info: dict[str, Any], duration: float, decoded_s: float,
                     notes: list[str] | None = None, ignored: list[str] | None = None) -> dict[str, Any]:
-    """The original's result envelope, plus per-sample `valid`, `errors`, `filled_by` and JudgeScores,
-    and, when there are any, `notes` (what was asked and not honoured) and `ignored_fields` (request
+    """The result envelope of cosmos-rl's reward service (`scores`, `input_info`, `duration`,
+    `type`), plus per-sample `valid`, `errors`, `filled_by` and JudgeScores, and, when there are any, `notes` (what was asked and not honoured) and `ignored_fields` (request
     fields nothing read).
 
     cosmos-rl's trainer reads only `scores`: an invalid sample's legacy values there are what
@@ -172,18 +173,18 @@ def result_envelope(name: str, reward: CosmosReward, fill: InvalidFill, cells: l
     }
 
 
-def failed_envelope(name: str, reward: CosmosReward, fill: InvalidFill, entry: dict[str, Any]) -> dict[str, Any]:
-    """A failed request's pull under on_failed = fill: every sample of the stored entry (its
-    `prompts`, `reason`, `code`) invalid, its legacy values what the reward's on_invalid policy
-    fills (one constant per request: zero advantage)."""
-    prompts = entry["prompts"]
-    reason = f"the request failed: {entry.get('reason')}"
-    cell = JudgeScore.failure(reward.judge, ErrorCode(entry.get("code", ErrorCode.backend_error.value)), reason)
+def failed_envelope(name: str, reward: CosmosReward, fill: InvalidFill, prompts: list[str], reason: str | None,
+                    code: str) -> dict[str, Any]:
+    """A failed request's pull under on_failed = fill: every sample of the stored entry (one per
+    prompt) invalid with its `reason` and error `code`, its legacy values what the reward's
+    on_invalid policy fills (one constant per request: zero advantage)."""
+    message = f"the request failed: {reason}"
+    cell = JudgeScore.failure(reward.judge, ErrorCode(code), message)
     lists = legacy_lists(reward, fill, [cell] * len(prompts), prompts)
     return {
         "scores": lists.scores, "input_info": {}, "duration": "0.00", "decoded_duration": "0.00",
-        "type": name, "status": "failed", "reason": entry.get("reason"),
-        "message": f"{reason}; every sample is invalid, its legacy values filled by on_invalid = {fill.policy}",
+        "type": name, "status": "failed", "reason": reason,
+        "message": f"{message}; every sample is invalid, its legacy values filled by on_invalid = {fill.policy}",
         "judge": reward.judge,
         "valid": lists.valid, "errors": lists.errors, "on_invalid": fill.policy,
         "filled_by": lists.filled_by, "fill_value": fill.value, "judge_scores": [],

@@ -288,7 +288,7 @@ class PayloadChecks:
                         ignored, notes)
 
     def _route_ocr_gpu(self, meta: EnqueueMeta, rewards: dict[str, CosmosReward]) -> dict[str, list[str]]:
-        """`ocr_use_gpu: true` (the original's GPU OCR): a reward with a gpu_judge is scored by it;
+        """`ocr_use_gpu: true` (cosmos-rl's reward service runs its OCR on the GPU): a reward with a gpu_judge is scored by it;
         for the others the envelope says it was not honoured, and on which judge it was scored."""
         use_gpu = meta.extra.get("ocr_use_gpu")
         if use_gpu is None:
@@ -360,9 +360,9 @@ class PayloadChecks:
 
     # ---- latent_attr -----------------------------------------------------------------------
 
-    def set_latent_attr(self, raw: str | None) -> tuple[int, dict[str, Any]]:
-        """The original's POST /api/reward/latent_attr: it rebuilds its Wan2.1 decoder from these
-        fields. Here only `load_mean_std` changes anything; a client never names files or devices
+    def set_latent_attr(self, raw: str | None) -> dict[str, Any]:
+        """POST /api/reward/latent_attr: cosmos-rl's reward service rebuilds its Wan2.1 decoder from
+        these fields. Here only `load_mean_std` changes anything; a client never names files or devices
         on the server, and the other fields do not affect decoding (each is listed with why)."""
         if raw is None:
             raise PayloadError("latent_attr needs the form field `fields` (a JSON object)")
@@ -397,15 +397,15 @@ class PayloadChecks:
                                 "request (video_infos[i].video_fps)")
             else:
                 ignored[key] = "not a latent attribute of the original"
-        return 200, {"message": "Latent attributes set successfully", "applied": applied, "ignored": ignored,
-                     "load_mean_std": self.worker.load_mean_std}
+        return {"message": "Latent attributes set successfully", "applied": applied, "ignored": ignored,
+                "load_mean_std": self.worker.load_mean_std}
 
     def _decoder_names(self) -> str:
         return ", ".join(f"{name} = {vae.checkpoint!r}" for name, vae in self.cfg.latents.decoders().values())
 
 
 def _video_fps(i: int, info: dict[str, Any]) -> float:
-    """`video_fps` (what the original's handlers read) or `fps` (what its README's example sends)."""
+    """`video_fps` (what cosmos-rl's reward service handlers read) or `fps` (what its README's example sends)."""
     values = {k: info[k] for k in ("video_fps", "fps") if k in info}
     if not values:
         raise PayloadError(f"video_infos[{i}] needs `video_fps` (or `fps`): the frame rate of the video")

@@ -1,15 +1,20 @@
 """The cosmos-rl routes: POST /api/reward/{ping,pin,enqueue,pull,latent_attr} over CosmosRLService
-(`pin` is the path the original's README gives for ping).
+(`pin` is the path cosmos-rl's reward service README gives for ping).
 
-Their bodies are the original service's (`message`, `status`; ours add `error`), not the native
-API's error body: cosmos-rl's client reads them.
+cosmos-rl's reward service (`reward_service/` in cosmos-rl) answers an enqueue with `{"uuid"}`, a
+pull with the stored scores (200) or, while it has none, 400 `{"message": "Not found scores for
+<uuid>"}` (its README: "400 Not Ready"), and 500 `{"message"}` on an error; its trainer client
+(`cosmos_rl/reward/remote_calculator.py`) retries a pull that is not 200. Our bodies keep its
+shape (`message`, `status`; ours add `error`, `reason`), not the native API's error body, and
+this module alone picks each status code: the service says what happened (pull.py's outcomes),
+`pull_response` maps it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Request
@@ -22,6 +27,16 @@ from ..disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from ..metered import metered
 from ..watching import request_tags
 from .payload import JudgeUnready
+from .pull import (
+    Expired,
+    Failed,
+    NeverAccepted,
+    NotAsked,
+    NotAUuid,
+    Pulled,
+    Scored,
+    StillScoring,
+)
 from .service import CosmosRLService, QueueFull
 from .tensors import PayloadError
 
@@ -62,7 +77,7 @@ async def form_fields(request: Request) -> dict[str, str]:
 
 
 def bad(message: str, status: int = 400, retry_after: str | None = None) -> JSONResponse:
-    """A refusal in the original's shape."""
+    """A refusal in the shape of cosmos-rl's reward service (`message`, `status`)."""
     resp = JSONResponse({"message": message, "error": message, "status": "rejected"}, status_code=status)
     if retry_after is not None:
         resp.headers["Retry-After"] = retry_after
@@ -115,17 +130,58 @@ async def pull(request: Request, service: CosmosRLDep) -> JSONResponse:
         fields = await form_fields(request)
     except PayloadError as err:
         return bad(str(err))
-    # The original defaults a missing `type` to dance_grpo (cosmos_rl.default_pull_type).
+    # cosmos-rl's reward service reads a missing `type` as dance_grpo (cosmos_rl.default_pull_type).
     uid, reward = fields.get("uuid", ""), fields.get("type") or service.cfg.default_pull_type
     if not uid:
         return bad("pull needs the form field `uuid` (and `type`, the reward name)")
     try:
-        code, body = await service.pull(uid, reward, type_given=bool(fields.get("type")))
+        outcome = await service.pull(uid, reward)
     except StoreError as err:
         return JSONResponse({"uuid": uid, "type": reward, "status": "unavailable",
                              "message": f"result store unavailable: {err}"}, status_code=503,
                             headers={"Retry-After": "2"})
+    code, body = pull_response(uid, reward, outcome, service.cfg.pending_status, type_given=bool(fields.get("type")))
     return JSONResponse(body, status_code=code)
+
+
+def pull_response(uid: str, reward: str, outcome: Pulled, pending_status: int, *,
+                  type_given: bool = True) -> tuple[int, dict[str, Any]]:
+    """A pull's status code and body: 200 with the result envelope (a failed request's filled one
+    under on_failed = fill); `pending_status` (cosmos_rl.pending_status; 400 "Not Ready" in
+    cosmos-rl's reward service) while it is scored; 404 for a uuid never given out or a reward the
+    request did not ask for; 410 for a result the store no longer has; 500 for a failed request
+    under on_failed = error."""
+    base = {"uuid": uid, "type": reward}
+    match outcome:
+        case Scored(envelope):
+            return 200, envelope
+        case StillScoring():
+            return pending_status, {**base, "status": "pending", "message": f"Not found scores for {uid}: still scoring"}
+        case Failed(_, filled) if filled is not None:
+            return 200, filled
+        case Failed(reason, _):
+            return 500, {**base, "status": "failed", "message": f"request {uid} failed: {reason}", "reason": reason}
+        case NotAsked(skipped, asked):
+            if skipped:
+                msg = f"reward {reward!r} had weight <= 0 in this request and was skipped"
+            else:
+                msg = f"this request did not ask for reward {reward!r} (it asked for {', '.join(asked)})"
+                if not type_given:
+                    msg += (f"; the pull had no `type` field, which means {reward!r} "
+                            "(cosmos_rl.default_pull_type): send `type`")
+            return 404, {**base, "status": "unknown", "message": msg}
+        case Expired(gone):
+            return 410, {**base, "status": "expired", "reason": gone,
+                         "message": f"Not found scores for {uid}: the request's result is gone ({gone}); "
+                                    "enqueue it again"}
+        case NotAUuid():
+            return 404, {**base, "status": "unknown",
+                         "message": f"Not found scores for {uid[:80]!r}: not a uuid this gateway gave out"}
+        case NeverAccepted():
+            return 404, {**base, "status": "unknown",
+                         "message": f"Not found scores for {uid}: this gateway never accepted such a request "
+                                    "(or forgot it after store.forget_after_s)"}
+    raise AssertionError(f"unhandled pull outcome {outcome!r}")
 
 
 @router.post("/api/reward/latent_attr",
@@ -133,7 +189,7 @@ async def pull(request: Request, service: CosmosRLDep) -> JSONResponse:
 async def latent_attr(request: Request, service: CosmosRLDep) -> JSONResponse:
     try:
         fields = await form_fields(request)
-        code, body = service.set_latent_attr(fields.get("fields"))
+        body = service.set_latent_attr(fields.get("fields"))
     except PayloadError as err:
         return bad(str(err))
-    return JSONResponse(body, status_code=code)
+    return JSONResponse(body)

@@ -79,7 +79,8 @@ def parse_meta(meta: dict[str, Any]) -> EnqueueMeta:
     if prompts is not None and (not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts)):
         raise PayloadError("`prompts` must be a list of strings")
     mt = meta.get("media_type")
-    media_type: MediaType = mt if mt in ("image", "video") else "latent"  # the original's default
+    # without a media_type, cosmos-rl's reward service decodes the bytes as latents
+    media_type: MediaType = mt if mt in ("image", "video") else "latent"
     infos = meta.get("video_infos")
     if infos is not None and (not isinstance(infos, list) or not all(isinstance(i, dict) for i in infos)):
         raise PayloadError("`video_infos` must be a list of objects, one per sample")
@@ -189,7 +190,7 @@ def check_latent(arr: np.ndarray, *, channels: tuple[int, ...] = (16, 48)) -> np
 
 
 def input_info(arr: np.ndarray, dtype_name: str) -> dict[str, Any]:
-    """The original's `input_info` (it logs torch dtypes; so do we, for the tensor as received)."""
+    """`input_info` as cosmos-rl's reward service reports it (torch dtypes; here for the tensor as received)."""
     return {"shape": _shape(arr), "dtype": dtype_name,
             "min": f"{float(arr.min()):.3f}", "max": f"{float(arr.max()):.3f}"}
 
