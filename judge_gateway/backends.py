@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import random
 import time
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from .media.body import dumps as dumps_body
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 10.0  # a backend's failures are logged at most this often per kind
+BUSY_COUNTS_AS_READY_S = 30.0  # a replica that answered a call this recently is busy when its probe is slow
 
 
 class BackendFault(Unavailable):
@@ -150,6 +152,7 @@ class Replica:
     _loop: asyncio.AbstractEventLoop | None = None
     _sem: asyncio.Semaphore | None = None
     served: int = field(default=0)
+    answered_at: float = field(default=-math.inf)  # time.monotonic() of the last call it answered
     salt: int = field(init=False)  # a number of the URL, the same in every process (rendezvous hashing)
 
     def __post_init__(self) -> None:
@@ -221,6 +224,7 @@ class BackendPool:
         if ok:
             replica.consecutive_failures = 0
             replica.served += 1
+            replica.answered_at = time.monotonic()
             return
         replica.consecutive_failures += 1
         if replica.consecutive_failures >= self.cfg.eject_after_failures:
@@ -300,8 +304,11 @@ class BackendPool:
                         _backend_text(exc))
 
     async def probe(self, timeout_s: float = 2.0) -> tuple[bool, str | None]:
-        """Ready when at least one replica lists the served model. The reason names replicas by
-        index (it reaches /readyz); their URLs and errors go to the log."""
+        """Ready when at least one replica lists the served model, or is busy: a replica whose
+        model list is slower than `timeout_s` but that answered a scoring call within the last
+        BUSY_COUNTS_AS_READY_S is loaded, not down (a refused enqueue would cost the trainer a
+        step for a server that is only busy). The reason names replicas by index (it reaches
+        /readyz); their URLs and errors go to the log."""
         reasons = []
         n = len(self.replicas)
         for i, replica in enumerate(self.replicas):
@@ -310,6 +317,8 @@ class BackendPool:
             try:
                 models = await asyncio.wait_for(client.models.list(), timeout_s)
             except asyncio.TimeoutError:
+                if time.monotonic() - replica.answered_at <= BUSY_COUNTS_AS_READY_S:
+                    return True, None
                 reasons.append(f"{where}: no answer within {timeout_s:.0f}s")
                 continue
             except Exception as exc:  # any failure means "not ready", with the reason

@@ -134,7 +134,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: every judge's backend reachable and serving its model",
+@router.get("/readyz", summary="Readiness: every judge's backend serving its model (or busy: answered a call in the last 30 s)",
             responses={503: {"description": "some judge is not ready; the body says which and why"}})
 async def readyz(gateway: GatewayDep, admission: AdmissionDep) -> JSONResponse:
     ready = await gateway.readiness()

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from judge_gateway.backends import BackendError, BackendPool, BackendUnavailable
+from judge_gateway.backends import (
+    BUSY_COUNTS_AS_READY_S,
+    BackendError,
+    BackendPool,
+    BackendUnavailable,
+)
 from judge_gateway.config import BackendConfig
 from tests.support.fake_openai import FakeOpenAIServer, free_port
 
@@ -84,3 +90,27 @@ async def test_concurrency_limit_per_replica():
         slow.stop()
     assert slow.counters["requests"] == 12
     assert slow.counters["max_inflight"] == 3  # never more than the limit, and the limit is used
+
+
+async def test_a_slow_model_list_is_busy_not_down_when_the_replica_just_answered_a_call():
+    """A vLLM server under load can be slow to list its models; if it answered a scoring call
+    recently it is up, and the gateway must not refuse enqueues (503) because of it. A replica
+    that never answered (or not lately) and does not list its models in time is not ready."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)  # reads the request, never answers
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = BackendPool("p", BackendConfig(model="m", base_urls=[f"http://127.0.0.1:{port}/v1"]))
+    try:
+        ready, reason = await pool.probe(timeout_s=0.3)
+        assert not ready and "replica 1 of 1: no answer within" in (reason or "")
+        replica = pool.replicas[0]
+        replica.answered_at = time.monotonic() - (BUSY_COUNTS_AS_READY_S + 1)  # answered, but long ago
+        assert (await pool.probe(timeout_s=0.3))[0] is False
+        pool._record(replica, ok=True)  # what an answered call records
+        assert await pool.probe(timeout_s=0.3) == (True, None)
+    finally:
+        await pool.aclose()
+        server.close()
