@@ -1,11 +1,15 @@
-"""A gateway app served over real HTTP (uvicorn in a thread), for clients in other processes."""
+"""A gateway app served over real HTTP (uvicorn in a thread), for clients in other processes; or
+to a client in the test's own event loop (asgi_client), for a gateway that lives there."""
 
 from __future__ import annotations
 
 import copy
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import httpx
 import uvicorn
 
 from judge_gateway.config import validate_config
@@ -38,3 +42,16 @@ class ServedGateway:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+@asynccontextmanager
+async def asgi_client(gateway: Gateway, timeout: float = 600) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of create_app(gateway), in this event loop (no lifespan runs); the app's
+    cosmos-rl service is closed after, the gateway and its workers are left to their owner."""
+    app = create_app(gateway)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
+                                     timeout=timeout) as client:
+            yield client
+    finally:
+        await app.state.cosmos_rl.aclose()
