@@ -1,5 +1,5 @@
 """The gateway's CPU per judged medium: the old path (main before the fast media path) against
-the new one, in the same run, for each input shape of issue 22.
+the new one, in the same run, for each input shape a judge is sent.
 
 For each input it prints the process CPU time (all threads; not wall time: the machine may be
 shared) of the two stages the gateway spends on a medium before vLLM sees it:
@@ -10,7 +10,7 @@ shared) of the two stages the gateway spends on a medium before vLLM sees it:
   per-request cache, frame sampling, resize, encode, data URL, the body's JSON),
 
 then media/s per core (1000 / total ms) and the budget: 10% of what the judge GPU spends on
-that medium (derived in issue 22 from FLOPs at 40-50% MFU on one H100: Cosmos-Reason1 at
+that medium (derived from FLOPs at 40-50% MFU on one H100: Cosmos-Reason1 at
 cosmos-rl's frame budget 350-400 ms per video; a Qwen2.5-VL-7B yes/no judge 15-19 ms per 512^2
 image). `--parallel` also runs a batch of media through the media pool on every core (wall
 media/s against one worker).
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from _support import natural_clip  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
-# Judge GPU time per medium (issue 22), and the gateway's budget: 10% of it.
+# Judge GPU time per medium (derived in the docstring), and the gateway's budget: 10% of it.
 GPU_MS = {"video": (350.0, 400.0), "image": (15.0, 19.0)}
 COSMOS_SAMPLING = {"max_frames": 160, "total_pixels": 7_225_344, "even_frames": True}
 IMAGE_RESIZE = 602_112
@@ -343,7 +343,7 @@ def bench_latents(python: str, device: str, batch: int, reps: int, shape: tuple[
     import tempfile
 
     from judge_gateway.config import LatentDecoderConfig
-    from judge_gateway.latents import TorchWorker
+    from judge_gateway.latents import LatentDecoderSupervisor
     from judge_gateway.media import VideoSampling, sample_frame_indices
     from judge_gateway.media.sampling import _frame_size
 
@@ -354,7 +354,7 @@ def bench_latents(python: str, device: str, batch: int, reps: int, shape: tuple[
     latents = np.random.default_rng(0).standard_normal((batch, 16, t, lh, lw)).astype(np.float32)
 
     async def run(checkpoint: str) -> None:
-        worker = TorchWorker(LatentDecoderConfig.model_validate({
+        worker = LatentDecoderSupervisor(LatentDecoderConfig.model_validate({
             "python": python, "device": device, "dtype": "bfloat16", "batch_size": batch, "timeout_s": 3600,
             "wan2_1": {"checkpoint": checkpoint}}))
         try:

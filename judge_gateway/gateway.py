@@ -14,6 +14,7 @@ from .backends import BackendPool, deadline_at
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
 from .exceptions import InvalidInput
+from .judge_factory import build_judges
 from .judges import Judge, ScoreContext
 from .judges.queue import hold_queues
 from .media import MediaCache
@@ -21,7 +22,6 @@ from .media.budget import MediaBudget
 from .media.pool import MediaPool
 from .media.scope import MediaScope, media_scope
 from .metrics import Metrics
-from .registry import build_judges
 from .schema import (
     CombineInfo,
     JudgeInfo,

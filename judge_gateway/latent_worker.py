@@ -207,7 +207,7 @@ def sample_and_resize(x: Any, frames: list[list[int]] | None, size: list[int] | 
         x = flat.reshape(b, n, c, int(size[1]), int(size[0])).permute(0, 2, 1, 3, 4)
     if to_uint8 == "round":
         x = x.round()
-    return x.to(torch.uint8)  # the cast truncates, as the original's does
+    return x.to(torch.uint8)  # the cast truncates, as cosmos-rl's DecodeHandler.decode_video does
 
 
 def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:

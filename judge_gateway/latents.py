@@ -3,7 +3,7 @@ workers/supervisor.py and spoken to in workers/framing.py's frames.
 
 Calls are serialised (the worker does one thing at a time; decoding is compute-bound anyway).
 The worker starts at the first call. A worker that dies is restarted (with a back-off); one that
-times out is killed and restarted; the call that saw either fails with `TorchWorkerError`, never
+times out is killed and restarted; the call that saw either fails with `LatentDecoderError`, never
 a silent result. Replies are matched to calls by id, so a call whose caller left (cancelled) is
 finished by the worker and its reply dropped; the worker is not killed for it.
 
@@ -34,17 +34,17 @@ WORKER_SCRIPT = Path(__file__).resolve().parent / "latent_worker.py"
 RESTART_BACKOFF_S = 0.5
 
 
-class TorchWorkerError(WorkerError):
+class LatentDecoderError(WorkerError):
     """The worker could not do what was asked; the message says why (`stage` "load": the model)."""
 
 
-class TorchWorker(WorkerSupervisor):
-    error_type = TorchWorkerError
+class LatentDecoderSupervisor(WorkerSupervisor):
+    error_type = LatentDecoderError
     crash_why = "died with the call in flight; it restarts"
 
     def __init__(self, cfg: LatentDecoderConfig) -> None:
         if not cfg.python:
-            raise TorchWorkerError("cosmos_rl.latents.python is not configured")
+            raise LatentDecoderError("cosmos_rl.latents.python is not configured")
         super().__init__("torch worker", startup_timeout_s=cfg.start_timeout_s, restart_backoff_s=RESTART_BACKOFF_S,
                          retry_failed_load_s=cfg.retry_failed_load_s, max_payload=MAX_LATENT_PAYLOAD_BYTES)
         self.cfg = cfg
@@ -88,7 +88,7 @@ class TorchWorker(WorkerSupervisor):
         await self.wait_ready()  # starts the worker at the first call, or waits out a restart
         reply, out = await self.request(header, payload, timeout=timeout)
         if not reply.get("ok"):
-            raise TorchWorkerError(reply.get("error", "unknown worker error"), stage=reply.get("stage"))
+            raise LatentDecoderError(reply.get("error", "unknown worker error"), stage=reply.get("stage"))
         return reply, out
 
     async def ping(self) -> str:
@@ -127,12 +127,12 @@ class TorchWorker(WorkerSupervisor):
                        size: tuple[int, int] | None) -> dict[str, Any]:
         channels = int(latents.shape[1])
         if channels not in self.decoders:
-            raise TorchWorkerError(f"no decoder for {channels}-channel latents is configured (cosmos_rl.latents)")
+            raise LatentDecoderError(f"no decoder for {channels}-channel latents is configured (cosmos_rl.latents)")
         name, vae = self.cfg.decoders()[channels]
         mean_std = None
         if name == "wan2_1" and self.load_mean_std:
             if not (vae.images_mean_std and vae.video_mean_std):
-                raise TorchWorkerError("load_mean_std is on but cosmos_rl.latents.wan2_1 has no "
+                raise LatentDecoderError("load_mean_std is on but cosmos_rl.latents.wan2_1 has no "
                                        "images_mean_std / video_mean_std")
             mean_std = {"images": vae.images_mean_std, "video": vae.video_mean_std}
         return {"op": "decode", "decoder": name, "channels": channels, "checkpoint": vae.checkpoint,
@@ -151,7 +151,7 @@ class TorchWorker(WorkerSupervisor):
         call = self._call_locked if locked else self._call
         try:
             _, out = await call(header, buf.getvalue(), self.cfg.start_timeout_s + self.cfg.timeout_s)
-        except TorchWorkerError as err:
+        except LatentDecoderError as err:
             if err.stage == "load":
                 self._load_failures[name] = (time.monotonic(), f"{WAN_NAMES[name]} decoder {header['checkpoint']!r}: {err}")
             raise
@@ -182,7 +182,7 @@ class TorchWorker(WorkerSupervisor):
                 pixels = await self._decode_now(header, [b.latents for b in batch], [b.frames for b in batch],
                                                 locked=True)
             except BaseException as err:
-                failure = err if isinstance(err, Exception) else TorchWorkerError("the latent decoder stopped")
+                failure = err if isinstance(err, Exception) else LatentDecoderError("the latent decoder stopped")
                 for b in batch:
                     if not b.result.done():
                         b.result.set_exception(failure)

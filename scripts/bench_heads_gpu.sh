@@ -9,7 +9,9 @@
 #   scripts/bench_heads_gpu.sh --preprocess reference    # extra args go to bench/heads.py
 #
 # The GPU machine's python3 must have torch (CUDA), transformers, numpy, pillow, httpx, aiohttp;
-# what it lacks travels in .whl/ (see ../shared/reference/gpu_benchmarks.md).
+# what it lacks travels in .whl/: `--download` fetches the WHEELS below there (binary, no deps, for
+# CPython 3.12 on manylinux x86_64, at the versions this repository's venvs resolve), and a run
+# installs them with --no-index into /tmp/site, so the GPU machine needs no network.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -475,7 +475,7 @@ def http_page(openapi: dict[str, Any]) -> str:
             for prefix, page in guides.items():
                 if path.startswith(prefix) and prefix not in said:
                     said.add(prefix)
-                    parts.append(f"The protocol's bodies, status codes and what differs from the original: [{page.rsplit('/', 1)[-1][:-3]}]({page}).\n")
+                    parts.append(f"The protocol's bodies, status codes and what differs from the peer's own server: [{page.rsplit('/', 1)[-1][:-3]}]({page}).\n")
             params = op.get("parameters", [])
             if params:
                 parts.append("| parameter | in | type | required | description |\n|---|---|---|---|---|\n" + "\n".join(

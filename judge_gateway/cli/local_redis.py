@@ -1,5 +1,6 @@
 """The Redis a cosmos-rl rewards.toml names (`redis_host`, `redis_port`): used when it answers,
-started when it is local and not running (the original starts its own on every launch), refused
+started when it is local and not running (cosmos-rl's reward service starts its own redis-server
+on every launch, so a rewards.toml may name a Redis nobody runs yet), refused
 with the reason otherwise.
 
 A Redis started here is a child of `serve`, stopped with it (on Linux also when `serve` dies
@@ -59,7 +60,7 @@ def ensure_redis(host: str, port: int, run_dir: Path = Path("run")) -> subproces
     exe = shutil.which("redis-server")
     if exe is None:
         raise RedisUnavailable(f"no Redis answers at {where} and redis-server is not installed to start one "
-                               "(apt-get install redis-server), as the original would; or start Redis there")
+                               "(apt-get install redis-server; cosmos-rl's launcher needs it too); or start Redis there")
     data = (run_dir / f"redis-{port}").resolve()
     data.mkdir(parents=True, exist_ok=True)
     cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--appendonly", "yes",

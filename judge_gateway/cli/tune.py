@@ -47,7 +47,7 @@ def _plot_path(args: argparse.Namespace, name: str) -> str | None:
     if args.out_dir:
         from pathlib import Path
 
-        from ..profiles import next_version
+        from ..aggregation_profiles import next_version
 
         d = Path(args.out_dir)
         return str(d / f"{name}@{next_version(d, name) if d.is_dir() else 1}.png")

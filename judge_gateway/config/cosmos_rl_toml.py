@@ -2,14 +2,14 @@
 its fields in launcher/config.py) read as a judge-gateway config.
 
 `judge-gateway serve --config rewards.toml` recognises the format (a `[[reward_args]]` array, or
-the original's top-level keys and none of ours) and maps every field onto our sections, saying
+cosmos-rl's top-level keys and none of ours) and maps every field onto our sections, saying
 for each what it became and why (`RewardsToml.lines`, which serve prints). Each enabled
 `reward_args` entry becomes the judge its reward name maps to (as configs/cosmos_rl.toml has them:
 weights by hub id, a worker venv per head kind); `host`/`port` the server's bind; `redis_host`/
-`redis_port` a Redis result store (serve starts a local one that is not running, as the
-original does, or refuses a remote one that does not answer); `decode_args` the Wan decoders.
-What the original format cannot say (tiny test models, an allow-list) goes in an optional
-`[judge_gateway]` table of our own sections, merged over the mapping: the original ignores
+`redis_port` a Redis result store (serve starts a local one that is not running, as
+cosmos-rl's launcher does, or refuses a remote one that does not answer); `decode_args` the Wan decoders.
+What cosmos-rl's format cannot say (tiny test models, an allow-list) goes in an optional
+`[judge_gateway]` table of our own sections, merged over the mapping: cosmos-rl's launcher ignores
 unknown tables, so the same file still runs there.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from ..exceptions import ConfigurationError
 
-# The original's RewardArgs / DecodeArgs / Config fields (launcher/config.py), with its defaults.
+# cosmos-rl's RewardArgs / DecodeArgs / Config fields (launcher/config.py), with its defaults.
 REWARD_ARGS_DEFAULTS: dict[str, Any] = {
     "reward_type": "cosmos_reason1", "venv_python": "python", "model_path": "nvidia/Cosmos-Reason1-7B-Reward",
     "download_path": "/workspace", "setup_script": "", "dtype": "float16", "work_dir": "evaluation_results",
@@ -40,7 +40,7 @@ DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 JUDGE_OF = {"cosmos_reason1": "cosmos_reason1", "dance_grpo": "videoalign", "hpsv2": "hpsv2", "hpsv3": "hpsv3",
             "pickscore": "pickscore", "image_reward": "image_reward", "ocr": "ocr", "gen_eval": "gen_eval",
             "unified_reward": "unified_reward"}
-VIDEO_REWARDS = ("cosmos_reason1", "dance_grpo")  # the original's NEEDS_LATENT_DECODER
+VIDEO_REWARDS = ("cosmos_reason1", "dance_grpo")  # cosmos-rl's NEEDS_LATENT_DECODER
 VLM_PORTS = {"cosmos_reason1": 8001, "unified_reward": 8004}  # scripts/start_vllm.sh's presets
 GENEVAL_CKPT = "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco_20220504_001756-743b7d99.pth"
 # What each head kind runs under when the file names no usable interpreter (configs/cosmos_rl.toml).
@@ -48,7 +48,7 @@ VENVS = {"videoalign": ".venv-heads/bin/python", "pickscore": ".venv-heads/bin/p
          "hpsv2": ".venv-heads/bin/python", "hpsv3": ".venv-hpsv3/bin/python",
          "image_reward": ".venv-imagereward/bin/python", "ocr": ".venv-heads/bin/python",
          "gen_eval": ".venv-geneval/bin/python"}
-# Fields each reward's handler in the original reads (model/*.py); the others it stores unused.
+# Fields each reward's handler in cosmos-rl reads (model/*.py); the others it stores unused.
 USES_DTYPE = ("dance_grpo", "pickscore", "hpsv3", "image_reward")
 
 
@@ -59,7 +59,7 @@ class RewardsTomlError(ConfigurationError):
 @dataclass
 class RewardsToml:
     """The mapped config (our sections, validated by the caller), what each field became, and
-    the Redis the original would start (host, port)."""
+    the Redis cosmos-rl's reward service would start (host, port)."""
 
     data: dict[str, Any]
     lines: list[str] = field(default_factory=list)
@@ -67,7 +67,7 @@ class RewardsToml:
 
 
 def is_cosmos_rl_rewards(data: dict[str, Any]) -> bool:
-    """The original's format: a `reward_args` array, or its top-level keys and none of ours."""
+    """cosmos-rl's format: a `reward_args` array, or its top-level keys and none of ours."""
     if isinstance(data.get("reward_args"), list):
         return True
     ours = {"server", "judges", "backends", "cosmos_rl", "flow_factory", "store", "media", "combine"}
@@ -85,7 +85,7 @@ def map_rewards_toml(data: dict[str, Any], *, source: str = "rewards.toml") -> R
         "backends": {}, "judges": {}, "flow_factory": {"enabled": False},
     })
     _server(data, out)
-    entries = data.get("reward_args", [{}])  # the original's default: one cosmos_reason1 entry
+    entries = data.get("reward_args", [{}])  # cosmos-rl's default: one cosmos_reason1 entry
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise _error(source, "reward_args", "must be an array of tables ([[reward_args]])")
     enabled: list[str] = []
@@ -116,21 +116,21 @@ def _server(data: dict[str, Any], out: RewardsToml) -> None:
     host = str(data.get("host", "localhost"))
     port = int(data.get("port", 8080))
     out.data["server"].update({"host": host, "port": port})
-    out.lines.append(f"host = {host!r} -> server.host (the original binds 0.0.0.0 whatever it says; here "
+    out.lines.append(f"host = {host!r} -> server.host (cosmos-rl's service binds 0.0.0.0 whatever it says; here "
                      "a host beyond loopback needs API keys or server.allow_networks)")
-    out.lines.append(f"port = {port} -> server.port (the original takes the next free port when it is busy; "
+    out.lines.append(f"port = {port} -> server.port (cosmos-rl's service takes the next free port when it is busy; "
                      "here serve fails instead, as the trainer's URL names this one)")
     redis_host = str(data.get("redis_host", "localhost"))
     redis_port = int(data.get("redis_port", 6379))
     if redis_port <= 0:
-        out.lines.append(f"redis_port = {redis_port} -> store.kind = 'memory' (the original keeps scores in "
+        out.lines.append(f"redis_port = {redis_port} -> store.kind = 'memory' (cosmos-rl's service keeps scores in "
                          "memory without a Redis port, too)")
         return
     out.data["store"] = {"kind": "redis", "url": f"redis://{redis_host}:{redis_port}/0", "url_env": None}
     out.redis = (redis_host, redis_port)
     out.lines.append(f"redis_host = {redis_host!r}, redis_port = {redis_port} -> store.kind = 'redis', "
                      f"url = redis://{redis_host}:{redis_port}/0 (started here when it is local and not "
-                     "running, as the original starts its own; a remote one must answer)")
+                     "running, as cosmos-rl's reward service starts its own; a remote one must answer)")
 
 
 def _reward(source: str, i: int, entry: dict[str, Any], out: RewardsToml) -> str | None:
@@ -143,7 +143,7 @@ def _reward(source: str, i: int, entry: dict[str, Any], out: RewardsToml) -> str
     name = str(args["reward_type"])
     if name not in JUDGE_OF:
         raise _error(source, f"{where}.reward_type",
-                                f"{name!r} is not a reward the original serves ({', '.join(JUDGE_OF)})")
+                                f"{name!r} is not a reward cosmos-rl's reward service serves ({', '.join(JUDGE_OF)})")
     where = f"reward_args[{i}] ({name})"
     if not isinstance(args["enable"], bool):
         raise _error(source, f"{where}.enable", f"must be true or false, got {args['enable']!r}")
@@ -158,7 +158,7 @@ def _reward(source: str, i: int, entry: dict[str, Any], out: RewardsToml) -> str
         _head(source, where, name, judge, args, given, out)
     for key in ("setup_script", "work_dir", "tmp_dir"):
         if key in given:
-            out.lines.append(f"{where}.{key} = {args[key]!r} -> not used (the original's environment set-up "
+            out.lines.append(f"{where}.{key} = {args[key]!r} -> not used (cosmos-rl's environment set-up "
                              "and scratch folders; judge-gateway's are scripts/setup_*.sh and its run folders)")
     return name
 
@@ -177,16 +177,17 @@ def _vlm(source: str, where: str, name: str, args: dict[str, Any], given: set[st
             "default": False, "options": {"top_logprobs": 20, "min_answer_mass": 0.5, "counting": "exact"},
             "video": {"max_frames": 160, "total_pixels": 14450688, "even_frames": True}}
         out.lines.append(f"{where}.model_path = {model!r} -> backends.cosmos_reason1.model, served by vLLM at {url} "
-                         "(scripts/start_vllm.sh start --preset cosmos_reason1); the request is the original's "
+                         "(scripts/start_vllm.sh start --preset cosmos_reason1); the request is cosmos-rl's "
                          "(cosmos_reason1@2), its no_score from the exact Yes/No logprobs")
     else:
-        # the original sends model="UnifiedReward-7b-v1.5" to its endpoint whatever model_path says
+        # cosmos-rl's service sends model="UnifiedReward-7b-v1.5" to its endpoint whatever model_path says
         backend = {"model": "UnifiedReward-7b-v1.5", "base_urls": [url], "timeout_s": 180, "max_concurrency": 32}
         out.data["judges"]["unified_reward"] = {
             "kind": "final_score", "backend": "unified_reward", "template": "unified_reward@2", "deadline_s": 180,
             "default": False, "options": {"occurrence": "first"}}
         out.lines.append(f"{where}.endpoint_url = {url!r} -> backends.unified_reward.base_urls, model "
-                         "'UnifiedReward-7b-v1.5' (what the original sends); its question and parse as the original")
+                         "'UnifiedReward-7b-v1.5' (what cosmos-rl's service sends); its question and parse as "
+                         "cosmos-rl's")
     if args["endpoint_api_key"]:
         env = f"JG_{name.upper()}_API_KEY"
         source = "the environment's value, which wins" if os.environ.get(env) else "set from the file"
@@ -199,7 +200,8 @@ def _vlm(source: str, where: str, name: str, args: dict[str, Any], given: set[st
             out.lines.append(f"{where}.{key} = {args[key]!r} -> not used (vLLM serves this model: its dtype and "
                              "devices are scripts/start_vllm.sh's)")
     if name == "unified_reward" and "model_path" in given:
-        out.lines.append(f"{where}.model_path = {args['model_path']!r} -> not used (as in the original)")
+        out.lines.append(f"{where}.model_path = {args['model_path']!r} -> not used "
+                         "(cosmos-rl's service ignores it too)")
 
 
 def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], given: set[str],
@@ -218,7 +220,7 @@ def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], 
         options["dtype"] = dtype
         note(f"{where}.dtype = {args['dtype']!r} -> judges.{judge}.options.dtype = {dtype!r}")
     elif "dtype" in given:
-        note(f"{where}.dtype = {args['dtype']!r} -> not used (the original's {name} ignores it too)")
+        note(f"{where}.dtype = {args['dtype']!r} -> not used (cosmos-rl's {name} ignores it too)")
     note(f"{where}.device = {args['device']!r} -> judges.{judge}.options.device")
     model_path = str(args["model_path"]) if "model_path" in given else ""
     if name == "dance_grpo":
@@ -227,8 +229,8 @@ def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], 
         base = os.path.join(download, "Qwen2-VL-2B-Instruct")
         if os.path.isdir(base):
             options["base_model"] = base
-            note(f"{where}.download_path -> judges.videoalign.options.base_model = {base!r} (the original links it "
-                 "as ./Qwen2-VL-2B-Instruct)")
+            note(f"{where}.download_path -> judges.videoalign.options.base_model = {base!r} "
+                 "(cosmos-rl's service links it as ./Qwen2-VL-2B-Instruct)")
         elif "download_path" in given:
             note(f"{where}.download_path = {download!r} has no Qwen2-VL-2B-Instruct: the base model is the one "
                  "the checkpoint's model_config.json names")
@@ -243,10 +245,10 @@ def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], 
         options["checkpoint"] = ckpt if os.path.isfile(ckpt) else "MizzenAI/HPSv3/HPSv3.safetensors"
         note(f"{where}.download_path -> judges.hpsv3.options.checkpoint = {options['checkpoint']!r}")
     elif name == "pickscore":
-        if model_path:  # the original ignores it and loads yuvalkirstain/PickScore_v1
+        if model_path:  # cosmos-rl's service ignores it and loads yuvalkirstain/PickScore_v1
             options |= {"model": model_path, "processor": model_path}
-            note(f"{where}.model_path = {model_path!r} -> judges.pickscore.options.model and processor (the "
-                 "original ignores it: an empty one keeps its hub ids)")
+            note(f"{where}.model_path = {model_path!r} -> judges.pickscore.options.model and processor (cosmos-rl's "
+                 "service ignores it: an empty one keeps its hub ids)")
     elif name == "gen_eval":
         ckpt = os.path.join(download, "reward_ckpts", GENEVAL_CKPT)
         if os.path.isfile(ckpt):
@@ -258,14 +260,14 @@ def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], 
         options |= {"clip_model": "ViT-L-14", "clip_pretrained": "openai"}
         note(f"{where}.download_path -> judges.gen_eval.options.detector_checkpoint = "
              f"{options['detector_checkpoint']!r} (the detector config is mmdet's shipped Mask2Former Swin-S; "
-             "classes are COCO's, as the original's object_names.txt)")
+             "classes are COCO's, as cosmos-rl's object_names.txt)")
     elif name == "ocr":
         note(f"{where}: the request's ocr_use_gpu picks a GPU OCR judge when cosmos_rl.rewards.ocr.gpu_judge "
              "names one; otherwise it is reported (envelope `notes`, /metrics)")
     if model_path and name not in ("dance_grpo", "pickscore"):
-        note(f"{where}.model_path = {model_path!r} -> not used (the original's {name} ignores it too)")
+        note(f"{where}.model_path = {model_path!r} -> not used (cosmos-rl's {name} ignores it too)")
     if "download_path" in given and name not in ("dance_grpo", "hpsv2", "hpsv3", "gen_eval"):
-        note(f"{where}.download_path = {download!r} -> not used (the original's {name} ignores it too)")
+        note(f"{where}.download_path = {download!r} -> not used (cosmos-rl's {name} ignores it too)")
     for key in ("endpoint_url", "endpoint_api_key"):
         if key in given:
             note(f"{where}.{key} -> not used (a local model)")
@@ -293,7 +295,7 @@ def _decoder(source: str, data: dict[str, Any], enabled: list[str], out: Rewards
         latents["wan2_2"] = _vae(str(args["wan2pt2_model_path"]), "2.2")
     out.data["cosmos_rl"] = {"latents": latents}
     out.lines.append(f"decode_args.model_path = {args['model_path']!r} -> cosmos_rl.latents.wan2_1 = "
-                     f"{latents['wan2_1']['checkpoint']!r} (diffusers' AutoencoderKLWan; the original's .pth is the "
+                     f"{latents['wan2_1']['checkpoint']!r} (diffusers' AutoencoderKLWan; cosmos-rl's .pth is the "
                      f"same VAE), decoded under .venv-latents ({', '.join(video)} take videos)")
     out.lines.append(f"decode_args.dtype / device = {args['dtype']!r} / {args['device']!r} -> cosmos_rl.latents")
     out.lines.append("decode_args.chunk_duration / temporal_window / wan2pt2_credential_path -> not used (the "
@@ -301,7 +303,7 @@ def _decoder(source: str, data: dict[str, Any], enabled: list[str], out: Rewards
 
 
 def _vae(path: str, version: str) -> dict[str, Any]:
-    """A diffusers VAE folder as given; the original's single-file .pth (or its URL) -> the same VAE's
+    """A diffusers VAE folder as given; cosmos-rl's single-file .pth (or its URL) -> the same VAE's
     diffusers release."""
     if os.path.isdir(path):
         return {"checkpoint": path}

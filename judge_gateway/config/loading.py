@@ -19,7 +19,7 @@ from .watch import check_watch
 from .vlm_options import CriticOptions, RubricOptions, VLMOptions
 
 # The configs shipped inside the package (the repository's configs/ folder), loadable by name.
-SHIPPED_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+SHIPPED_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "shipped_configs"
 DEFAULT_CONFIG_PATH = SHIPPED_CONFIGS_DIR / "default.toml"
 
 
@@ -192,15 +192,15 @@ def _check_profile(key: str, judge: JudgeConfig, opts: RubricOptions, template: 
     ref = opts.aggregation_profile
     if ref is None:
         return []
-    from ..profiles import ProfileError, load_profile
+    from ..aggregation_profiles import AggregationProfileError, load_aggregation_profile
 
     where = f"{key}.options.aggregation_profile"
     path = Path(ref)
     if not path.is_absolute() and Path(source).is_file():
         path = Path(source).resolve().parent / path
     try:
-        profile = load_profile(path, sha256=opts.aggregation_profile_sha256)
-    except ProfileError as err:
+        profile = load_aggregation_profile(path, sha256=opts.aggregation_profile_sha256)
+    except AggregationProfileError as err:
         return [f"{where}: {err}"]
     if profile.kind != "rubric_aspects":
         return [f"{where}: {profile.ref} is a {profile.kind!r} profile, not rubric aspect weights"]

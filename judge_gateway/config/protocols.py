@@ -45,7 +45,7 @@ class StoreConfig(Strict):
     url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
     url_env: str | None = Field("JUDGE_GATEWAY_REDIS_URL", description="Environment variable that overrides `url`.")
     key_prefix: str = Field("judge-gateway:", description="Prefix of every key the gateway writes.")
-    # Retention: a trainer that falls behind must not outlive its results. The original keeps
+    # Retention: a trainer that falls behind must not outlive its results. cosmos-rl's service keeps
     # 100k results with no TTL; we keep as many, a day unpulled, and say `expired` (not
     # `unknown`) for a key that was stored and has gone.
     ttl_s: float = Field(86400.0, gt=0, description="How long a result (or failure) nobody has pulled stays pullable.")
@@ -97,8 +97,8 @@ class TagSplit(Strict):
     """A per-tag legacy key: one list per tag; a sample's value goes in its own tag's list."""
 
     tag: str = Field(description="`details.<key>` holding the sample's tag.")
-    tags: tuple[str, ...] = Field(min_length=1, description="Every tag, in the original's order.")
-    not_applicable: float = Field(-10.0, description="Value in the other tags' lists (the original's -10.0).")
+    tags: tuple[str, ...] = Field(min_length=1, description="Every tag, in cosmos-rl's order.")
+    not_applicable: float = Field(-10.0, description="Value in the other tags' lists (cosmos-rl's -10.0).")
 
     @field_validator("tag")
     @classmethod
@@ -111,7 +111,7 @@ class TagSplit(Strict):
 # What an invalid sample's legacy value is. cosmos-rl's trainer reads only `scores` (never
 # `valid`) and never re-enqueues, so a fill is trained on: it must not move GRPO advantages.
 InvalidPolicy = Literal["group_mean", "value", "sentinel"]
-SENTINEL_VALUE = -1.0  # what the original service writes for a failed sample
+SENTINEL_VALUE = -1.0  # what cosmos-rl's reward service writes for a failed sample
 SENTINEL_LABEL = "Error"
 
 
@@ -125,9 +125,9 @@ class LegacyKey(Strict):
         None, description="Emit a label instead of the number: [below threshold, at or above]."
     )
     threshold: float = Field(0.5, description="With `labels`: the number at or above which the second label is emitted.")
-    scale: float = Field(1.0, description="Multiply the number by this (the original's unified_reward is score / 5).")
+    scale: float = Field(1.0, description="Multiply the number by this (cosmos-rl's unified_reward is score / 5).")
     by_tag: TagSplit | None = Field(
-        None, description="Emit a dict of lists, one per tag (the original's gen_eval_group) instead of a list."
+        None, description="Emit a dict of lists, one per tag (cosmos-rl's gen_eval_group) instead of a list."
     )
 
     @field_validator("source")
@@ -155,8 +155,8 @@ class InvalidFill(Strict):
 class CosmosReward(Strict):
     judge: str = Field(description="The configured judge that scores this cosmos-rl reward.")
     gpu_judge: str | None = Field(
-        None, description="The judge that scores it instead when the request sets `ocr_use_gpu: true` (the "
-        "original's OCR on the GPU), e.g. a second ocr judge with device = cuda. Unset: the request's "
+        None, description="The judge that scores it instead when the request sets `ocr_use_gpu: true` (cosmos-rl's "
+        "OCR on the GPU), e.g. a second ocr judge with device = cuda. Unset: the request's "
         "ocr_use_gpu is reported (the envelope's `notes`, /metrics), and `judge` scores."
     )
     keys: dict[str, LegacyKey] = Field(min_length=1, description="Legacy score key -> its source.")
@@ -183,12 +183,12 @@ def _r(judge: str, media: str | None = None, **keys: Any) -> dict[str, Any]:
     return {"judge": judge, "keys": keys, **({"media": media} if media else {})}
 
 
-# The original service's reward names and score keys. Heads report their native number as `raw`
-# (the original's lists held native numbers; trainers clip and weight them on their side).
+# The reward names and score keys of cosmos-rl's reward service. Heads report their native number as `raw`
+# (its lists hold native numbers; trainers clip and weight them on their side).
 DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
     # Our yes/no judges read logprobs, not logits: yes_logit/no_logit carry log P(yes) and
     # log P(no). With the judge's counting = "exact" (configs/cosmos_rl.toml) their difference is
-    # the original's logit difference, so a softmax over the pair gives its no_score; with
+    # cosmos-rl's logit difference, so a softmax over the pair gives its no_score; with
     # "variants" each also sums the word's case/space variants.
     "cosmos_reason1": _r("cosmos_reason1", "video",
                          prediction={"source": "reward", "labels": ["Bad", "Good"], "threshold": 0.5},
@@ -197,20 +197,20 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
                      ta_reward="details.ta", overall_reward="raw"),
     "hpsv2": _r("hpsv2", hpsv2="raw"),
     "hpsv3": _r("hpsv3", hpsv3="raw"),
-    # The original reports PickScore / 26 (exp(logit_scale) x cosine / 26), whatever the judge's
+    # cosmos-rl's service reports PickScore / 26 (exp(logit_scale) x cosine / 26), whatever the judge's
     # own normalisation.
     "pickscore": _r("pickscore", pickscore={"source": "raw", "scale": 1 / 26}),
     "image_reward": _r("image_reward", image_reward="raw"),
     "ocr": _r("ocr", ocr_reward="reward"),
-    # The original's own GenEval numbers (the judge's details.cosmos_rl: its partial score, GenEval's
+    # cosmos-rl's own GenEval numbers (the judge's details.cosmos_rl: its partial score, GenEval's
     # correct over the includes, strict; geneval_only_strict forces correct to 0), whatever
-    # `options.reward` makes raw. gen_eval_group: the original's dict of the six tags' lists, that
+    # `options.reward` makes raw. gen_eval_group: cosmos-rl's dict of the six tags' lists, that
     # correct (0/1) in the sample's own tag and -10.0 in the others.
     "gen_eval": _r("gen_eval", gen_eval_score="details.cosmos_rl.score", gen_eval_reward="details.cosmos_rl.correct",
                    gen_eval_strict="details.cosmos_rl.strict",
                    gen_eval_group={"source": "details.cosmos_rl.correct", "by_tag": {
                        "tag": "details.tag", "tags": list(GENEVAL_TAGS), "not_applicable": -10.0}}),
-    # The original: the 1-5 "Final Score" / 5.
+    # cosmos-rl's service: the 1-5 "Final Score" / 5.
     "unified_reward": _r("unified_reward", unified_reward={"source": "raw", "scale": 0.2}),
 }
 
@@ -241,7 +241,7 @@ class WanVaeConfig(Strict):
         return self
 
 
-# Latent channels -> the decoder that takes them: the original picks its decoder the same way.
+# Latent channels -> the decoder that takes them: cosmos-rl's service picks its decoder the same way.
 WAN_CHANNELS: dict[int, str] = {16: "wan2_1", 48: "wan2_2"}
 WAN_NAMES = {"wan2_1": "Wan2.1 (16 channels, spatial x8)", "wan2_2": "Wan2.2 (48 channels, spatial x16)"}
 
@@ -263,7 +263,7 @@ class LatentDecoderConfig(Strict):
     )
     to_uint8: Literal["truncate", "round"] = Field(
         "truncate",
-        description="Pixels = (x.clamp(-1, 1) + 1) / 2 * 255, then truncated to uint8 as the original's "
+        description="Pixels = (x.clamp(-1, 1) + 1) / 2 * 255, then truncated to uint8 as cosmos-rl's "
         "cast does (`round`: to the nearest level).",
     )
     start_timeout_s: float = Field(120.0, gt=0, description="Worker start, torch loads, and (on top of timeout_s) the VAE load.")
@@ -282,7 +282,7 @@ class LatentDecoderConfig(Strict):
         elif self.subfolder is not None:
             raise ValueError("subfolder without checkpoint")
         if self.wan2_2 is not None and self.wan2_2.load_mean_std:
-            raise ValueError("wan2_2.load_mean_std: the original applies load_mean_std to Wan2.1 latents only")
+            raise ValueError("wan2_2.load_mean_std: cosmos-rl applies load_mean_std to Wan2.1 latents only")
         return self
 
     def decoders(self) -> dict[int, tuple[str, WanVaeConfig]]:
@@ -306,8 +306,8 @@ class CosmosRLConfig(Strict):
         "group_mean",
         description="An invalid sample's legacy value (the trainer trains on it): group_mean (the mean of the "
         "valid values of that key among the request's samples with the same prompt, i.e. its GRPO group; "
-        "a group with none valid gets one constant), value (fill_value / fill_label), sentinel (the "
-        "original's -1.0 / \"Error\").",
+        "a group with none valid gets one constant), value (fill_value / fill_label), sentinel (cosmos-rl's "
+        "-1.0 / \"Error\").",
     )
     fill_value: float = Field(0.0, description="on_invalid = value: the number; group_mean: the constant of an all-invalid request.")
     fill_label: str = Field("Invalid", description="Label (e.g. `prediction`) for fill_value.")
@@ -330,8 +330,8 @@ class CosmosRLConfig(Strict):
     rewards: dict[str, CosmosReward] = Field(
         default_factory=dict,
         description="cosmos-rl reward name -> the judge that scores it and its legacy score keys; merged over the "
-        "original service's names (a name given here replaces the built-in one). Any configured judge also "
-        "answers to its own name.",
+        "names cosmos-rl's reward service serves (a name given here replaces the built-in one). Any "
+        "configured judge also answers to its own name.",
     )
     latents: LatentDecoderConfig = Field(
         default_factory=LatentDecoderConfig,
@@ -339,13 +339,13 @@ class CosmosRLConfig(Strict):
     )
     pending_status: Literal[400, 425] = Field(
         400,
-        description="The status of a pull whose result is not ready: 400, the original's (its README's '400 Not "
+        description="The status of a pull whose result is not ready: 400, cosmos-rl's (its README's '400 Not "
         "Ready', which clients written to it check for), or 425 (Too Early), which cosmos-rl's trainer from 0.4.7 "
         "needs: it fails a fetch on a 400 at once (and its get_results then breaks on the empty batch), where "
         "it retries a 425 inside the fetch with backoff. The body says `status: pending` either way.",
     )
     default_pull_type: str = Field(
-        "dance_grpo", description="The reward a pull without a `type` field asks for (the original's default)."
+        "dance_grpo", description="The reward a pull without a `type` field asks for (cosmos-rl's default)."
     )
     refuse_unready: bool = Field(
         True,

@@ -1,8 +1,8 @@
 """Local scorer heads (CLIP score, PickScore, HPSv2/v3, ImageReward, OCR, GenEval, VideoAlign): a
 head judge on the gateway feeds a supervised worker process that holds the model.
 
-Gateway side (no torch; `registry.py` builds the judges):
-  `judge` (HeadJudge, the Judge of a head kind), `supervisor` (HeadWorker: starts, feeds and
+Gateway side (no torch; `judge_factory.py` builds the judges):
+  `judge` (HeadJudge, the Judge of a head kind), `supervisor` (HeadSupervisor: starts, feeds and
   restarts one worker), `protocol` (the head messages over the framing of `judge_gateway.workers`), `shm` (the
   shared-memory arena the pixels travel in, both sides), `pooling` (per-frame scores -> one),
   `ocr_text` (the OCR reward from the worker's lines); the kinds' options and which classes

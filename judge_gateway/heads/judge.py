@@ -18,7 +18,7 @@ from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
 from ..judges.queue import JudgeQueue
 from .ocr_text import extract_target_text, ocr_reward
 from .pooling import pool_scores
-from .supervisor import HeadError, HeadWorker
+from .supervisor import HeadError, HeadSupervisor
 
 if TYPE_CHECKING:
     from ..schema import SampleInput
@@ -31,7 +31,7 @@ class HeadJudge(Judge):
         super().__init__(name, cfg)
         assert isinstance(cfg.options, HeadOptions)  # typed at config load (config.kinds)
         self.options: HeadOptions = cfg.options
-        self.worker = HeadWorker(name, cfg.kind, self.options)
+        self.worker = HeadSupervisor(name, cfg.kind, self.options)
         v = cfg.video
         # Heads score frames independently: no even-frame rule (that is Qwen-VL's temporal patch).
         self.sampling = VideoSampling(num_frames=v.num_frames, fps=v.fps, max_frames=v.max_frames,

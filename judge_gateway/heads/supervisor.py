@@ -96,7 +96,7 @@ ITEM_HEADER_BYTES = 512  # an item's description besides its metadata, at most
 THREAD_WRITE_BYTES = 8 * 1024 * 1024
 
 
-class HeadWorker(WorkerSupervisor):
+class HeadSupervisor(WorkerSupervisor):
     error_type = HeadError
     crash_why = "worker crashed while scoring"
 

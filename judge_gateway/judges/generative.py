@@ -89,16 +89,16 @@ class RubricJudge(_GenerativeJudge):
         self.na_value = self.options.na_value
         # What an aspect absent from the reply does: the option, else the template's default.
         self.missing_policy: str = self.options.missing_policy or t.missing_policy or "invalid"
-        self.profile = None
+        self.aggregation_profile = None
         if self.options.aggregation_profile:
-            # A tuned profile (validated by the config loader) replaces weights and N/A policy.
-            from ..profiles import load_profile
+            # A tuned aggregation profile (validated by the config loader) replaces weights and N/A policy.
+            from ..aggregation_profiles import load_aggregation_profile
 
-            self.profile = load_profile(self.options.aggregation_profile,
-                                        sha256=self.options.aggregation_profile_sha256)
-            self.weights = {a: self.profile.weights.get(a, 0.0) for a in self.aspects}
-            self.na_policy = self.profile.na_policy
-            self.na_value = self.profile.na_value
+            self.aggregation_profile = load_aggregation_profile(
+                self.options.aggregation_profile, sha256=self.options.aggregation_profile_sha256)
+            self.weights = {a: self.aggregation_profile.weights.get(a, 0.0) for a in self.aspects}
+            self.na_policy = self.aggregation_profile.na_policy
+            self.na_value = self.aggregation_profile.na_value
 
     def aggregate(self, scores: dict[str, float | None], missing: list[str]) -> tuple[float, dict[str, Any]]:
         """Weighted mean of the aspect scores on the native scale, per the configured policies."""
@@ -152,8 +152,8 @@ class RubricJudge(_GenerativeJudge):
             "missing_policy": self.missing_policy,
             "scale": list(self.scale),
         }
-        if self.profile is not None:
-            details["aggregation_profile"] = self.profile.details()
+        if self.aggregation_profile is not None:
+            details["aggregation_profile"] = self.aggregation_profile.details()
         return Verdict(raw=raw, details=details,
                        default_normalize=NormalizeConfig(kind="minmax", min=self.scale[0], max=self.scale[1]))
 

@@ -20,7 +20,7 @@ face does not re-export them, as setting a copy here would change nothing.
 from __future__ import annotations
 
 from .derive import new_template
-from .parse import KINDS
+from .parse import TEMPLATE_KINDS
 from .registry import (
     TemplateDirs,
     family_versions,
@@ -34,8 +34,8 @@ from .registry import (
 from .template import MEDIA_SLOTS, Aspect, Template, TemplateError
 
 __all__ = [
-    "KINDS",
     "MEDIA_SLOTS",
+    "TEMPLATE_KINDS",
     "Aspect",
     "Template",
     "TemplateDirs",

@@ -330,7 +330,7 @@ TEMPLATE_FILES: dict[str, type[TemplateFile]] = {
     "final_score": FinalScoreFile,
     "critic": CriticFile,
 }
-KINDS = tuple(TEMPLATE_FILES)  # the template kinds
+TEMPLATE_KINDS = tuple(TEMPLATE_FILES)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -363,7 +363,7 @@ def read_template_file(path: Path, family: str, version: str, data: bytes) -> Te
     kind = raw.get("kind")
     model = TEMPLATE_FILES.get(kind) if isinstance(kind, str) else None
     if model is None:
-        kinds = f"one of {list(KINDS)}"
+        kinds = f"one of {list(TEMPLATE_KINDS)}"
         problem = f"is required: {kinds}" if kind is None else f"must be {kinds}, got {_shown(kind)}"
         raise TemplateError(f"template {path}: field 'kind': {problem}")
     try:

@@ -6,7 +6,7 @@ batches across requests with its MicroBatcher. Many calls in flight on one repli
 `max_ongoing_requests`) reach that worker in the same loop turns, so cross-request batching works
 inside each replica as on one machine.
 
-`RemoteHeadWorker` has the methods a HeadJudge uses of a HeadWorker (infer, infer_items, probe,
+`RemoteHead` has the methods a HeadJudge uses of a HeadSupervisor (infer, infer_items, probe,
 wait_ready, stats, info), so the judge code is the same in both modes. A call whose replica died is sent again
 (Serve routes it to a live replica); a head's own failure comes back as HeadError, as locally.
 """
@@ -24,7 +24,7 @@ from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableE
 
 from ..config import HEAD_KIND_OPTIONS
 from ..heads.protocol import HeadItem
-from ..heads.supervisor import HeadError, HeadWorker
+from ..heads.supervisor import HeadError, HeadSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class HeadReplica:
     """One head worker behind a Serve replica."""
 
     def __init__(self, name: str, kind: str, options: dict[str, Any]) -> None:
-        self.worker = HeadWorker(name, kind, HEAD_KIND_OPTIONS[kind].model_validate(options))
+        self.worker = HeadSupervisor(name, kind, HEAD_KIND_OPTIONS[kind].model_validate(options))
 
     async def infer(self, frames: np.ndarray, prompt: str) -> dict[str, Any]:
         """{"outputs": per-frame outputs, "info": the worker's model facts} or {"error": why,
@@ -85,8 +85,8 @@ class HeadReplica:
         return self.aclose()
 
 
-class RemoteHeadWorker:
-    """The gateway replica's handle on a head deployment, in a HeadWorker's shape."""
+class RemoteHead:
+    """The gateway replica's handle on a head deployment, in a HeadSupervisor's shape."""
 
     def __init__(self, name: str, handle: Any, retries: int) -> None:
         self.name = name
@@ -153,4 +153,4 @@ class RemoteHeadWorker:
 def attach_remote_heads(gateway: Any, handles: dict[str, Any], retries: int) -> None:
     """Point each named head judge of a gateway at its deployment instead of a local worker."""
     for name, handle in handles.items():
-        gateway.judges[name].worker = RemoteHeadWorker(name, handle, retries)
+        gateway.judges[name].worker = RemoteHead(name, handle, retries)

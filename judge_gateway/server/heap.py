@@ -1,9 +1,9 @@
-"""Give freed memory back to the OS after large requests (issue 14, finding 3).
+"""Give freed memory back to the OS after large requests.
 
-The gateway's RSS grew 218 MB -> 619 MB over a fuzz run and stayed there, yet malloc_trim(0)
-brings it back to the start: nothing is retained by objects, glibc's heap just keeps what large
-request bodies, JSON parses and decodes freed (its mmap threshold rises after each large free,
-so later large buffers come from the heap, and the heap's top is rarely free to trim). So:
+Large request bodies, JSON parses and decodes are freed into glibc's heap, which keeps them: its
+mmap threshold rises after each large free, so later large buffers come from the heap, and the
+heap's top is rarely free to trim. Left alone, a gateway's RSS stays at its largest burst (a fuzz
+run: 218 MB -> 619 MB, all of it given back by malloc_trim(0); no object retains it). So:
 - a fixed mmap threshold (1 MiB): buffers at least that large are mmapped and unmapped on free;
 - after a request whose body was large, malloc_trim(0) in a thread, at most once a second.
 Only on glibc; elsewhere both are no-ops.

@@ -2,7 +2,7 @@
 cross-validation, versioned aggregation profiles, and template-version comparison.
 
 Import the submodules directly (`tuning.fit` needs numpy). The profile format itself is
-`judge_gateway.profiles` (the config loader reads it, so it lives below `tuning/`).
+`judge_gateway.aggregation_profiles` (the config loader reads it, so it lives below `tuning/`).
 """
 
 from __future__ import annotations

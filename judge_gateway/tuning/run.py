@@ -26,7 +26,7 @@ from .fit import (
     usable,
 )
 from .prefs import PreferenceData, load_preferences
-from ..profiles import write_profile
+from ..aggregation_profiles import write_aggregation_profile
 from .report import cv_table, fold_record, plot_cv, weights_table
 
 
@@ -139,7 +139,7 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
     body = _json_safe(body)
     profile_path = None
     if out_dir:
-        profile_path = write_profile(out_dir, name, body)
+        profile_path = write_aggregation_profile(out_dir, name, body)
         print(f"profile: {profile_path}", file=out)
     plot_path = None
     if plot:
@@ -171,9 +171,9 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     na_policy: NAPolicy = options.na_policy
     na_norm = (options.na_value - lo) / (hi - lo) if options.na_value is not None else None
     if options.aggregation_profile:
-        from ..profiles import load_profile
+        from ..aggregation_profiles import load_aggregation_profile
 
-        prof = load_profile(options.aggregation_profile, sha256=options.aggregation_profile_sha256)
+        prof = load_aggregation_profile(options.aggregation_profile, sha256=options.aggregation_profile_sha256)
         weights = {a: prof.weights.get(a, 0.0) for a in aspects}
         na_policy = prof.na_policy  # type: ignore[assignment]
         na_norm = (prof.na_value - lo) / (hi - lo) if prof.na_value is not None else None

@@ -197,7 +197,7 @@ def test_clips_chromium_cannot_play_play_as_previews_with_posters(browser, tmp_p
                 "return arguments[0].readyState >= 2 && arguments[0].videoWidth === 64", v))
             assert playing, (name, browser.execute_script("return arguments[0].error && arguments[0].error.message", video))
             assert browser.execute_script("return arguments[0].duration", video) == pytest.approx(2.0, abs=0.2)
-        # What the page used to serve, the file itself: Chromium cannot decode it.
+        # The file itself, not its preview: Chromium cannot decode it (why the page serves the preview).
         browser.execute_script("const v = arguments[0]; v.src = arguments[1]; v.load();",
                                browser.find_element(By.ID, "player-0-2"), f"{server.url}/run/0/media/2/video")
         assert _wait(lambda: browser.execute_script("return document.getElementById('player-0-2').error !== null"))

@@ -134,9 +134,9 @@ async def test_cosmos_rl_pickscore_and_hpsv2(client, media, reference):
     hpsv2 = (await poll(client, uid, "hpsv2", timeout=600)).json()
     assert pickscore["scores"]["pickscore"] == pytest.approx(reference["cosmos_pickscore"], rel=REL)
     assert hpsv2["scores"]["hpsv2"] == pytest.approx(reference["cosmos_hpsv2_on_our_embeddings"], rel=REL)
-    # The pixels: the original resizes a float tensor (torchvision, bicubic) where ours resizes uint8
+    # The pixels: cosmos-rl resizes a float tensor (torchvision, bicubic) where ours resizes uint8
     # images as HPSv2's own PIL transform does; on the same model, that is all that differs.
     pixels = max(abs(a - b) / abs(b) for a, b in zip(hpsv2["scores"]["hpsv2"], reference["cosmos_hpsv2"]))
-    print(f"[conformance] hpsv2: ours vs the original's tensor preprocessing, max relative difference {pixels:.2e}",
+    print(f"[conformance] hpsv2: ours vs cosmos-rl's tensor preprocessing, max relative difference {pixels:.2e}",
           file=sys.stderr)
     assert pixels < 0.05

@@ -112,7 +112,7 @@ async def test_cosmos_reason1_on_real_vllm(served):
         top = _completion_for(seen, prompt)["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         logprobs = {t["token"]: t["logprob"] for t in top}  # a repeated text keeps its last entry
         assert "Yes" in logprobs and "No" in logprobs, list(logprobs)  # the premise: both listed
-        # the original's formula on these log-probabilities (their difference is its logit difference)
+        # cosmos-rl's formula on these log-probabilities (their difference is its logit difference)
         prediction, no_score = peer.cosmos_reason1(logprobs["Yes"], logprobs["No"])
         assert s["no_score"][i] == pytest.approx(no_score, rel=REL)
         assert s["prediction"][i] == prediction

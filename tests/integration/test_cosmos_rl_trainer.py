@@ -147,12 +147,12 @@ def test_trainer_gets_the_sentinel_where_configured(trainer_python, served, tmp_
     quoted, unquoted = out["payloads"]
     body = pulled(served, out["uuid"], "ocr_sentinel")
     assert quoted["rewards"] == pytest.approx([c["reward"] for c in body["judge_scores"][:3]], abs=1e-6)
-    assert unquoted["rewards"] == [-1.0, -1.0]  # the original's error value, as configured
+    assert unquoted["rewards"] == [-1.0, -1.0]  # cosmos-rl's error value, as configured
     assert body["filled_by"][3:] == ["sentinel", "sentinel"]
 
 
-def test_trainer_sums_vlm_rewards_on_the_original_scale(trainer_python, served, tmp_path):
-    """unified_reward (real vLLM, a parseable final score) is score / 5 as the original serves it;
+def test_trainer_sums_vlm_rewards_on_cosmos_rls_scale(trainer_python, served, tmp_path):
+    """unified_reward (real vLLM, a parseable final score) is score / 5 as cosmos-rl serves it;
     a judge that cannot parse its answer for any sample gets fill_value, a constant."""
     rng = np.random.default_rng(5)
     groups = [("a red apple", rng.integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)),
@@ -172,10 +172,10 @@ def test_trainer_sums_vlm_rewards_on_the_original_scale(trainer_python, served, 
 
 
 def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
-    """The original answers a pull that is not ready with 400 (its README's "400 Not Ready"), as
+    """cosmos-rl answers a pull that is not ready with 400 (its README's "400 Not Ready"), as
     the gateway does by default. cosmos-rl's trainer (0.4.7) fetching such a pull fails: its retry
     loop gives up at once on a 400 and get_results then indexes an empty batch. Polled as the
-    original's example clients poll (any non-200: again) until ready, the same trainer class
+    cosmos-rl's example clients poll (any non-200: again) until ready, the same trainer class
     fetches the result; with pending_status = 425 it polls through on its own."""
     from tests.support.fault_gateway import fault_config
 

@@ -178,7 +178,7 @@ print(json.dumps(torch.tensor(m).reshape(len(arrays), len(arrays)).diagonal(0).f
 async def test_cosmos_rl_image_reward_is_the_inference_rank_diagonal(gw, models, reference, images, tmp_path):
     """cosmos-rl's `image_reward` reward (the module's gateway: its worker is up already): an
     enqueue/pull round trip whose legacy key `image_reward` holds the head's raw z-score, which is
-    the original's own number: the diagonal of the package's `inference_rank(prompts, images)` (a
+    cosmos-rl's own number: the diagonal of the package's `inference_rank(prompts, images)` (a
     B x B grid) on the same files."""
     from tests.support.cosmos_client import enqueue_body, headers, poll
 

@@ -1,7 +1,7 @@
 """Wan VAE latents through the torch worker (.venv-latents, scripts/setup_latents.sh), on tiny random
 AutoencoderKLWan models built locally (tests/support/tiny_wan.py): Wan2.1 (16 channels, spatial x8) and Wan2.2 (48 channels,
 patchified, spatial x16) decode side by side, each by the decoder of its channel count, and
-cosmos-rl's load_mean_std statistics are undone as the original does. No vLLM needed."""
+cosmos-rl's load_mean_std statistics are undone as cosmos-rl's DecodeHandler does. No vLLM needed."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from judge_gateway.latents import TorchWorker, TorchWorkerError
+from judge_gateway.latents import LatentDecoderError, LatentDecoderSupervisor
 from judge_gateway.config import LatentDecoderConfig
 from tests.support.heads_env import build_tiny_wan, latents_python
 
 # The reference, written from the formulas rather than the worker: cosmos-rl's Wan2pt1VAEInterface
 # decode (z * std + mean with the dataset statistics, image ones for T = 1, else the first T video
 # ones), then the Wan VAE's own z / (1/std) + mean, decode, ((x.clamp(-1,1)+1)/2*255) cast to uint8
-# (truncated, as the original's DecodeHandler.decode_video; also saved rounded).
+# (truncated, as cosmos-rl's DecodeHandler.decode_video; also saved rounded).
 REFERENCE = """
 import json, sys, numpy as np, torch
 from diffusers import AutoencoderKLWan
@@ -96,7 +96,7 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
     cfg = LatentDecoderConfig.model_validate({"python": str(latents_python()), "batch_size": 2,
                                               "wan2_1": {"checkpoint": str(models / "wan21")},
                                               "wan2_2": {"checkpoint": str(models / "wan22")}})
-    worker = TorchWorker(cfg)
+    worker = LatentDecoderSupervisor(cfg)
     try:
         z16, z48 = _z(16, 3), _z(48, 3, seed=1)
         got16 = await worker.decode(z16)
@@ -105,7 +105,7 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
         # the judge's frames only, resized on the worker's device (cosmos_rl/payload.py: device_plan)
         small16 = await worker.decode(z16, frames=KEEP, size=(14, 11))
         sampled16 = await worker.decode(z16, frames=KEEP)
-        with pytest.raises(TorchWorkerError, match="out of range for 9 decoded frames"):
+        with pytest.raises(LatentDecoderError, match="out of range for 9 decoded frames"):
             await worker.decode(z16, frames=[[0, 9], [1, 2]])
     finally:
         await worker.aclose()
@@ -117,16 +117,16 @@ async def test_wan21_and_wan22_latents_each_go_to_their_decoder(models, tmp_path
                                                          tmp_path)
     _close(got16, truncated)
     _close(got48, truncated48)
-    # truncated as the original casts, not rounded: equal to the truncated reference, often one
+    # truncated as cosmos-rl casts, not rounded: equal to the truncated reference, often one
     # below the rounded one
     assert (got16 == truncated).mean() > 0.99 and (rounded.astype(int) - got16 == 1).mean() > 0.2
 
 
-async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(models, tmp_path):
+async def test_load_mean_std_undoes_the_dataset_statistics_as_cosmos_rl(models, tmp_path):
     cfg = LatentDecoderConfig.model_validate({"python": str(latents_python()), "to_uint8": "round", "wan2_1": {
         "checkpoint": str(models / "wan21"), "load_mean_std": True,
         "images_mean_std": str(models / "images_mean_std.pt"), "video_mean_std": str(models / "video_mean_std.pt")}})
-    worker = TorchWorker(cfg)
+    worker = LatentDecoderSupervisor(cfg)
     try:
         video, image = _z(16, 3, seed=3), _z(16, 1, seed=4)
         got_video = await worker.decode(video)
@@ -134,7 +134,7 @@ async def test_load_mean_std_undoes_the_dataset_statistics_as_the_original(model
         worker.load_mean_std = False  # what POST /api/reward/latent_attr {"load_mean_std": false} does
         plain = await worker.decode(video)
         worker.load_mean_std = True
-        with pytest.raises(TorchWorkerError, match="latents have 5 frames but the video statistics cover 4"):
+        with pytest.raises(LatentDecoderError, match="latents have 5 frames but the video statistics cover 4"):
             await worker.decode(_z(16, 5, b=1))
     finally:
         await worker.aclose()
@@ -152,11 +152,11 @@ async def test_a_decoder_that_cannot_load_says_why_and_is_remembered(models, mon
                                               "wan2_2": {"checkpoint": "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
                                                          "subfolder": "vae"}})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # inherited by the worker: no hub here
-    worker = TorchWorker(cfg)
+    worker = LatentDecoderSupervisor(cfg)
     try:
-        with pytest.raises(TorchWorkerError, match="has z_dim 48, but it is configured as the wan2_1 decoder") as e1:
+        with pytest.raises(LatentDecoderError, match="has z_dim 48, but it is configured as the wan2_1 decoder") as e1:
             await worker.decode(_z(16, 1, b=1))
-        with pytest.raises(TorchWorkerError, match="cannot load AutoencoderKLWan 'Wan-AI/Wan2.2-TI2V-5B-Diffusers'") as e2:
+        with pytest.raises(LatentDecoderError, match="cannot load AutoencoderKLWan 'Wan-AI/Wan2.2-TI2V-5B-Diffusers'") as e2:
             await worker.decode(_z(48, 1, b=1))
     finally:
         await worker.aclose()

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from judge_gateway.latents import TorchWorker
+from judge_gateway.latents import LatentDecoderSupervisor
 from judge_gateway.config import LatentDecoderConfig
 from judge_gateway.store import RedisStore
 from tests.support.cosmos_client import enqueue_body, poll
@@ -95,7 +95,7 @@ async def test_cosmos_image_client_every_reward_type(served):
         assert results[name].json()["scores"][name] == [pytest.approx(c["reward"]) for c in cells]
         assert all(0 <= v <= 1 for v in results[name].json()["scores"][name])
     unified = results["unified_reward"].json()
-    # The original returns the 1-5 final score / 5 (this test asserted the raw score, 5x too large).
+    # cosmos-rl's reward service returns the 1-5 final score / 5, not the raw score.
     assert unified["scores"]["unified_reward"] == [pytest.approx(c["raw"] / 5) for c in unified["judge_scores"]]
     assert all(0.2 <= v <= 1.0 for v in unified["scores"]["unified_reward"])
 
@@ -242,7 +242,7 @@ async def test_redis_store_size_bound(redis_server):
 
 # ---- Wan VAE latents through the torch worker ----------------------------------------------
 
-# The reference: diffusers directly, as a Wan pipeline decodes (denormalise, decode), to uint8 as the original.
+# The reference: diffusers directly, as a Wan pipeline decodes (denormalise, decode), to uint8 as cosmos-rl does.
 REFERENCE = """
 import sys, numpy as np, torch
 from diffusers import AutoencoderKLWan
@@ -252,7 +252,7 @@ mean = torch.tensor(vae.config.latents_mean).view(1, 16, 1, 1, 1)
 std = torch.tensor(vae.config.latents_std).view(1, 16, 1, 1, 1)
 with torch.inference_mode():
     x = vae.decode(z / (1.0 / std) + mean).sample
-np.save(sys.argv[3], ((x.clamp(-1, 1) + 1) / 2 * 255).to(torch.uint8).numpy())  # truncated, as the original
+np.save(sys.argv[3], ((x.clamp(-1, 1) + 1) / 2 * 255).to(torch.uint8).numpy())  # truncated, as cosmos-rl does
 """
 
 EVIL_SAVE = """
@@ -289,7 +289,7 @@ async def test_latent_decoder_matches_diffusers(tiny_vae, tmp_path):
     np.save(tmp_path / "z.npy", z)
     _latents_py(REFERENCE, str(tiny_vae), str(tmp_path / "z.npy"), str(tmp_path / "ref.npy"))
     expected = np.load(tmp_path / "ref.npy")
-    worker = TorchWorker(LatentDecoderConfig(python=str(latents_python()), checkpoint=str(tiny_vae), batch_size=2))
+    worker = LatentDecoderSupervisor(LatentDecoderConfig(python=str(latents_python()), checkpoint=str(tiny_vae), batch_size=2))
     try:
         got = await worker.decode(z)
     finally:
@@ -366,8 +366,8 @@ async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(clip_head
         for name in ("hpsv2", "pickscore"):
             body = (await poll(http, r.json()["uuid"], name, timeout=600, interval=0.2)).json()
             assert body["valid"] == [True, True], body.get("errors")
-            # the original's lists: HPSv2's native number (the cosine), PickScore's / 26 (raw
-            # would be 26 times the original's number)
+            # cosmos-rl's lists: HPSv2's native number (the cosine), PickScore's / 26 (raw
+            # would be 26 times cosmos-rl's number)
             scale = 1 / 26 if name == "pickscore" else 1.0
             assert body["scores"][name] == [pytest.approx(c["raw"] * scale) for c in body["judge_scores"]]
             assert body["judge_scores"][0]["judge"] == name

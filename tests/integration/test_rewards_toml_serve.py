@@ -1,8 +1,8 @@
 """cosmos-rl's own rewards.toml, served: `judge-gateway serve --config rewards.toml` (the real
-command, a file in the original's format) maps it, starts the Redis it names, and then the
-original's README request shapes (image, latent video with `fps`, GenEval) and cosmos-rl's real
+command, a file in cosmos-rl's format) maps it, starts the Redis it names, and then the
+cosmos-rl's README request shapes (image, latent video with `fps`, GenEval) and cosmos-rl's real
 trainer class (.venv-cosmosrl) are answered: a pull that is not ready is 400 as the README says,
-`/api/reward/pin` is 200. The models are the tests' tiny ones: the original format names them
+`/api/reward/pin` is 200. The models are the tests' tiny ones: cosmos-rl's format names them
 through its own fields (model_path, download_path, endpoint_url, decode_args.model_path) and,
 where it has none, the `[judge_gateway]` overlay table."""
 
@@ -56,7 +56,7 @@ README_GENEVAL = {"prompts": ["a photo of a brown giraffe and a white stop sign"
 def rewards_toml(tmp: Path, vllm_url: str, port: int, redis_port: int) -> str:
     heads, videoalign = build_tiny_heads("tiny"), build_tiny_videoalign()
     geneval, wan = build_random_geneval(), build_tiny_wan()
-    # the original's download_path layout: hpsv2/ckpts/HPS_v2.1_compressed.pt, reward_ckpts/<detector>.pth
+    # cosmos-rl's download_path layout: hpsv2/ckpts/HPS_v2.1_compressed.pt, reward_ckpts/<detector>.pth
     (tmp / "hpsv2" / "ckpts").mkdir(parents=True)
     (tmp / "hpsv2" / "ckpts" / "HPS_v2.1_compressed.pt").symlink_to(heads / "openclip.pt")
     (tmp / "reward_ckpts").mkdir()
@@ -126,7 +126,7 @@ model_path = "{wan / 'wan21'}"
 dtype = "float32"
 device = "cpu"
 
-# what the original's format cannot say: our venvs, the tiny CLIP architecture, the test server's names
+# what cosmos-rl's format cannot say: our venvs, the tiny CLIP architecture, the test server's names
 [judge_gateway.cosmos_rl.latents]
 python = "{latents_python()}"
 [judge_gateway.backends.unified_reward]

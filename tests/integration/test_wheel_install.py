@@ -35,7 +35,7 @@ print(result.results[0].reward, ocr.valid, ocr.details["recognized"])
 
 
 def _source_tree(dest: Path) -> Path:
-    """What a wheel is built from: the project file, the README and the package (its configs
+    """What a wheel is built from: the project file, the README and the package (its shipped_configs
     link to the repository's configs/ folder, copied as links)."""
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -123,7 +123,7 @@ def test_the_wheel_installs_serves_and_scores_outside_the_repository(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     text = log_path.read_text()
-    assert f"config {site / 'configs' / 'default.toml'} (shipped config `default`)" in text, text[:3000]
+    assert f"config {site / 'shipped_configs' / 'default.toml'} (shipped config `default`)" in text, text[:3000]
     # The OCR worker reports the package it imported: the installed one.
     ready = re.search(r"head 'ocr' ready \(pid \d+\): .*'package': '([^']+)'", text)
     assert ready, text[-3000:]

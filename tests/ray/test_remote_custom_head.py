@@ -13,10 +13,10 @@ import pytest
 from judge_gateway.config import validate_config
 from judge_gateway.heads.protocol import HeadItem
 from judge_gateway.heads.supervisor import HeadError
+from judge_gateway.judge_factory import build_judges
 from judge_gateway.judges.base import ScoreContext
 from judge_gateway.media import MediaCache
-from judge_gateway.ray_mode.heads import HeadReplica, RemoteHeadWorker
-from judge_gateway.registry import build_judges
+from judge_gateway.ray_mode.heads import HeadReplica, RemoteHead
 from judge_gateway.schema import SampleInput
 
 INFO = {"model": "m", "class": "m:C", "groupwise": True}
@@ -33,7 +33,7 @@ class _Method:
 
 
 class _Worker:
-    """A HeadWorker's face as HeadReplica uses it: scores an item by its prompt's length."""
+    """A HeadSupervisor's face as HeadReplica uses it: scores an item by its prompt's length."""
 
     def __init__(self, fail: str | None = None) -> None:
         self.info = INFO
@@ -64,10 +64,10 @@ def _handle(replica) -> object:
 
 def test_items_cross_the_serve_boundary_and_errors_keep_their_text():
     item = HeadItem("four", "image", np.zeros((1, 2, 2, 3), np.uint8), metadata={"k": 1}, group_id="g")
-    remote = RemoteHeadWorker("mine", _handle(_replica(_Worker())), retries=0)
+    remote = RemoteHead("mine", _handle(_replica(_Worker())), retries=0)
     assert asyncio.run(remote.infer_items([item])) == [{"raw": 4.0, "details": {"group": "g"}}]
     assert remote.info == INFO
-    failing = RemoteHeadWorker("mine", _handle(_replica(_Worker(fail="failed to load: no module"))), retries=0)
+    failing = RemoteHead("mine", _handle(_replica(_Worker(fail="failed to load: no module"))), retries=0)
     with pytest.raises(HeadError, match="no module") as caught:
         asyncio.run(failing.infer_items([item]))
     assert caught.value.crashed is False
@@ -77,7 +77,7 @@ def test_the_custom_judge_scores_groups_over_a_remote_worker():
     cfg = validate_config({"judges": {"mine": {"kind": "custom", "options": {"head": "m:C"}}}})
     judge = build_judges(cfg, {})["mine"]
     handle = _handle(_replica(_Worker()))
-    judge.worker = RemoteHeadWorker("mine", handle, retries=0)  # as attach_remote_heads does
+    judge.worker = RemoteHead("mine", handle, retries=0)  # as attach_remote_heads does
     samples = [SampleInput(prompt="x" * (i + 1), image=np.zeros((2, 2, 3), np.uint8), group_id="g") for i in range(3)]
 
     async def run():

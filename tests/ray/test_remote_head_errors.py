@@ -1,4 +1,4 @@
-"""RemoteHeadWorker and HeadReplica with fake handles and workers (no Ray cluster): a head's failure
+"""RemoteHead and HeadReplica with fake handles and workers (no Ray cluster): a head's failure
 crosses the Serve boundary with its `crashed` flag, so cosmos-rl scores a crashed head's cells again."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from ray.exceptions import RayActorError
 
 from judge_gateway.heads.supervisor import HeadError
-from judge_gateway.ray_mode.heads import HeadReplica, RemoteHeadWorker
+from judge_gateway.ray_mode.heads import HeadReplica, RemoteHead
 
 FRAMES = np.zeros((1, 4, 4, 3), dtype=np.uint8)
 
@@ -53,7 +53,7 @@ def _replica(worker) -> object:
 def test_a_crashed_worker_reaches_the_gateway_as_crashed():
     reply = asyncio.run(_replica(_CrashingWorker()).infer(FRAMES, "p"))
     assert reply == {"error": "worker died with the item in flight", "crashed": True}
-    remote = RemoteHeadWorker("ocr", _Handle(infer=reply), retries=0)
+    remote = RemoteHead("ocr", _Handle(infer=reply), retries=0)
     with pytest.raises(HeadError) as caught:
         asyncio.run(remote.infer(FRAMES, "p"))
     assert caught.value.crashed is True and str(caught.value) == "worker died with the item in flight"
@@ -62,7 +62,7 @@ def test_a_crashed_worker_reaches_the_gateway_as_crashed():
 def test_a_head_refusal_stays_not_crashed():
     reply = asyncio.run(_replica(_CrashingWorker()).wait_ready())
     assert reply == {"error": "failed to load", "crashed": False}
-    remote = RemoteHeadWorker("ocr", _Handle(infer={"error": "bad frames", "crashed": False}), retries=0)
+    remote = RemoteHead("ocr", _Handle(infer={"error": "bad frames", "crashed": False}), retries=0)
     with pytest.raises(HeadError) as caught:
         asyncio.run(remote.infer(FRAMES, "p"))
     assert caught.value.crashed is False
@@ -70,7 +70,7 @@ def test_a_head_refusal_stays_not_crashed():
 
 def test_a_replica_still_gone_after_the_retries_is_transient():
     handle = _Handle(infer=RayActorError())
-    remote = RemoteHeadWorker("ocr", handle, retries=1)
+    remote = RemoteHead("ocr", handle, retries=1)
     with pytest.raises(HeadError) as caught:
         asyncio.run(remote.infer(FRAMES, "p"))
     assert caught.value.crashed is True

@@ -1,4 +1,4 @@
-"""Backend faults under load (issue 14, "kept and to be kept"): the VLM backend killed and
+"""Backend faults under load: the VLM backend killed and
 restarted, stalled, and answering garbage. Every accepted cosmos-rl uuid resolves (the killed
 backend's with real results once it is back), every native request returns (invalid cells with
 the right code, never a 5xx or a hang)."""

@@ -1,4 +1,4 @@
-"""Accepted work survives a dead replica (issue 14, build 2): two gateway processes on one real
+"""Accepted work survives a dead replica: two gateway processes on one real
 redis-server share the durable queue (store.queue); one is killed with -9 while it holds accepted
 requests; the other claims every one after the visibility timeout and resolves it with a real
 result (no fill, no failed). A request scored twice writes one result."""

@@ -1,4 +1,4 @@
-"""The fuzz families of issue 14 on every route (findings 1-3): >= 10,000 cases, 0 x 5xx, 0 hangs,
+"""The fuzz families (tests/support/fuzz_cases.py) on every route: >= 10,000 cases, 0 x 5xx, 0 hangs,
 and a bounded RSS. Run in a fresh process (tests/support/fuzz_run.py) so its RSS is the gateway's
 and the cases' alone. JG_FUZZ_CASES lowers the count for a quick local run."""
 

@@ -1,4 +1,4 @@
-"""A head worker killed under load (issue 14, "kept and to be kept"): the real OCR head (RapidOCR
+"""A head worker killed under load: the real OCR head (RapidOCR
 in .venv-heads) scores a steady native load and cosmos-rl requests; its worker is killed with -9.
 It respawns; native requests all return (in-flight cells invalid with head_error, never a 5xx or
 a hang); cosmos-rl re-scores the crashed cells, so every accepted uuid resolves with real

@@ -1,4 +1,4 @@
-"""Redis outage and persistence (issue 14, findings 6 and 8): a real redis-server stopped for
+"""Redis outage and persistence: a real redis-server stopped for
 ~10 s while cosmos-rl requests are pending; every accepted request completes with a real result
 after it returns. And the start-up check of Redis persistence (store.persistence)."""
 
@@ -94,7 +94,7 @@ async def enqueue_once(client: httpx.AsyncClient) -> httpx.Response:
     return await client.post("/api/reward/enqueue", content=enqueue_body(META, image_batch(2)), headers=HEADERS)
 
 
-# ---- finding 8: persistence ------------------------------------------------------------------
+# ---- persistence ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("persist", [False, True], ids=["no-persistence", "aof"])

@@ -1,5 +1,5 @@
 """cosmos-rl's own rewards.toml, as it ships (reward_service/cosmos_rl_reward/configs/rewards.toml at
-89f2e5b5), for the tests that read the original format."""
+89f2e5b5), for the tests that read cosmos-rl's format."""
 
 SHIPPED = '''host="localhost"
 port=8080

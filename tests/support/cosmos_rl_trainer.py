@@ -29,7 +29,7 @@ get_results is called as the trainer's dispatcher calls it after each rollout st
 the uuid at the head of its queue; whatever fetch_reward raises inside it is the trainer's own
 behaviour (cosmos-rl 0.4.7 stops a fetch at once on a 4xx other than 408/425/429, and its
 get_results then fails on the empty batch). With `wait_until_ready`, the script first polls
-the pull URL as the original's example clients do (any non-200: wait, poll again), then lets
+the pull URL as cosmos-rl's example clients do (any non-200: wait, poll again), then lets
 the trainer fetch.
 """
 
@@ -102,7 +102,7 @@ def main() -> None:
 
 
 def _wait_until_ready(spec: dict, uuid: str, timeout_s: float = 300.0) -> list[int]:
-    """The original's example clients' loop: pull each reward until a 200, any other status means
+    """cosmos-rl's example clients' loop: pull each reward until a 200, any other status means
     not yet (reward_service/cosmos_rl_reward/example/image_client.py)."""
     import time
 

@@ -1,4 +1,4 @@
-"""The fuzz families of issue 14, on every route: seeded, reproducible hostile requests.
+"""The fuzz families, on every route: seeded, reproducible hostile requests.
 
 Each case is (family, method, path, headers, body). Families: deep JSON nesting, integers past
 4,300 digits, invalid UTF-8, lone surrogates, 100k+ character prompts, more samples than allowed,

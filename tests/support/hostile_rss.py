@@ -24,8 +24,8 @@ from tests.support.hostile_media import mkv_switching_size, mp4_of_black_frames,
 
 
 def config(base_url: str) -> dict:
-    """The fuzz run's gateway (fake-yes backend, the embedded default config's encodings, so the
-    old code decodes as it would in use), without its Flow-Factory profile."""
+    """The fuzz run's gateway (fake-yes backend, the embedded default config's encodings, so a
+    request decodes as it would in use), without its Flow-Factory profile."""
     cfg = fuzz_config(base_url)
     cfg.pop("flow_factory")
     return cfg

@@ -1,4 +1,4 @@
-"""Admission control of the synchronous APIs (issue 14, finding 5): at ~10x a slow backend's
+"""Admission control of the synchronous APIs: at ~10x a slow backend's
 capacity, requests beyond the bound are refused at once with 429 (native) / 503 (Flow-Factory)
 and Retry-After; the accepted ones complete; the bounds are in /metrics."""
 

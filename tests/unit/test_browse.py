@@ -159,7 +159,7 @@ def test_ab_pairs_two_checkpoints_by_file_name(tmp_path):
     assert [f["source"] for f in c.flipped] == ["p3.png"]  # 0.9 passes (>= 0.5), 0.45 fails
 
 
-# ---- review fixes (issue 13) ----------------------------------------------------------------
+# ---- hosts, served folders, A/B pairs, invalid rewards, hostile names and lines --------------
 
 
 def _write_run(d, lines, info=None):
@@ -278,7 +278,8 @@ def test_invalid_samples_with_a_filled_reward_are_not_valid_rewards(tmp_path):
 
 
 def test_dollar_signs_in_names_are_plain_text(tmp_path, capsys):
-    """Names are user text: `$\\x$` is no mathtext (it used to make every chart a 500)."""
+    """Names are user text: `$\\x$` is no mathtext (matplotlib would fail to parse it, and every
+    chart would be a 500)."""
     lines = [{"index": i, "source": f"{i}.png", "key": f"k{i}", "prompt": "p", "checkpoint": f"step$\\{i}$",
               "scores": {"q$\\oops$": {**_q(0.2 * i + 0.1), "judge": "q$\\oops$"}}, "reward": 0.2 * i + 0.1,
               "valid": True} for i in range(4)]

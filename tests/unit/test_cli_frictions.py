@@ -179,10 +179,10 @@ def test_judges_that_can_score_go_on_with_one_warning_for_those_that_cannot(tmp_
 # --- heads started for nothing, and the spurious "worker died" --------------------------------
 
 def test_in_process_score_and_judges_start_no_head_they_do_not_use(tmp_path, fake_backend, monkeypatch, capsys):
-    from judge_gateway.heads.supervisor import HeadWorker
+    from judge_gateway.heads.supervisor import HeadSupervisor
 
     started = []
-    monkeypatch.setattr(HeadWorker, "ensure_started", lambda self: started.append(self.name))
+    monkeypatch.setattr(HeadSupervisor, "ensure_started", lambda self: started.append(self.name))
     media = _folder(tmp_path)
     config = _fake_and_dead(tmp_path, fake_backend.base_url)
     assert cli_main(["score", str(media), "-o", str(tmp_path / "run"), "--config", config, "--no-progress"]) == 0
@@ -195,10 +195,10 @@ def test_in_process_score_and_judges_start_no_head_they_do_not_use(tmp_path, fak
 
 async def test_a_head_closed_while_its_model_loads_is_not_reported_as_died(tmp_path, caplog):
     from judge_gateway.config import OcrOptions
-    from judge_gateway.heads.supervisor import HeadWorker
+    from judge_gateway.heads.supervisor import HeadSupervisor
 
     options = OcrOptions(python=fake_head_python(tmp_path), env={"JG_FAKE_HEAD_LOAD_S": "0.5"})
-    worker = HeadWorker("ocr", "ocr", options)
+    worker = HeadSupervisor("ocr", "ocr", options)
     with caplog.at_level(logging.INFO, logger="judge_gateway"):
         assert (await worker.probe())[0] is False  # the probe starts the load
         while worker.pid is None:
@@ -212,9 +212,9 @@ async def test_a_head_closed_while_its_model_loads_is_not_reported_as_died(tmp_p
 
 def test_a_head_worker_imports_the_gateways_own_package_and_nothing_else(tmp_path):
     from judge_gateway.config import OcrOptions
-    from judge_gateway.heads.supervisor import PACKAGE_DIR, HeadWorker
+    from judge_gateway.heads.supervisor import PACKAGE_DIR, HeadSupervisor
 
-    env = HeadWorker("ocr", "ocr", OcrOptions(python="/some/head-venv/bin/python")).launch().env
+    env = HeadSupervisor("ocr", "ocr", OcrOptions(python="/some/head-venv/bin/python")).launch().env
     entries = env["PYTHONPATH"].split(":")
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
     assert entries[1:] == inherited  # one entry added, before the environment's own
@@ -223,7 +223,7 @@ def test_a_head_worker_imports_the_gateways_own_package_and_nothing_else(tmp_pat
     assert (first / "judge_gateway").resolve() == PACKAGE_DIR
 
     async def run() -> dict:
-        worker = HeadWorker("fp", "ocr", OcrOptions(python=fake_head_python(tmp_path)))
+        worker = HeadSupervisor("fp", "ocr", OcrOptions(python=fake_head_python(tmp_path)))
         try:
             await worker.wait_ready()
             return dict(worker.info)

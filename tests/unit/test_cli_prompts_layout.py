@@ -1,4 +1,4 @@
-"""Issue 12's layout of the command, the input readers and the prompt templates:
+"""The layout of the command, the input readers and the prompt templates:
 
 - `judge_gateway/cli/` is a package (main, serve, info, prompts, tune, score, browse, eval) and
   every command, flag, default and `python -m judge_gateway.cli` stay what they were;
@@ -167,7 +167,7 @@ def test_the_prompts_face_re_exports_the_submodules_objects():
     from judge_gateway import prompts
     from judge_gateway.prompts import derive, parse, registry, template
 
-    homes = {"KINDS": parse, "MEDIA_SLOTS": template,
+    homes = {"TEMPLATE_KINDS": parse, "MEDIA_SLOTS": template,
              "Aspect": template, "Template": template, "TemplateError": template, "list_templates": registry,
              "load_template": registry, "lock_new_templates": registry, "parse_ref": registry,
              "show_template": registry, "verify_lock": registry, "TemplateDirs": registry,

@@ -61,17 +61,17 @@ def _logit_rows(n: int = 40) -> list[np.ndarray]:
         logits = rng.normal(0.0, 2.0, len(VOCAB))
         logits[:2] += rng.normal(4.0, 3.0, 2)  # "Yes" / "No" ahead, as the reward model answers
         rows.append(logits)
-    rows.append(np.array([5.0, 5.0] + [0.0] * (len(VOCAB) - 2)))  # a tie: the original says "Good"
+    rows.append(np.array([5.0, 5.0] + [0.0] * (len(VOCAB) - 2)))  # a tie: cosmos-rl says "Good"
     return rows
 
 
 def test_cosmos_reason1_keys_equal_the_originals_formula_on_the_same_logits():
-    """The original reads the raw logits of "Yes" and "No" (model/cosmos_reason1.py 216-232);
+    """cosmos-rl reads the raw logits of "Yes" and "No" (model/cosmos_reason1.py 216-232);
     vLLM gives log-probabilities: log_softmax(logits) = logits - log Z, the same Z for every token
     of the step. So yes_logit - no_logit, no_score (a softmax over the pair) and prediction are
-    the original's exactly; yes_logit and no_logit themselves are each less by log Z.
-    configs/cosmos_rl.toml's judge counted the exact tokens of cosmos_reason1@1's default answer
-    words, "yes" and "no", before: never the model's "Yes"/"No", every sample answer_missing."""
+    cosmos-rl's exactly; yes_logit and no_logit themselves are each less by log Z.
+    configs/cosmos_rl.toml's judge must count the model's own "Yes"/"No" tokens: cosmos_reason1@1's
+    default answer words, "yes" and "no", never match them (every sample would be answer_missing)."""
     judge = load_config(ROOT / "configs" / "cosmos_rl.toml").judges["cosmos_reason1"]
     assert judge.options.counting == "exact"
     template = load_template(judge.template)
@@ -95,8 +95,8 @@ def test_cosmos_reason1_keys_equal_the_originals_formula_on_the_same_logits():
 
 def test_cosmos_reason1_answer_outside_the_top_k_is_bounded_not_read():
     """Not reproducible through vLLM: an answer outside its top-20 has no logprob there. The
-    original reads its logit; ours bounds its probability by the smallest listed one (which is at
-    least its true probability), so our no_score is at most the original's and `bounded_answer`
+    cosmos-rl reads its logit; ours bounds its probability by the smallest listed one (which is at
+    least its true probability), so our no_score is at most cosmos-rl's and `bounded_answer`
     says so."""
     template = load_template("cosmos_reason1@2")
     vocab = VOCAB + ["Clearly", "Absolutely"]
@@ -133,13 +133,13 @@ def test_dance_grpo_keys_equal_the_originals_formula_on_the_same_logits():
 
 
 @pytest.mark.parametrize(("name", "judge", "key", "scale"), [
-    ("pickscore", "pickscore", "pickscore", 1 / 26),  # was raw: 26 x the original (fixed)
+    ("pickscore", "pickscore", "pickscore", 1 / 26),  # cosmos-rl divides the native number by 26
     ("hpsv2", "hpsv2", "hpsv2", 1.0),
     ("hpsv3", "hpsv3", "hpsv3", 1.0),
     ("image_reward", "image_reward", "image_reward", 1.0),
 ])
 def test_head_keys_are_the_originals_number_of_the_heads_raw(name, judge, key, scale):
-    """raw is each head's native number (PickScore: exp(logit_scale) x cosine); the original
+    """raw is each head's native number (PickScore: exp(logit_scale) x cosine); cosmos-rl
     reports PickScore / 26 and the others' native numbers. The models themselves are compared in
     tests/integration/test_conformance_heads.py and the heads' own modules."""
     raws = [21.3, 19.87, -2.5, 0.0]
@@ -217,11 +217,11 @@ def test_gen_eval_keys_equal_the_originals_formula_on_the_same_detections(only_s
         assert got[key] == want[key], key
     assert got["gen_eval_score"] == [pytest.approx(v, rel=REL, abs=1e-12) for v in want["gen_eval_score"]]
     assert got["gen_eval_group"] == want["gen_eval_group"]
-    assert any(v < 0 for v in want["gen_eval_score"])  # the original's score goes negative: covered
+    assert any(v < 0 for v in want["gen_eval_score"])  # cosmos-rl's score goes negative: covered
     assert 0 < sum(want["gen_eval_reward"]) < len(samples) or only_strict
 
 
-def test_gen_eval_position_failure_appends_zero_then_one_as_the_original():
+def test_gen_eval_position_failure_appends_zero_then_one_as_cosmos_rl():
     """evaluate_reward (gen_eval.py 305-327): a pair out of relation appends 0.0, and the loop's
     trailing 1.0 is appended too: [count 1.0, count 1.0, 0.0, 1.0] -> 0.75."""
     meta = rules.parse_metadata("position", [{"class": "dog", "count": 1},
@@ -241,7 +241,7 @@ UNIFIED_REPLIES = [
     "Final Score: 4.2/5",
     "I first thought Final Score: 2, but on reflection\nFinal Score: 4",  # the first counts, as re.search
 ]
-UNIFIED_DIFFERENT = [  # the original writes 0.0 or reads a digit of another number; ours is invalid
+UNIFIED_DIFFERENT = [  # cosmos-rl writes 0.0 or reads a digit of another number; ours is invalid
     "No score given.",
     "Final Score: 0.5",
     "Final Score: 10",
@@ -272,7 +272,7 @@ async def test_unified_reward_equals_the_originals_formula_on_the_same_reply():
     for reply in UNIFIED_DIFFERENT:
         score = await _judge_reply(str(ROOT / "configs" / "cosmos_rl.toml"), "unified_reward", reply)
         assert not score.valid and score.error.code.value == "parse_error", reply
-    # markdown around the label: the original's regex misses it (0.0), ours reads the number
+    # markdown around the label: cosmos-rl's regex misses it (0.0), ours reads the number
     score = await _judge_reply(str(ROOT / "configs" / "cosmos_rl.toml"), "unified_reward", "**Final Score:** 4")
     assert peer.unified_reward("**Final Score:** 4") == 0.0 and score.valid and score.raw == 4.0
 

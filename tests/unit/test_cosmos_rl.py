@@ -93,8 +93,8 @@ async def test_image_request_like_the_example_client(make_client):
                                       "min": "0.000", "max": "255.000"}
         float(body["duration"]), float(body["decoded_duration"])
         assert len(body["judge_scores"]) == 2 and body["judge_scores"][0]["valid"]
-    # unified_reward's legacy key is the original's score / 5 (fake: "Final Score: 4"); this test
-    # asserted the raw 4.0 before, 5x the original's value
+    # unified_reward's legacy key is cosmos-rl's score / 5 (fake: "Final Score: 4"), not
+    # the raw 4.0
     res = (await poll(client, uid, "unified_reward")).json()
     assert res["scores"]["unified_reward"] == [pytest.approx(0.8), pytest.approx(0.8)]
     assert [s["raw"] for s in res["judge_scores"]] == [4.0, 4.0]
@@ -209,7 +209,7 @@ async def test_pending_then_done_and_statuses(make_client):
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    # the README's "400 Not Ready" and the original's message (not 425: its clients check for 400)
+    # the README's "400 Not Ready" and cosmos-rl's message (not 425: its clients check for 400)
     assert r.status_code == 400 and r.json()["status"] == "pending"
     assert r.json()["message"].startswith(f"Not found scores for {uid}")
     done = await poll(client, uid, "stalled")
@@ -220,7 +220,7 @@ async def test_pending_then_done_and_statuses(make_client):
     assert r.status_code == 404 and r.json()["status"] == "unknown"
     r = await client.post("/api/reward/pull", json={"uuid": uid, "type": "stalled"})  # JSON too
     assert r.status_code == 200
-    r = await client.post("/api/reward/pull", data={"uuid": uid})  # no type: the original's dance_grpo
+    r = await client.post("/api/reward/pull", data={"uuid": uid})  # no type: cosmos-rl's dance_grpo
     assert r.status_code == 404 and r.json()["type"] == "dance_grpo" and "send `type`" in r.json()["message"]
 
 

@@ -1,4 +1,4 @@
-"""configs/cosmos_rl.toml (issue 10, item 7): every reward name the original serves resolves to a
+"""configs/cosmos_rl.toml: every reward name cosmos-rl serves resolves to a
 judge on its published weights, the VLM judges sit where scripts/start_vllm.sh's presets serve,
 and both Wan decoders are configured. Loading starts nothing; the not-ready reasons of serving it
 on a machine without the weights are in tests/integration/test_cosmos_rl_config.py."""
@@ -18,7 +18,7 @@ from judge_gateway.store import MemoryStore
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "cosmos_rl.toml"
 
-# The original's reward names (reward_service/cosmos_rl_reward/model/*.py) and the judge each maps to.
+# cosmos-rl's reward names (reward_service/cosmos_rl_reward/model/*.py) and the judge each maps to.
 ORIGINAL = {"cosmos_reason1": "cosmos_reason1", "dance_grpo": "videoalign", "hpsv2": "hpsv2", "hpsv3": "hpsv3",
             "pickscore": "pickscore", "image_reward": "image_reward", "ocr": "ocr", "gen_eval": "gen_eval",
             "unified_reward": "unified_reward"}
@@ -38,7 +38,7 @@ def cfg():
     return load_config(CONFIG)  # validates, as `judge-gateway serve --config` does
 
 
-async def test_every_original_reward_name_resolves_to_a_configured_judge(cfg):
+async def test_every_cosmos_rl_reward_name_resolves_to_a_configured_judge(cfg):
     gw = Gateway(cfg)
     service = CosmosRLService(gw, MemoryStore(ttl_s=60, max_entries=10), cfg.cosmos_rl)
     try:
@@ -92,8 +92,8 @@ def test_both_wan_decoders_are_configured(cfg):
     assert cfg.cosmos_rl.refuse_unready and cfg.store.ttl_s >= 86400
 
 
-def test_cosmos_reason1_counts_the_exact_tokens_as_the_original(cfg):
-    """The original's no_score is a softmax over the exact "Yes"/"No" logits."""
+def test_cosmos_reason1_counts_the_exact_tokens_as_cosmos_rl(cfg):
+    """cosmos-rl's no_score is a softmax over the exact "Yes"/"No" logits."""
     assert cfg.judges["cosmos_reason1"].options.counting == "exact"
 
 

@@ -1,5 +1,6 @@
-"""What a real cosmos-rl trainer sends that the gateway used to refuse (issue 10, item 8), and the
-enqueue gate for judges that cannot score (item 7)."""
+"""What a real cosmos-rl trainer sends is taken as cosmos-rl's reward service takes it: (a) latents
+by their channel count, (b) load_mean_std, (c) POST /api/reward/latent_attr, (d) a pull without
+`type`, (e) `video_infos[i].fps`; and (f) enqueue refuses a request for a judge that cannot score."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
-from judge_gateway.latents import TorchWorkerError
+from judge_gateway.latents import LatentDecoderError
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import (
     HEADERS,
@@ -64,7 +65,7 @@ async def test_video_infos_fps_is_accepted_like_video_fps(serve):
     assert r.status_code == 400 and "video_infos[0].fps must be a number in (0, 1000]" in r.json()["message"]
 
 
-# ---- (d) a pull without `type` asks for dance_grpo, as the original -------------------------------
+# ---- (d) a pull without `type` asks for dance_grpo, as in cosmos-rl ----------------------------
 
 
 async def test_pull_without_type_defaults_to_dance_grpo(serve):
@@ -151,7 +152,7 @@ async def test_a_decoder_that_failed_to_load_is_refused_at_enqueue(serve):
     client, service = await serve(latents=LATENTS)
 
     async def call(header, payload, timeout):
-        raise TorchWorkerError("cannot load AutoencoderKLWan '/vae/wan21': OSError: offline", stage="load")
+        raise LatentDecoderError("cannot load AutoencoderKLWan '/vae/wan21': OSError: offline", stage="load")
 
     service.worker._call = call
     meta = {"reward_fn": {"cosmos_reason1": 1.0}, "prompts": ["a"], "video_infos": [{"video_fps": 16}]}
@@ -225,7 +226,7 @@ def test_load_mean_std_config_needs_both_statistics_files():
             "checkpoint": "c", "load_mean_std": True, "images_mean_std": "a", "video_mean_std": "b"}}}})
 
 
-# ---- item 7: a judge that cannot score is refused at enqueue -------------------------------------
+# ---- (f) a judge that cannot score is refused at enqueue ----------------------------------------
 
 
 async def test_enqueue_refuses_a_judge_whose_backend_is_unreachable(serve):

@@ -32,7 +32,7 @@ from judge_gateway.heads.models.base import HeadLoadError
 from judge_gateway.heads.protocol import HeadItem, ItemsJob, jobs_from_frame, jobs_header
 from judge_gateway.judges.base import ScoreContext
 from judge_gateway.media import MediaCache
-from judge_gateway.registry import build_judges
+from judge_gateway.judge_factory import build_judges
 from judge_gateway.schema import SampleInput
 from judge_gateway.workers.framing import encode_head, read_frame
 
@@ -129,10 +129,10 @@ def test_a_malformed_items_job_is_refused_alone(bad):
 
 def test_frames_are_split_before_their_headers_pass_the_budget(monkeypatch):
     from judge_gateway.heads import supervisor
-    from judge_gateway.heads.supervisor import HeadWorker, _Outgoing
+    from judge_gateway.heads.supervisor import HeadSupervisor, _Outgoing
 
     monkeypatch.setattr(supervisor, "HEADER_BUDGET_BYTES", 10_000)
-    worker = HeadWorker("w", "custom", CustomHeadOptions(head="m:C", transport="pipe"))
+    worker = HeadSupervisor("w", "custom", CustomHeadOptions(head="m:C", transport="pipe"))
     small = np.zeros((1, 2, 2, 3), np.uint8)
     outs = [_Outgoing(i, "", small, None, [HeadItem("p", "image", small)], header_bytes=4_000)  # type: ignore[arg-type]
             for i in range(5)]
@@ -285,7 +285,7 @@ def test_cosmos_scores_become_per_sample_numbers_or_errors():
 
 
 class StandInWorker:
-    """The part of a HeadWorker a CustomJudge uses, answering from the items it gets."""
+    """The part of a HeadSupervisor a CustomJudge uses, answering from the items it gets."""
 
     def __init__(self, groupwise: bool) -> None:
         self.info = {"groupwise": groupwise, "model": "m", "class": "m:C"}

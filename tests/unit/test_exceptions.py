@@ -47,7 +47,7 @@ def test_every_package_exception_is_in_the_tree():
     ("judge_gateway.gateway.UnknownJudgeError", ex.InvalidInput, ValueError),
     ("judge_gateway.config.ConfigError", ex.ConfigurationError, ValueError),
     ("judge_gateway.prompts.TemplateError", ex.ConfigurationError, ValueError),
-    ("judge_gateway.profiles.ProfileError", ex.ConfigurationError, ValueError),
+    ("judge_gateway.aggregation_profiles.AggregationProfileError", ex.ConfigurationError, ValueError),
     ("judge_gateway.work_queue.BacklogFull", ex.Overloaded, RuntimeError),
     ("judge_gateway.server.admission.Refused", ex.Overloaded, RuntimeError),
     ("judge_gateway.backends.BackendTimeout", ex.Unavailable, RuntimeError),

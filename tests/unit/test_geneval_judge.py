@@ -18,7 +18,7 @@ OPTIONS = {"detector_checkpoint": "/models/mask2former.pth", "clip_pretrained": 
 
 
 class StubWorker:
-    """Stands in for HeadWorker: answers each infer with the next canned detections."""
+    """Stands in for HeadSupervisor: answers each infer with the next canned detections."""
 
     def __init__(self, detections: dict[str, Any]) -> None:
         self.detections = detections
@@ -144,11 +144,12 @@ def test_gen_eval_config_validated_naming_the_key():
 
 
 async def test_cosmos_rl_gen_eval_keys_read_what_the_judge_emits():
-    """The original's keys hold the service's own numbers (details.cosmos_rl), whichever number
+    """cosmos-rl's keys hold the service's own numbers (details.cosmos_rl), whichever number
     `options.reward` makes raw: gen_eval_score = its partial score, gen_eval_reward = GenEval's
     correct over the includes (no exclude: 3 dogs for "2 dogs" is correct there), gen_eval_strict =
     exact counts; gen_eval_group = the six tags' lists, correct in the sample's tag, -10.0 in the
-    others. (This test asserted our own exactly-N verdict, 0.0, before: the service says 1.0.)"""
+    others. Three dogs for "2 dogs": gen_eval_reward is the service's 1.0, not the exactly-N verdict
+    (0.0) that details.correct keeps."""
     from judge_gateway.config import protocols as protocol_config
     from judge_gateway.server.cosmos_rl.envelope import legacy_lists
 

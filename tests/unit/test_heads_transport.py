@@ -19,7 +19,7 @@ from judge_gateway.heads import supervisor
 from judge_gateway.config import HeadOptions
 from judge_gateway.heads.protocol import jobs_from_frame, jobs_header
 from judge_gateway.heads.shm import Arena, ArenaView, memfd_supported
-from judge_gateway.heads.supervisor import HeadError, HeadWorker
+from judge_gateway.heads.supervisor import HeadError, HeadSupervisor
 from judge_gateway.workers.framing import (
     ProtocolError,
     encode_frame,
@@ -58,10 +58,10 @@ def _dev_shm() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def _worker(tmp_path: Path, **options) -> HeadWorker:
+def _worker(tmp_path: Path, **options) -> HeadSupervisor:
     opts = HeadOptions(python=fake_head_python(tmp_path), restart_backoff_s=0.0,
                        env={"JG_FAKE_HEAD_MARK": str(tmp_path / "hang.mark")}, **options)
-    return HeadWorker("fake", "clip", opts)
+    return HeadSupervisor("fake", "clip", opts)
 
 
 # -- the arena ---------------------------------------------------------------------------------

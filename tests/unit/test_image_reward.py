@@ -59,7 +59,7 @@ def test_a_backend_or_template_is_refused_for_the_head():
 
 def test_cosmos_rl_image_reward_name_reads_the_heads_raw_z_score():
     """cosmos-rl's `image_reward` reward: judge `image_reward`, legacy key `image_reward` = raw
-    (the head's raw is ImageReward's z-normalised score, what the original service reported)."""
+    (the head's raw is ImageReward's z-normalised score, what cosmos-rl's reward service reported)."""
     spec = CosmosRLConfig().rewards["image_reward"]
     assert spec.judge == "image_reward" and list(spec.keys) == ["image_reward"]
     assert spec.keys["image_reward"].source == "raw" and spec.keys["image_reward"].labels is None

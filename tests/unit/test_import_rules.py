@@ -1,6 +1,6 @@
 """Import rules, read from the source with `ast` (nothing is imported):
 
-- the package's floors run one way (issue 12): a module imports only from its own floor or lower;
+- the package's floors run one way: a module imports only from its own floor or lower;
 - no circle among the package's modules, nor among its top-level parts;
 - no test module imports another test module (shared helpers live in tests/support or conftest).
 - the bench imports nothing from tests/ (it runs the tiny-model builders as a command).
@@ -29,7 +29,7 @@ PACKAGE = "judge_gateway"
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("media, prompts, parsers", (
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
-        "profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
+        "aggregation_profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
         "exceptions", "_version",  # the exception tree's root and branches; the version string
         "extras",  # the pip extras and the check that names a missing one
@@ -48,7 +48,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "launch",  # `up`: the vLLM servers and the gateway as supervised processes
     )),
     ("heads, judges", ("heads", "judges")),
-    ("registry", ("registry",)),
+    ("judge_factory", ("judge_factory",)),
     ("gateway", ("gateway",)),
     ("watch", ("watch",)),  # shadow judges over live traffic: scores through the gateway, fed by the server
     ("server, client", ("server", "client", "", "ray_mode")),  # ray_mode: the same app on Serve  # "": the package face, judge_gateway/__init__
@@ -129,7 +129,7 @@ KIND_FIELDS = ("judge", "head_model")  # KindSpec's `module:Name` fields
 
 def kind_table_edges(mods: dict[str, Path], kinds: dict[str, Any] | None = None,
                      root: Path = ROOT) -> list[Edge]:
-    """The imports by string: for each call `import_named(x.FIELD)` (registry: `.judge`, the head
+    """The imports by string: for each call `import_named(x.FIELD)` (judge_factory: `.judge`, the head
     worker: `.head_model`), an edge from its module to the module each row of the kind table names
     in FIELD. A call whose argument is not `x.FIELD` is an Edge to "?" (the rule cannot read it)."""
     if kinds is None:
@@ -318,11 +318,11 @@ def test_floors_import_only_downward_beyond_the_allowlist():
 
 
 def test_the_kind_table_is_read_as_imports():
-    """registry imports each kind's judge class, the head worker each head kind's model: by string,
+    """judge_factory imports each kind's judge class, the head worker each head kind's model: by string,
     which ast alone would not see."""
     edges = {(e.source, e.target) for e in package_report().edges}
-    assert (f"{PACKAGE}.registry", f"{PACKAGE}.judges.yes_no") in edges
-    assert (f"{PACKAGE}.registry", f"{PACKAGE}.heads.videoalign.judge") in edges
+    assert (f"{PACKAGE}.judge_factory", f"{PACKAGE}.judges.yes_no") in edges
+    assert (f"{PACKAGE}.judge_factory", f"{PACKAGE}.heads.videoalign.judge") in edges
     assert (f"{PACKAGE}.heads.factory", f"{PACKAGE}.heads.models.hpsv3") in edges
     assert not any(e.target == "?" for e in package_report().edges), "an import_named call the rule cannot read"
 
@@ -358,8 +358,8 @@ def _write(tmp: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 def test_a_lazy_import_in_a_base_module_is_a_circle(tmp_path):
-    """The shape issue 12 found: a factory in the base module imports the concrete class, which
-    imports the base back; the import inside a function still counts."""
+    """A factory in the base module that imports the concrete class, which imports the base back, is
+    a circle: the import inside a function still counts."""
     mods = _write(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/base.py": "class Base: ...\ndef build():\n    from .concrete import Concrete\n    return Concrete()\n",
@@ -386,13 +386,13 @@ def test_an_import_of_a_higher_floor_is_reported():
 def test_a_kind_row_naming_a_higher_floor_is_reported(tmp_path):
     mods = _write(tmp_path, {
         f"{PACKAGE}/__init__.py": "",
-        f"{PACKAGE}/registry.py": "def build(cfg):\n    return import_named(cfg.kind_spec.judge)\n",
+        f"{PACKAGE}/judge_factory.py": "def build(cfg):\n    return import_named(cfg.kind_spec.judge)\n",
         f"{PACKAGE}/cli/__init__.py": "",
         f"{PACKAGE}/cli/main.py": "class Judge: ...\n",
     })
     kinds = {"x": SimpleNamespace(name="x", judge="cli.main:Judge", head_model=None)}
     report = PackageReport(mods, kind_table_edges(mods, kinds, root=tmp_path))
-    assert list(report.upward) == [f"{PACKAGE}.registry -> {PACKAGE}.cli.main"]
+    assert list(report.upward) == [f"{PACKAGE}.judge_factory -> {PACKAGE}.cli.main"]
 
 
 if __name__ == "__main__":

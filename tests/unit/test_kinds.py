@@ -28,8 +28,8 @@ from judge_gateway.config import (
     validate_config,
 )
 from judge_gateway.config.kinds import import_named
+from judge_gateway.judge_factory import build_judges, judge_class
 from judge_gateway.judges import Judge
-from judge_gateway.registry import build_judges, judge_class
 
 VLM = {"backends": {"vlm": {"model": "m", "base_urls": ["http://127.0.0.1:9/v1"]}}}
 
@@ -55,7 +55,7 @@ def test_the_table_has_every_kind_once_with_its_views():
     assert KIND_OPTIONS["critic"] is CriticOptions and HEAD_KIND_OPTIONS["pickscore"] is PickScoreOptions
     assert set(HEAD_KIND_OPTIONS) == set(HEAD_KINDS)
     # a VLM kind pins templates of its own kind: the template kinds are exactly the VLM kinds
-    assert set(prompts.KINDS) == set(VLM_KINDS)
+    assert set(prompts.TEMPLATE_KINDS) == set(VLM_KINDS)
     assert all(KINDS[k].template_kind == k for k in VLM_KINDS)
     assert all(KINDS[k].template_kind is None and KINDS[k].media for k in HEAD_KINDS)
     assert KINDS["gen_eval"].media == ("image",) and KINDS["videoalign"].media == ("video",)

@@ -10,13 +10,13 @@ import sys
 import numpy as np
 
 from judge_gateway.config import LatentDecoderConfig
-from judge_gateway.latents import TorchWorker
+from judge_gateway.latents import LatentDecoderSupervisor
 
 
-def worker_with_fake_calls(batch_size: int) -> tuple[TorchWorker, list[dict]]:
-    """A TorchWorker whose wire call is replaced: each decoded sample is filled with its latents'
+def worker_with_fake_calls(batch_size: int) -> tuple[LatentDecoderSupervisor, list[dict]]:
+    """A LatentDecoderSupervisor whose wire call is replaced: each decoded sample is filled with its latents'
     first value, so a caller can tell its rows from another's."""
-    worker = TorchWorker(LatentDecoderConfig.model_validate(
+    worker = LatentDecoderSupervisor(LatentDecoderConfig.model_validate(
         {"python": sys.executable, "batch_size": batch_size, "wan2_1": {"checkpoint": "/vae/wan21"}}))
     calls: list[dict] = []
 

@@ -12,7 +12,7 @@ import pytest
 from judge_gateway.cli import main
 from judge_gateway.config import ConfigError, load_config, validate_config
 from judge_gateway.prompts import TemplateError, load_template, lock_new_templates, new_template, verify_lock
-from judge_gateway.registry import build_judges
+from judge_gateway.judge_factory import build_judges
 
 def config_file(folder: Path, template: str) -> Path:
     path = folder / "gateway.toml"

@@ -1,7 +1,7 @@
 """cosmos-rl's own rewards.toml runs unchanged: `judge-gateway serve --config rewards.toml`
 recognises the format, maps every field (launcher/config.py's RewardArgs, DecodeArgs, Config)
 onto ours and prints the mapping, and starts the Redis it names when that is local and not
-running (as the original starts its own), or refuses with the reason. The gateway serving such a
+running (as cosmos-rl's launcher starts its own), or refuses with the reason. The gateway serving such a
 file against the peers' clients and the real trainer: tests/integration/test_conformance_heads.py."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.support.health import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Every field of the original's format, every reward enabled.
+# Every field of cosmos-rl's format, every reward enabled.
 EVERY_FIELD = """
 host = "127.0.0.1"
 port = 8099
@@ -150,9 +150,9 @@ def test_every_field_is_mapped_or_said_unused(tmp_path, monkeypatch):
     assert cfg.backends["unified_reward"].api_key() == "secret-key"
     assert (j["videoalign"].dtype, j["image_reward"].dtype, j["pickscore"].dtype, j["hpsv3"].dtype) == \
         ("fp16", "fp32", "fp32", "fp16")
-    assert j["hpsv2"].dtype == "fp32"  # the original's hpsv2 runs float32 whatever dtype says
+    assert j["hpsv2"].dtype == "fp32"  # cosmos-rl's hpsv2 runs float32 whatever dtype says
     assert j["ocr"].device == "cpu" and j["gen_eval"].device == "cuda"
-    assert j["pickscore"].model == "yuvalkirstain/PickScore_v1"  # model_path "": the original's hub ids
+    assert j["pickscore"].model == "yuvalkirstain/PickScore_v1"  # model_path "": cosmos-rl's hub ids
     assert cfg.cosmos_rl.latents.device == "cuda:1" and cfg.cosmos_rl.latents.dtype == "bfloat16"
     assert cfg.cosmos_rl.latents.wan2_2.checkpoint == "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
     text = "\n".join(mapped.lines)
@@ -174,7 +174,7 @@ def test_every_field_is_mapped_or_said_unused(tmp_path, monkeypatch):
     (lambda t: t.replace('reward_type = "ocr"', 'reward_type = "ocr"\nuse_gpu = true'),
      r"reward_args\[2\].use_gpu: not a field of reward_args"),
     (lambda t: t.replace('reward_type = "hpsv3"', 'reward_type = "aesthetic"'),
-     r"reward_args\[7\].reward_type: 'aesthetic' is not a reward the original serves"),
+     r"reward_args\[7\].reward_type: 'aesthetic' is not a reward cosmos-rl's reward service serves"),
     (lambda t: t.replace('dtype = "float32"\ndevice = "cuda"\nenable = true\n\n[[reward_args]]\nreward_type = "gen_eval"',
                          'dtype = "int8"\ndevice = "cuda"\nenable = true\n\n[[reward_args]]\nreward_type = "gen_eval"'),
      r"\(image_reward\).dtype: 'int8' is not one of float16, bfloat16, float32"),
@@ -205,7 +205,7 @@ def test_the_mapping_agrees_with_configs_cosmos_rl_toml(tmp_path):
             assert judge["template"] == ours.template, name
 
 
-def test_an_overlay_table_sets_what_the_original_cannot_say(tmp_path):
+def test_an_overlay_table_sets_what_cosmos_rls_format_cannot_say(tmp_path):
     """The docs' example overlay (docs/integrations/cosmos-rl.md), on the shipped file with hpsv2 on."""
     page = (ROOT / "docs" / "integrations" / "cosmos-rl.md").read_text()
     overlay = next(b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if b.startswith("[judge_gateway."))

@@ -1,4 +1,4 @@
-"""The HTTP service's layout (issue 12): routes on APIRouters over app.state, one error body, one
+"""The HTTP service's layout: routes on APIRouters over app.state, one error body, one
 metrics wrapper, the cosmos-rl adapter as one package of small modules.
 
 Behaviour is tested by the protocol tests (test_server, test_cosmos_rl*, test_flow_factory*,

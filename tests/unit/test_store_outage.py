@@ -1,4 +1,4 @@
-"""Store writes through an outage (issue 14, finding 6) and the queue/persistence options, without
+"""Store writes through an outage and the queue/persistence options, without
 a Redis (the real-Redis tests are in tests/reliability)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retention of cosmos-rl results (issue 10, item 8): a slow trainer must not outlive its results,
+"""Retention of cosmos-rl results: a slow trainer must not outlive its results,
 and a pull of a result that has gone says `expired`, not `unknown`."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.support.cosmos_client import (
 def test_defaults_outlive_a_slow_trainer():
     cfg = StoreConfig()
     assert cfg.ttl_s == 86400 and cfg.pulled_ttl_s == 3600  # a day unpulled, an hour after a pull
-    assert cfg.max_entries == 100000  # the original's bound
+    assert cfg.max_entries == 100000  # cosmos-rl's bound
     store = make_store(cfg)
     assert isinstance(store, MemoryStore) and store.ttl_s == 86400 and store.pulled_ttl_s == 3600
     shipped = load_config(None).store  # the embedded default config does not shorten them

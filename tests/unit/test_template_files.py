@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from judge_gateway.prompts import Aspect, TemplateError
 from judge_gateway.prompts.parse import (
-    KINDS,
     TEMPLATE_FILES,
+    TEMPLATE_KINDS,
     parse_template,
     read_template_file,
 )
@@ -258,7 +258,7 @@ def test_defaults_of_each_kind() -> None:
     assert isinstance(final.temperature, float)
     critic = read(CRITIC).template(PATH, "0" * 64)
     assert (critic.json_schema, critic.violations_field) == (SCHEMA, "violations")
-    assert {t.kind for t in (yes_no, rubric, final, critic)} == set(KINDS)
+    assert {t.kind for t in (yes_no, rubric, final, critic)} == set(TEMPLATE_KINDS)
 
 
 def test_parsing_is_cached_by_path_and_content() -> None:
@@ -314,7 +314,7 @@ def test_every_template_key_has_a_description() -> None:
             for table in [model, *_tables(info.annotation)]:
                 missing = [n for n, i in table.model_fields.items() if not (i.description or "").strip()]
                 assert not missing, f"{table.__name__}: keys without a description: {missing}"
-        assert all(kind in model.model_fields["kind"].description for kind in KINDS)
+        assert all(kind in model.model_fields["kind"].description for kind in TEMPLATE_KINDS)
 
 
 def test_the_docs_table_of_template_keys_is_the_models() -> None:

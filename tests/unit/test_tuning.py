@@ -14,9 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from judge_gateway.aggregation_profiles import (
+    AggregationProfileError,
+    load_aggregation_profile,
+)
 from judge_gateway.cli import main
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.profiles import ProfileError, load_profile
 from judge_gateway.tuning.cache import CachedScore, CacheKey, ScoreCache, judge_identity
 from judge_gateway.tuning.fit import (
     Aggregation,
@@ -129,7 +132,7 @@ def test_tune_rubric_recovers_weights_and_beats_default_from_cache_only(rubric_s
     assert rc == 0
     assert "0 scored now" in out and "parse_error x1" in out
     profile_path = out_dir / "rr@1.json"
-    profile = load_profile(profile_path)
+    profile = load_aggregation_profile(profile_path)
     w = profile.weights
     # The ranking of the true weights is recovered.
     assert w["Text Faithfulness"] > w["Physical and Visual Quality"] > w["Text Rendering"]
@@ -158,7 +161,7 @@ def test_rubric_judge_uses_profile_and_names_it(rubric_set, fake_backend, tmp_pa
     assert main(["tune", "rubric", "--config", str(rubric_set["config"]), "--judge", "rr",
                  "--data", str(rubric_set["prefs"]), "--cache", str(rubric_set["cache"]), "--cache-only",
                  "--out-dir", str(out_dir), "--no-progress", "--folds", "3"]) == 0
-    profile = load_profile(out_dir / "rr@1.json")
+    profile = load_aggregation_profile(out_dir / "rr@1.json")
     from judge_gateway.gateway import Gateway
 
     doc = rubric_config({"aggregation_profile": str(out_dir / "rr@1.json"),
@@ -213,8 +216,8 @@ def test_profile_reference_is_validated_at_load(rubric_set, tmp_path):
     from judge_gateway.config import load_config
 
     assert load_config(cfg_path).judges["rr"].options.aggregation_profile == str(path.resolve())
-    with pytest.raises(ProfileError, match="named <name>@<version>.json"):
-        load_profile(out_dir / "c.toml")
+    with pytest.raises(AggregationProfileError, match="named <name>@<version>.json"):
+        load_aggregation_profile(out_dir / "c.toml")
 
 
 def test_cache_only_refuses_missing_cells(rubric_set, tmp_path, capsys):
@@ -256,7 +259,7 @@ def test_tune_weights_recovers_judge_mix(tmp_path, capsys):
     out = capsys.readouterr().out
     print(out)
     assert rc == 0 and "[judges.good] weight =" in out
-    prof = load_profile(tmp_path / "p" / "judge_weights@1.json")
+    prof = load_aggregation_profile(tmp_path / "p" / "judge_weights@1.json")
     assert prof.kind == "judge_weights" and prof.na_policy == "skip"
     assert prof.weights["good"] > prof.weights["mid"] > prof.weights["noise"]
     cv = prof.body["cv"]["summary"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_gateway.latents import TorchWorker, TorchWorkerError
+from judge_gateway.latents import LatentDecoderError, LatentDecoderSupervisor
 from judge_gateway.config import LatentDecoderConfig
 from judge_gateway.workers.framing import encode_frame, read_frame
 from judge_gateway.workers.supervisor import Launch, WorkerError, WorkerSupervisor
@@ -104,9 +104,9 @@ async def test_a_worker_that_dies_mid_request_fails_it_and_the_next_request_is_s
 
 async def test_a_stderr_line_over_the_reader_limit_neither_stops_supervision_nor_hangs_requests():
     """A worker's stderr line longer than the reader's 1 MiB line limit (a library dumping a
-    tensor, a traceback of a huge prompt) used to end the stderr pump with ValueError: the
-    worker's next death then skipped failing its in-flight requests (they hung) and stderr was
-    no longer drained."""
+    tensor, a traceback of a huge prompt) must not end the stderr pump (asyncio raises ValueError
+    there): the worker's next death would then skip failing its in-flight requests (they would
+    hang) and stderr would no longer be drained."""
     sup = FakeSupervisor()
     try:
         await sup.wait_ready()
@@ -141,7 +141,7 @@ async def test_a_worker_stderr_line_is_logged_at_its_launch_level(caplog, level)
 def test_the_latent_decoder_stderr_is_logged_at_warning_so_it_shows_by_default():
     # The CLI logs WARNING and up unless --verbose; the decoder's stderr (VAE load messages,
     # warnings, tracebacks) went straight to the gateway's stderr before it was piped.
-    assert TorchWorker(LatentDecoderConfig(python=sys.executable)).launch().stderr_level == logging.WARNING
+    assert LatentDecoderSupervisor(LatentDecoderConfig(python=sys.executable)).launch().stderr_level == logging.WARNING
 
 
 async def test_a_request_past_its_timeout_kills_the_stuck_worker_which_restarts():
@@ -213,16 +213,16 @@ def test_the_latent_worker_script_speaks_the_shared_framing_without_the_package(
 
 async def test_the_torch_worker_runs_under_the_supervisor_and_restarts_after_a_kill():
     # This interpreter has no torch: `ping` reaches the worker and comes back as its error.
-    worker = TorchWorker(LatentDecoderConfig(python=sys.executable, start_timeout_s=30))
+    worker = LatentDecoderSupervisor(LatentDecoderConfig(python=sys.executable, start_timeout_s=30))
     try:
-        with pytest.raises(TorchWorkerError, match="ModuleNotFoundError: No module named 'torch'") as err:
+        with pytest.raises(LatentDecoderError, match="ModuleNotFoundError: No module named 'torch'") as err:
             await worker.ping()
         assert not err.value.crashed and worker.state == "ready"
         old = worker.pid
         os.kill(old, signal.SIGKILL)
         while worker.pid == old:  # until the supervisor has seen it die
             await asyncio.sleep(0.02)
-        with pytest.raises(TorchWorkerError, match="ModuleNotFoundError"):
+        with pytest.raises(LatentDecoderError, match="ModuleNotFoundError"):
             await worker.ping()  # waits out the restart, then is answered
         assert worker.pid not in (None, old) and worker.restarts == 1
     finally:

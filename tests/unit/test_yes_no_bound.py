@@ -77,7 +77,7 @@ async def test_cosmos_rl_envelope_fills_every_legacy_key_from_the_bound(sure_app
     assert s["no_score"] == [pytest.approx(NO_SCORE)] * 2
     assert s["yes_logit"] == [pytest.approx(math.log(BOUND))] * 2
     assert s["no_logit"] == [pytest.approx(math.log(P_NO))] * 2
-    # the softmax over the two legacy logits gives back no_score, as in the original
+    # the softmax over the two legacy logits gives back no_score, as in cosmos-rl
     no_logit, yes_logit = s["no_logit"][0], s["yes_logit"][0]
     assert 1.0 / (1.0 + math.exp(yes_logit - no_logit)) == pytest.approx(s["no_score"][0])
     assert body["judge_scores"][0]["details"]["bounded_answer"] == "yes"

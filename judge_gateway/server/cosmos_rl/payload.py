@@ -19,7 +19,7 @@ from ...exceptions import Unavailable
 from ...gateway import Gateway
 from ...judges.vlm import VLMJudge
 from ...json_body import JSONBodyError, parse_json
-from ...latents import TorchWorker, TorchWorkerError
+from ...latents import LatentDecoderError, LatentDecoderSupervisor
 from ...media import MAX_FPS, ImageMedia, MediaError, VideoMedia, VideoSampling, sample_frame_indices
 from ...media.sampling import _frame_size
 from ...config import (
@@ -138,7 +138,7 @@ class PayloadChecks:
     """Everything an enqueue (or a latent_attr) is checked against: the gateway's judges, the
     cosmos_rl section, the torch worker (None without cosmos_rl.latents.python)."""
 
-    def __init__(self, gateway: Gateway, cfg: CosmosRLConfig, worker: TorchWorker | None) -> None:
+    def __init__(self, gateway: Gateway, cfg: CosmosRLConfig, worker: LatentDecoderSupervisor | None) -> None:
         self.gateway = gateway
         self.cfg = cfg
         self.worker = worker
@@ -235,7 +235,7 @@ class PayloadChecks:
                                    "which this gateway does not have: send npy")
             try:
                 arr, dtype_name = await self.worker.load_torch(data)
-            except TorchWorkerError as err:
+            except LatentDecoderError as err:
                 raise PayloadError(f"torch payload refused: {err}") from None
 
         pixels = latents = None

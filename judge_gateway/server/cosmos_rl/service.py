@@ -28,7 +28,7 @@ from typing import Any
 from ...config import CosmosReward, CosmosRLConfig
 from ...exceptions import Overloaded
 from ...gateway import Gateway
-from ...latents import TorchWorker, TorchWorkerError
+from ...latents import LatentDecoderError, LatentDecoderSupervisor
 from ...schema import (
     ErrorCode,
     JudgeScore,
@@ -62,7 +62,7 @@ class CosmosRLService:
         self._consumer: asyncio.Task | None = None
         self._entry_ids: dict[str, str] = {}  # uid -> its stream entry, while it runs here
         self._unstored: dict[str, dict[str, Any]] = {}  # uid -> final entry the store has not taken yet
-        self.worker = TorchWorker(cfg.latents) if cfg.latents.python else None
+        self.worker = LatentDecoderSupervisor(cfg.latents) if cfg.latents.python else None
         self.payloads = PayloadChecks(gateway, cfg, self.worker)
         self._tasks: dict[str, asyncio.Task] = {}
         self._accepted: dict[str, dict[str, Any]] = {}  # uid -> _accepted_of(prepared), while it runs
@@ -138,7 +138,7 @@ class CosmosRLService:
                                  self._accepted_of(p), ErrorCode.timeout)
         except asyncio.CancelledError:
             raise
-        except TorchWorkerError as err:
+        except LatentDecoderError as err:
             entry = self._failed(f"latent decoding failed: {err}", self._accepted_of(p))
         except Exception as err:
             log.exception("cosmos-rl request %s failed", uid)
@@ -253,7 +253,7 @@ class CosmosRLService:
             return
         try:
             prepared = await self.prepare(work.body, check_ready=False)
-        except (PayloadError, JudgeUnready, TorchWorkerError) as err:  # replicas configured differently?
+        except (PayloadError, JudgeUnready, LatentDecoderError) as err:  # replicas configured differently?
             entry = self._failed(f"the request could not be prepared on gateway {self.instance}: {err}", accepted)
             await self._store_final(work.uid, entry, work.entry_id)
             return

@@ -26,12 +26,12 @@ from .exceptions import ConfigurationError
 
 FORMAT = "judge-gateway/aggregation-profile"
 FORMAT_VERSION = 1
-KINDS = ("rubric_aspects", "judge_weights")
+PROFILE_KINDS = ("rubric_aspects", "judge_weights")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _FILE_RE = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)@(?P<version>[0-9]+)\.json")
 
 
-class ProfileError(ConfigurationError):
+class AggregationProfileError(ConfigurationError):
     """A profile that cannot be used; the message names the file and the field."""
 
 
@@ -64,10 +64,10 @@ def next_version(directory: Path, name: str) -> int:
     return max(versions, default=0) + 1
 
 
-def write_profile(directory: str | Path, name: str, body: dict[str, Any]) -> Path:
+def write_aggregation_profile(directory: str | Path, name: str, body: dict[str, Any]) -> Path:
     """Write `body` as the next version of `name` in `directory`; never overwrites."""
     if not _NAME_RE.fullmatch(name):
-        raise ProfileError(f"profile name {name!r} must match {_NAME_RE.pattern}")
+        raise AggregationProfileError(f"profile name {name!r} must match {_NAME_RE.pattern}")
     directory = Path(directory)
     version = next_version(directory, name) if directory.is_dir() else 1
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "version": version, **body}
@@ -75,7 +75,7 @@ def write_profile(directory: str | Path, name: str, body: dict[str, Any]) -> Pat
     try:
         text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     except ValueError as exc:
-        raise ProfileError(f"profile {name}: not JSON-compliant ({exc}); nothing written") from None
+        raise AggregationProfileError(f"profile {name}: not JSON-compliant ({exc}); nothing written") from None
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}@{version}.json"
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
@@ -91,30 +91,30 @@ def write_profile(directory: str | Path, name: str, body: dict[str, Any]) -> Pat
 _CACHE: dict[tuple[str, str], AggregationProfile] = {}
 
 
-def load_profile(path: str | Path, *, sha256: str | None = None) -> AggregationProfile:
+def load_aggregation_profile(path: str | Path, *, sha256: str | None = None) -> AggregationProfile:
     """Read and validate a profile file; `sha256` pins its exact bytes."""
     p = Path(path)
     m = _FILE_RE.fullmatch(p.name)
     if m is None:
-        raise ProfileError(f"aggregation profile {p}: the file must be named <name>@<version>.json")
+        raise AggregationProfileError(f"aggregation profile {p}: the file must be named <name>@<version>.json")
     try:
         data = p.read_bytes()
     except OSError as err:
-        raise ProfileError(f"aggregation profile {p}: cannot read ({err.strerror})") from None
+        raise AggregationProfileError(f"aggregation profile {p}: cannot read ({err.strerror})") from None
     digest = hashlib.sha256(data).hexdigest()
     if sha256 is not None and sha256 != digest:
-        raise ProfileError(f"aggregation profile {p}: sha256 is {digest}, but the config pins {sha256}")
+        raise AggregationProfileError(f"aggregation profile {p}: sha256 is {digest}, but the config pins {sha256}")
     key = (str(p.resolve()), digest)
     if key in _CACHE:
         return _CACHE[key]
 
-    def fail(field: str, msg: str) -> ProfileError:
-        return ProfileError(f"aggregation profile {p}: {field}: {msg}")
+    def fail(field: str, msg: str) -> AggregationProfileError:
+        return AggregationProfileError(f"aggregation profile {p}: {field}: {msg}")
 
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProfileError(f"aggregation profile {p}: not valid JSON ({err})") from None
+        raise AggregationProfileError(f"aggregation profile {p}: not valid JSON ({err})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise fail("format", f"expected {FORMAT!r}")
     if doc.get("format_version") != FORMAT_VERSION:
@@ -122,8 +122,8 @@ def load_profile(path: str | Path, *, sha256: str | None = None) -> AggregationP
     if doc.get("name") != m.group("name") or doc.get("version") != int(m.group("version")):
         raise fail("name/version", f"{doc.get('name')!r}@{doc.get('version')!r} does not match the file name")
     kind = doc.get("kind")
-    if kind not in KINDS:
-        raise fail("kind", f"must be one of {list(KINDS)}, got {kind!r}")
+    if kind not in PROFILE_KINDS:
+        raise fail("kind", f"must be one of {list(PROFILE_KINDS)}, got {kind!r}")
     weights = doc.get("weights")
     if not isinstance(weights, dict) or not weights or not all(
             isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
