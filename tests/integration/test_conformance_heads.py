@@ -92,14 +92,18 @@ def test_the_copied_settings_are_the_shipped_ones(clip_heads_gateway):
     assert shipped["judges"]["pickscore"]["video"] == {"max_frames": 4096}  # every frame
     assert shipped["judges"]["clip"]["video"] == {"num_frames": 1}  # the first frame
     assert shipped["flow_factory"]["profiles"]["PickScore_Rank"]["group_transform"] == "ordinal_rank"
+    # the session's heads gateway copies them: Flow-Factory's CLIP is its `clip_hf` (the HF CLIPModel)
     config = clip_heads_gateway.config
-    pickscore, clip = config.judges["pickscore"], config.judges["clip_hf"]  # Flow-Factory's CLIP: HF CLIPModel
-    assert (pickscore.video.max_frames, pickscore.options.pooling) == (4096, shipped["judges"]["pickscore"]["options"]["pooling"])
+    pickscore, clip = config.judges["pickscore"], config.judges["clip_hf"]
+    assert pickscore.video.max_frames == 4096
+    assert pickscore.options.pooling == shipped["judges"]["pickscore"]["options"]["pooling"]
     assert clip.kind == "clip" and clip.video.num_frames == 1 and clip.options.library == "transformers"
     profiles = config.flow_factory.profiles
-    assert dict(profiles["CLIP"].judges) == {"clip_hf": 1.0} and dict(profiles["PickScore"].judges) == {"pickscore": 1.0}
+    assert dict(profiles["CLIP"].judges) == {"clip_hf": 1.0}
+    assert dict(profiles["PickScore"].judges) == {"pickscore": 1.0}
     rank = profiles["PickScore_Rank"]
-    assert dict(rank.judges) == {"pickscore": 1.0} and (rank.mode, rank.group_transform) == ("groupwise", "ordinal_rank")
+    assert dict(rank.judges) == {"pickscore": 1.0}
+    assert (rank.mode, rank.group_transform) == ("groupwise", "ordinal_rank")
 
 
 async def test_flow_factory_pickscore_images_and_videos(client, media, reference):
