@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_gateway.config import validate_config
-from judge_gateway.gateway import Gateway
-from tests.support.clip_heads_gateway import clip_heads_config
+from tests.support.clip_heads_gateway import ClipHeads
 from tests.support.heads_env import build_tiny_heads
 from tests.support.vllm_server import build_tiny_model, start_cpu_vllm
 
@@ -58,25 +56,24 @@ def tiny_heads() -> Path:
 
 
 @pytest.fixture(scope="session")
-async def clip_heads_gateway(tiny_heads, vllm):
-    """tests/support/clip_heads_gateway.py's gateway, in the session's event loop: a module that
-    needs other options for a head starts a gateway of its own. Its workers stop after the last
-    test that uses it (see pytest_collection_modifyitems), or here."""
-    gateway = Gateway(validate_config(clip_heads_config(tiny_heads, vllm.base_url)))
-    gateway.config.server.readiness_interval_s = 0.0
+async def clip_heads(tiny_heads, vllm):
+    """tests/support/clip_heads_gateway.py's gateway and its app, in the session's event loop: a
+    module that needs other options for a head starts a gateway of its own. Its workers stop after
+    the last test that uses it (see pytest_collection_modifyitems), or here."""
+    heads = ClipHeads(tiny_heads, vllm.base_url)
     try:
-        yield gateway
+        yield heads
     finally:
-        await gateway.aclose()  # a second close (after the last user's) finds everything closed
+        await heads.aclose()  # a second close (after the last user's) finds everything closed
 
 
 @pytest.fixture(autouse=True)
 async def _heads_gateway_closed_after_its_last_test(request):
     """The heads workers are not held through the rest of the session (memory: one process each)."""
-    gateway = request.getfixturevalue("clip_heads_gateway") if request.node.get_closest_marker(LAST_ON_HEADS) else None
+    heads = request.getfixturevalue("clip_heads") if request.node.get_closest_marker(LAST_ON_HEADS) else None
     yield
-    if gateway is not None:
-        await gateway.aclose()
+    if heads is not None:
+        await heads.aclose()
 
 
 LAST_ON_HEADS = "last_on_the_heads_gateway"
@@ -84,7 +81,7 @@ LAST_ON_HEADS = "last_on_the_heads_gateway"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "stops_the_session_vllm: stops the session's vLLM server, so it runs last")
-    config.addinivalue_line("markers", f"{LAST_ON_HEADS}: the last test of the session on clip_heads_gateway")
+    config.addinivalue_line("markers", f"{LAST_ON_HEADS}: the last test of the session on clip_heads")
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselected what does not run
@@ -93,7 +90,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("stops_the_session_vllm") is not None)
     # The tests on the session's heads gateway run one after another, where the first of them stands
     # (the others keep their order), and the gateway closes after the last of them.
-    users = [item for item in items if "clip_heads_gateway" in getattr(item, "fixturenames", ())]
+    users = [item for item in items if "clip_heads" in getattr(item, "fixturenames", ())]
     if users:
         first, chosen = items.index(users[0]), set(users)
         others = [item for item in items if item not in chosen]

@@ -82,18 +82,18 @@ def reference(models, media, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-async def client(clip_heads_gateway):
-    async with asgi_client(clip_heads_gateway) as c:
+async def client(clip_heads):
+    async with asgi_client(clip_heads.app) as c:
         yield c
 
 
-def test_the_copied_settings_are_the_shipped_ones(clip_heads_gateway):
+def test_the_copied_settings_are_the_shipped_ones(clip_heads):
     shipped = shipped_flow_factory()
     assert shipped["judges"]["pickscore"]["video"] == {"max_frames": 4096}  # every frame
     assert shipped["judges"]["clip"]["video"] == {"num_frames": 1}  # the first frame
     assert shipped["flow_factory"]["profiles"]["PickScore_Rank"]["group_transform"] == "ordinal_rank"
     # the session's heads gateway copies them: Flow-Factory's CLIP is its `clip_hf` (the HF CLIPModel)
-    config = clip_heads_gateway.config
+    config = clip_heads.gateway.config
     pickscore, clip = config.judges["pickscore"], config.judges["clip_hf"]
     assert pickscore.video.max_frames == 4096
     assert pickscore.options.pooling == shipped["judges"]["pickscore"]["options"]["pooling"]

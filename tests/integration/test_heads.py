@@ -44,10 +44,10 @@ def images(models):
 
 
 @pytest.fixture(scope="module")
-def gw(clip_heads_gateway):
+def gw(clip_heads):
     """Every head of this module in the session's heads gateway (tests/support/clip_heads_gateway.py:
     its workers start once), next to yes/no VLM judges on the session's vLLM server."""
-    return clip_heads_gateway
+    return clip_heads.gateway
 
 
 def request(prompts_images, judges) -> RewardRequest:

@@ -180,15 +180,20 @@ async def test_cosmos_rl_image_reward_is_the_inference_rank_diagonal(gw, models,
     enqueue/pull round trip whose legacy key `image_reward` holds the head's raw z-score, which is
     cosmos-rl's own number: the diagonal of the package's `inference_rank(prompts, images)` (a
     B x B grid) on the same files."""
+    from judge_gateway.server import create_app
     from tests.support.cosmos_client import enqueue_body, headers, poll
 
     batch = np.stack([images[1], images[4]])  # both 256x320
     meta = {"reward_fn": {"image_reward": 1.0}, "prompts": [reference["prompts"][0], reference["prompts"][3]],
             "media_type": "image"}
-    async with asgi_client(gw) as client:
-        r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
-        assert r.status_code == 200, r.text
-        body = (await poll(client, r.json()["uuid"], "image_reward", timeout=300, interval=0.2)).json()
+    app = create_app(gw)
+    try:
+        async with asgi_client(app) as client:
+            r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
+            assert r.status_code == 200, r.text
+            body = (await poll(client, r.json()["uuid"], "image_reward", timeout=300, interval=0.2)).json()
+    finally:
+        await app.state.cosmos_rl.aclose()
     assert body["valid"] == [True, True], body.get("errors")
     assert body["scores"]["image_reward"] == pytest.approx(
         [reference["scores"][1][0], reference["scores"][4][3]], abs=TOL)

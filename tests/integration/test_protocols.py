@@ -355,12 +355,12 @@ def _npy(arr: np.ndarray) -> bytes:
 # ---- local heads behind both protocols -----------------------------------------------------
 
 
-async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(clip_heads_gateway):
+async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(clip_heads):
     """The session's heads gateway (tests/support/clip_heads_gateway.py): pickscore and hpsv2 under
     cosmos-rl's reward names, and its `heads` profile (pickscore and a VLM judge, z-scored groupwise)."""
     meta = {"reward_fn": {"hpsv2": 1.0, "pickscore": 1.0}, "prompts": ["a red square", "colourful noise"],
             "media_type": "image"}
-    async with asgi_client(clip_heads_gateway) as http:
+    async with asgi_client(clip_heads.app) as http:
         r = await http.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=HDR)
         assert r.status_code == 200, r.text
         for name in ("hpsv2", "pickscore"):

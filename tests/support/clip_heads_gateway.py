@@ -13,6 +13,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from judge_gateway.config import validate_config
+from judge_gateway.gateway import Gateway
+from judge_gateway.server import create_app
 from tests.support.heads_env import head_judges, heads_python
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,3 +57,18 @@ def clip_heads_config(models: Path, vllm_url: str) -> dict:
                          "group_transform": "zscore"}
     return {"backends": {"qwen_vl": backend}, "judges": judges, "combine": {"on_invalid": "skip"},
             "flow_factory": {"profiles": profiles}}
+
+
+class ClipHeads:
+    """The session's heads gateway and its one app (create_app registers the watch's metrics on the
+    gateway's registry: a second app on the same gateway would register them again)."""
+
+    def __init__(self, models: Path, vllm_url: str) -> None:
+        self.gateway = Gateway(validate_config(clip_heads_config(models, vllm_url)))
+        self.gateway.config.server.readiness_interval_s = 0.0
+        self.app = create_app(self.gateway)
+
+    async def aclose(self) -> None:
+        """The app's cosmos-rl service, then every worker; a second call finds them closed."""
+        await self.app.state.cosmos_rl.aclose()
+        await self.gateway.aclose()

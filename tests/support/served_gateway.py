@@ -1,5 +1,5 @@
 """A gateway app served over real HTTP (uvicorn in a thread), for clients in other processes; or
-to a client in the test's own event loop (asgi_client), for a gateway that lives there."""
+to a client in the test's own event loop (asgi_client), for an app whose gateway lives there."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
@@ -45,13 +46,9 @@ class ServedGateway:
 
 
 @asynccontextmanager
-async def asgi_client(gateway: Gateway, timeout: float = 600) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client of create_app(gateway), in this event loop (no lifespan runs); the app's
-    cosmos-rl service is closed after, the gateway and its workers are left to their owner."""
-    app = create_app(gateway)
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
-                                     timeout=timeout) as client:
-            yield client
-    finally:
-        await app.state.cosmos_rl.aclose()
+async def asgi_client(app: FastAPI, timeout: float = 600) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of create_app(gateway)'s app, in this event loop (no lifespan runs). One app
+    per gateway: a second create_app on it registers the watch's metrics on its registry again."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
+                                 timeout=timeout) as client:
+        yield client
