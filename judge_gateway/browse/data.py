@@ -51,15 +51,18 @@ class Run:
 def load_run(path: Path, name: str | None = None) -> Run:
     if not path.is_dir():
         raise ValueError(f"{path}: not a folder")
-    if not (path / runs.SCORES_FILE).exists():
+    folder = runs.RunFolder(path)
+    if not folder.scores_file.exists():
         raise ValueError(f"{path}: no {runs.SCORES_FILE} (write one with `judge-gateway score ... -o {path}`)")
-    info = runs.read_run_info(path)
+    info = folder.read_info()
     if not isinstance(info, dict):
         info = {}
-    raw = runs.read_lines(path)
+    # As written, not as runs.ScoreLine: a hand-edited or foreign line the model refuses is
+    # still shown, with typed defaults for what it lacks (normalize_lines).
+    raw = folder.read_objects()
     lines, problems = normalize_lines(raw)
     for problem in problems[:5]:
-        print(f"warning: {path / runs.SCORES_FILE}: {problem}", file=sys.stderr)
+        print(f"warning: {folder.scores_file}: {problem}", file=sys.stderr)
     if len(problems) > 5:
         print(f"warning: ... and {len(problems) - 5} more", file=sys.stderr)
     judges = [j for j in info.get("judges") or [] if isinstance(j, str)]

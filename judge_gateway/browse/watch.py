@@ -57,7 +57,8 @@ class WatchFolder:
 
     def line(self, index: int) -> dict[str, Any] | None:
         """The scores line of `index`, normalised: the current file first, then the rotated ones."""
-        files = [self.run.path / runs.SCORES_FILE, *sorted(self.run.path.glob("scores.*.jsonl"), reverse=True)]
+        folder = runs.RunFolder(self.run.path)
+        files = [folder.scores_file, *(path for _, path in reversed(folder.rotated_scores()))]
         needle = f'"index": {index}'
         for path in files:
             try:

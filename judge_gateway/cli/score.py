@@ -1,9 +1,10 @@
 """`judge-gateway score INPUT -o RUN_DIR`: score every sample into a run folder (runs.py).
 
 Resumable: a sample whose line is already in RUN_DIR/scores.jsonl (by content key) is not sent
-again, so a killed run is continued by running the same command. A folder scored with another
-config, other judges, templates, models, judge kinds or weights is refused rather than mixed
-(with --server there is no config hash: the judges the server lists are all that identifies them).
+again, so a killed run is continued by running the same command (runs.RunFolder.resume). A folder
+scored with another config, other judges, templates, models, judge kinds or weights is refused
+rather than mixed (with --server there is no config hash: the judges the server lists are all that
+identifies them).
 An input file that cannot be read is that sample's bad_input (keyed by its path), never the run's end.
 Exit status: 0 when every sample is valid, 1 when any is invalid or lost to a request error.
 """
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from .. import runs
 from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, read_inputs, sample_key
+from ..runs import RunFolder, ScoreLine
 from ..schema import ErrorCode, RewardResponse, SampleInput
 
 
@@ -57,17 +58,30 @@ def error_text(err: Exception) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _bad_input_line(base: dict[str, Any], err: Exception) -> dict[str, Any]:
-    return {**base, "scores": {}, "reward": None, "valid": False,
-            "error": {"code": ErrorCode.bad_input.value, "message": error_text(err)}}
+def _sample_line(index: int, item: InputItem, root: Path) -> ScoreLine:
+    """The sample's fields of its line (its result is set over them once scored)."""
+    return ScoreLine(index=index, source=item.source, key=_content_key(item), prompt=item.prompt,
+                     **_media_fields(item, root), **item.origin,
+                     **({"group_id": item.group_id} if item.group_id else {}))
 
 
-def _prepare(batch: list[tuple[int, InputItem, dict[str, Any]]], fps: float | None
-             ) -> tuple[list[tuple[dict[str, Any], SampleInput]], list[dict[str, Any]]]:
+def _bad_input_line(base: ScoreLine, err: Exception) -> ScoreLine:
+    return base.with_fields(scores={}, reward=None, valid=False,
+                            error={"code": ErrorCode.bad_input.value, "message": error_text(err)})
+
+
+def _request_error_line(base: ScoreLine, why: str) -> ScoreLine:
+    return base.with_fields(valid=False, reward=None, request_error=why)
+
+
+Todo = list[tuple[InputItem, ScoreLine]]
+
+
+def _prepare(batch: Todo, fps: float | None) -> tuple[list[tuple[ScoreLine, SampleInput]], list[ScoreLine]]:
     """Validate each sample on its own, so one unreadable file is that sample's bad_input and
     never fails the request for its whole batch."""
     ok, bad = [], []
-    for _, item, base in batch:
+    for item, base in batch:
         try:
             ok.append((base, SampleInput(**item.to_sample(fps))))
         except (ValueError, OSError) as err:
@@ -75,7 +89,7 @@ def _prepare(batch: list[tuple[int, InputItem, dict[str, Any]]], fps: float | No
     return ok, bad
 
 
-def _result_lines(ok: list[tuple[dict[str, Any], SampleInput]], resp: RewardResponse) -> list[dict[str, Any]]:
+def _result_lines(ok: list[tuple[ScoreLine, SampleInput]], resp: RewardResponse) -> list[ScoreLine]:
     """Each sample's line, matched by the result's index; a sample the server returned no result
     for is a request error (invalid, scored again on resume), never dropped."""
     by_index = {res.index: res for res in resp.results}
@@ -83,37 +97,34 @@ def _result_lines(ok: list[tuple[dict[str, Any], SampleInput]], resp: RewardResp
     for k, (base, _) in enumerate(ok):
         res = by_index.get(k)
         if res is None:
-            lines.append({**base, "valid": False, "reward": None,
-                          "request_error": f"the server returned {len(resp.results)} results for "
-                                           f"{len(ok)} samples; none for this one"})
+            lines.append(_request_error_line(base, f"the server returned {len(resp.results)} results for "
+                                                   f"{len(ok)} samples; none for this one"))
         else:
-            lines.append({**base, **res.model_dump(mode="json", exclude={"index"})})
+            lines.append(base.with_fields(**res.model_dump(mode="json", exclude={"index"})))
     return lines
 
 
-async def _score(todo: list[tuple[int, InputItem, dict[str, Any]]], client: Any, *, judges: list[str] | None,
+async def _score(todo: Todo, client: Any, *, judges: list[str] | None,
                  batch_size: int, concurrency: int, fps: float | None, out: TextIO,
-                 progress: bool, total: int, done: int) -> list[dict[str, Any]]:
+                 progress: bool, total: int, done: int) -> list[ScoreLine]:
     from tqdm import tqdm
 
     sem = asyncio.Semaphore(concurrency)
-    written: list[dict[str, Any]] = []
+    written: list[ScoreLine] = []
     bar = tqdm(total=total, initial=done, unit="sample", desc="scoring", disable=not progress,
                file=sys.stderr)
 
-    async def run_batch(batch: list[tuple[int, InputItem, dict[str, Any]]]) -> None:
+    async def run_batch(batch: Todo) -> None:
         async with sem:
             ok, lines = await asyncio.to_thread(_prepare, batch, fps)
             if ok:
                 try:
                     resp: RewardResponse = await client.rewards.create(samples=[s for _, s in ok], judges=judges)
                 except Exception as exc:  # noqa: BLE001 - the batch is reported (and resumable), never dropped
-                    lines += [{**base, "valid": False, "reward": None,
-                               "request_error": f"{type(exc).__name__}: {exc}"} for base, _ in ok]
+                    lines += [_request_error_line(base, f"{type(exc).__name__}: {exc}") for base, _ in ok]
                 else:
                     lines += _result_lines(ok, resp)
-        out.writelines(json.dumps(line) + "\n" for line in lines)
-        out.flush()
+        RunFolder.append_to(out, lines)
         written.extend(lines)
         bar.update(len(batch))
 
@@ -128,7 +139,7 @@ def _codes(counts: dict[str, int]) -> str:
     return ", ".join(f"{c}={n}" for c, n in counts.items()) or "-"
 
 
-def print_summary(lines: list[dict[str, Any]], judges: list[str], summary: dict[str, Any],
+def print_summary(lines: list[ScoreLine], judges: list[str], summary: dict[str, Any],
                   file: TextIO | None = None) -> None:
     """The run's table: a row per judge over the samples it scored, a row for the samples no
     judge scored (bad input, request errors), so the rows add up to the totals in the title."""
@@ -138,7 +149,7 @@ def print_summary(lines: list[dict[str, Any]], judges: list[str], summary: dict[
     file = file or sys.stderr
     latency: dict[str, list[float]] = defaultdict(list)
     for line in lines:
-        for name, score in (line.get("scores") or {}).items():
+        for name, score in line.scores.items():
             latency[name].append(score.get("latency_ms", 0.0))
     codes = summary["invalid_by_code"]
     title = f"{summary['samples']} samples: {summary['valid']} valid, {summary['invalid']} invalid"
@@ -194,29 +205,6 @@ async def _judges_ready(client: Any, chosen: list[str], cfg: Any) -> list[Any]:
     return [c.info for c in checks]
 
 
-def _occurrences(keys: list[str]) -> list[tuple[str, int]]:
-    """(content key, how many earlier samples had it): a sample's identity across runs, so two
-    identical files are two samples and a moved or re-ordered input still resumes."""
-    seen: Counter[str] = Counter()
-    out = []
-    for key in keys:
-        out.append((key, seen[key]))
-        seen[key] += 1
-    return out
-
-
-# What must match for a resumed run's old lines to belong with its new ones.
-IDENTITY_FIELDS = ("judges", "config_sha256", "templates", "models", "kinds", "weights")
-
-
-def _check_resume(run_dir: Path, identity: dict[str, Any]) -> None:
-    before = runs.read_run_info(run_dir)
-    for field in IDENTITY_FIELDS:
-        if field in before and before[field] != identity[field]:
-            raise ValueError(f"{run_dir} was scored with other {field} ({before[field]!r}, now {identity[field]!r}); "
-                             "score into a new folder")
-
-
 def _warn_about_inputs(scan: Any, input_path: Path) -> None:
     if scan.unsupported:
         shown = ", ".join(scan.unsupported[:5]) + (f" and {len(scan.unsupported) - 5} more" if len(scan.unsupported) > 5 else "")
@@ -230,8 +218,6 @@ def _warn_about_inputs(scan: Any, input_path: Path) -> None:
 
 
 def run_score_command(args: argparse.Namespace) -> int:
-    from ..client import AsyncRewardClient
-
     input_path = Path(args.input)
     scan = read_inputs(input_path)
     items = scan.items
@@ -262,60 +248,58 @@ def run_score_command(args: argparse.Namespace) -> int:
     assert judges is not None
     _warn_about_inputs(scan, input_path)
 
-    keyed = [(i, it, {"index": i, "source": it.source, "key": _content_key(it), "prompt": it.prompt,
-                      **_media_fields(it, root), **it.origin, **({"group_id": it.group_id} if it.group_id else {})})
-             for i, it in enumerate(items)]
-
-    idents = _occurrences([k[2]["key"] for k in keyed])
-    index_of = {ident: i for i, ident in enumerate(idents)}
-
-    async def main() -> tuple[dict[str, Any], list[dict[str, Any]], int]:
-        client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
-                  else AsyncRewardClient(config=cfg))
-        try:
-            identity = _run_identity(await _judges_ready(client, judges, cfg), config_doc)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            _check_resume(run_dir, identity)
-            before = sorted(runs.read_lines(run_dir), key=lambda x: x.get("index", 0))
-            kept, done, gone = [], set(), 0
-            for line, ident in zip(before, _occurrences([str(x.get("key")) for x in before])):
-                if ident not in index_of:
-                    gone += 1
-                elif runs.is_done(line):
-                    # its scores, with the current input's numbering, file name and prompt
-                    kept.append({**line, **keyed[index_of[ident]][2]})
-                    done.add(ident)
-            if gone:
-                print(f"dropping {gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
-            todo = [k for k, ident in zip(keyed, idents) if ident not in done]
-            info = {"input": str(input_path.resolve()), "input_root": str(root),
-                    "media_roots": runs.media_roots([p for it in items for p in (it.image, it.video) if p]),
-                    "server": args.server, **identity}
-            runs.write_atomic(run_dir / runs.RUN_FILE, json.dumps(info, indent=2) + "\n")
-            # Rewrite what is done (dropping torn lines, request and transient errors), then append.
-            runs.write_atomic(run_dir / runs.SCORES_FILE, "".join(json.dumps(line) + "\n" for line in kept))
-            with open(run_dir / runs.SCORES_FILE, "a", encoding="utf-8") as out:  # noqa: ASYNC230
-                if kept:
-                    print(f"resuming: {len(kept)} of {len(keyed)} samples already scored", file=sys.stderr)
-                new = await _score(todo, client, judges=identity["judges"], batch_size=args.batch_size,
-                                   concurrency=args.concurrency, fps=args.fps, out=out,
-                                   progress=not args.no_progress, total=len(keyed), done=len(keyed) - len(todo))
-            return identity, kept + new, len(new)
-        finally:
-            await client.close()
-
-    identity, lines, _ = asyncio.run(main())
-    lines.sort(key=lambda x: x["index"])
-    runs.write_atomic(run_dir / runs.SCORES_FILE, "".join(json.dumps(line) + "\n" for line in lines))
+    samples = [(item, _sample_line(i, item, root)) for i, item in enumerate(items)]
+    folder = RunFolder(run_dir)
+    identity, lines = asyncio.run(_score_into(folder, samples, args=args, cfg=cfg, judges=judges,
+                                              config_doc=config_doc, input_path=input_path, root=root))
+    lines.sort(key=lambda line: line.index)
+    folder.write_lines(lines)
     summary = runs.summarize(lines, identity["judges"])
-    runs.write_atomic(run_dir / runs.SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    folder.write_summary(summary)
     print_summary(lines, identity["judges"], summary)
-    print(f"wrote {run_dir / runs.SCORES_FILE} and {runs.SUMMARY_FILE}", file=sys.stderr)
+    print(f"wrote {folder.scores_file} and {runs.SUMMARY_FILE}", file=sys.stderr)
     if summary["invalid"]:
         codes = ", ".join(f"{c}={n}" for c, n in summary["invalid_by_code"].items())
         print(f"error: {summary['invalid']} of {summary['samples']} samples invalid ({codes})", file=sys.stderr)
         return 1
     return 0
+
+
+async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namespace, cfg: Any,
+                      judges: list[str], config_doc: dict[str, Any] | None, input_path: Path, root: Path
+                      ) -> tuple[dict[str, Any], list[ScoreLine]]:
+    """Check the judges, resume the folder (refusing one scored otherwise), record the run and
+    score what is not done; (the run's identity, every line: kept and new)."""
+    from ..client import AsyncRewardClient
+
+    client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
+              else AsyncRewardClient(config=cfg))
+    try:
+        identity = _run_identity(await _judges_ready(client, judges, cfg), config_doc)
+        folder.path.mkdir(parents=True, exist_ok=True)
+        folder.check_identity(identity)
+        resumed = folder.resume([line for _, line in samples])
+        if resumed.gone:
+            print(f"dropping {resumed.gone} line(s) of samples no longer in {input_path}", file=sys.stderr)
+        if resumed.unreadable:
+            print(f"dropping {resumed.unreadable} line(s) of {folder.scores_file} that are not score lines "
+                  "(their samples are scored again)", file=sys.stderr)
+        items = [item for item, _ in samples]
+        folder.write_info({"input": str(input_path.resolve()), "input_root": str(root),
+                           "media_roots": runs.media_roots([p for it in items for p in (it.image, it.video) if p]),
+                           "server": args.server, **identity})
+        # Rewrite what is done (dropping torn lines, request and transient errors), then append.
+        folder.write_lines(resumed.kept)
+        with folder.open_for_append() as out:
+            if resumed.kept:
+                print(f"resuming: {len(resumed.kept)} of {len(samples)} samples already scored", file=sys.stderr)
+            new = await _score([samples[i] for i in resumed.todo], client, judges=identity["judges"],
+                               batch_size=args.batch_size, concurrency=args.concurrency, fps=args.fps, out=out,
+                               progress=not args.no_progress, total=len(samples),
+                               done=len(samples) - len(resumed.todo))
+        return identity, resumed.kept + new
+    finally:
+        await client.close()
 
 
 def register_score(sub: argparse._SubParsersAction) -> None:

@@ -1,12 +1,15 @@
 """Config options of the local head kinds (`[judges.NAME] kind = "clip" | ... , options = {...}`);
 which kind takes which model: kinds.py.
 
-Pydantic only, no torch: the gateway validates these at config load; the worker process gets
-them as JSON.
+Pydantic only, no torch: the gateway validates these at config load and sends the worker process
+the fields the config set (`model_dump(exclude_unset=True)`); the worker rebuilds the same model
+from them (heads/factory.py), so every default and derived value (`preprocess_mode`,
+`overlaps_preprocessing` ...) is written here once.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Literal
 
@@ -16,6 +19,8 @@ from .base import Strict
 from .normalize import NormalizeConfig
 
 _DEVICE_RE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+# `dtype` as torch names it (the worker resolves it with getattr(torch, name)).
+TORCH_DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 class HeadOptions(BaseModel):
@@ -93,8 +98,18 @@ class HeadOptions(BaseModel):
         """How raw becomes reward when the judge sets no `normalize`: None is identity."""
         return None
 
+    def overlaps_preprocessing(self) -> bool:
+        """`overlap_preprocessing`, defaulting as documented: on for cuda/mps, off for cpu."""
+        if self.overlap_preprocessing is not None:
+            return self.overlap_preprocessing
+        return not self.device.startswith("cpu")
 
-class _PreprocessOptions(HeadOptions):
+    def torch_dtype_name(self) -> str:
+        """`dtype` as torch names it (`float32`, `float16`, `bfloat16`)."""
+        return TORCH_DTYPE_NAMES[self.dtype]
+
+
+class PreprocessOptions(HeadOptions):
     """Heads whose image preprocessing is a separate stage (`prepare`): the CLIP family, image_reward."""
 
     preprocess: Literal["device", "reference"] | None = Field(
@@ -122,12 +137,16 @@ class _PreprocessOptions(HeadOptions):
     def preprocess_mode(self) -> str:
         return self.preprocess or ("device" if self.device.startswith("cuda") else "reference")
 
+    def preprocess_process_count(self) -> int:
+        """`reference`: the processes running the transform (`preprocess_processes`, default min(8, CPUs))."""
+        return self.preprocess_processes or min(8, os.cpu_count() or 1)
 
-class _ClipFamilyOptions(_PreprocessOptions):
+
+class ClipFamilyOptions(PreprocessOptions):
     text_cache_size: int = Field(4096, ge=0, description="Prompts whose text embedding is kept (LRU).")
 
 
-class ClipOptions(_ClipFamilyOptions):
+class ClipOptions(ClipFamilyOptions):
     library: Literal["open_clip", "transformers"] = Field(
         "transformers", description="Loader: transformers `CLIPModel` or open_clip."
     )
@@ -144,7 +163,7 @@ class ClipOptions(_ClipFamilyOptions):
     )
 
 
-class PickScoreOptions(_ClipFamilyOptions):
+class PickScoreOptions(ClipFamilyOptions):
     model: str = Field("yuvalkirstain/PickScore_v1", description="Hub id or local dir of the CLIPModel.")
     processor: str = Field(
         "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", description="Hub id or local dir of the CLIPProcessor."
@@ -164,7 +183,7 @@ class PickScoreOptions(_ClipFamilyOptions):
 _PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
 
 
-class HPSv2Options(_ClipFamilyOptions):
+class HPSv2Options(ClipFamilyOptions):
     model: str = Field("ViT-H-14", description="open_clip architecture name.")
     checkpoint: str = Field(
         "xswu/HPSv2/HPS_v2.1_compressed.pt",
@@ -312,7 +331,7 @@ class ImageRewardVit(Strict):
         return self
 
 
-class ImageRewardOptions(_PreprocessOptions):
+class ImageRewardOptions(PreprocessOptions):
     """ImageReward (BLIP ViT-L/16 + med BERT with cross-attention + MLP), run by the
     `image-reward` package's own model code in its own venv (scripts/setup_imagereward.sh)."""
 

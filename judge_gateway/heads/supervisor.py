@@ -194,7 +194,9 @@ class HeadSupervisor(WorkerSupervisor):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_path_entry(), env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._arena = arena = self._open_arena()
-        opts = self.options.model_dump(mode="json", exclude={"env", "python"})
+        # The fields the config set: the worker rebuilds the kind's model from them (its defaults
+        # and validators are the config's; a brought head refuses per-frame fields it was not given).
+        opts = self.options.model_dump(mode="json", exclude={"env", "python"}, exclude_unset=True)
         init: dict[str, Any] = {"kind": self.kind, "name": self.name, "options": opts}
         if arena is not None:
             init["arena"] = {"fd": arena.fd, "size": arena.size}

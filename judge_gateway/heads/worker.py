@@ -3,6 +3,8 @@ the head's dependencies and can import judge_gateway).
 
 Protocol (workers/framing.py frames carrying the head messages of protocol.py) on stdin/stdout:
   gateway -> worker  {"op": "init", "kind", "name", "options", "arena"?: {"fd", "size"}}
+                     (`options`: the fields the judge's config set; the worker rebuilds the
+                     kind's typed options from them, factory.head_options)
                      then scoring messages:
                      {"op": "score", "via", "region"?, "jobs": [...]} (+ uint8 frames via the pipe;
                                               a brought head's jobs carry whole samples, protocol.py)
@@ -36,7 +38,7 @@ from typing import Any, BinaryIO
 
 from ..workers.framing import ProtocolError, read_frame, write_frame
 from .batcher import Control, FairJobQueue, Job, MicroBatcher, Staged
-from .factory import build_head
+from .factory import build_head, head_options
 from .models.base import HeadLoadError
 from .protocol import jobs_from_frame
 from .shm import ArenaView
@@ -147,11 +149,12 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     if header.get("op") != "init":
         writer.send({"op": "fatal", "error": f"expected an init message, got {header.get('op')!r}"})
         return 2
-    kind, options = header["kind"], header.get("options", {})
+    kind = header["kind"]
     arena, arena_error = _attach_arena(header.get("arena"))
     if arena_error:
         log.warning("%s; pixels come through the pipe", arena_error)
     try:
+        options = head_options(kind, header.get("options") or {})
         head = build_head(kind, options)
         head.name = str(header.get("name") or kind)  # the configured judge's name, before it loads
         info = head.load()
@@ -163,13 +166,12 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         writer.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
         return 3
     make_batcher = getattr(head, "make_batcher", None)  # video-level heads batch whole videos
-    max_batch, max_wait = int(options.get("max_batch_size", 32)), float(options.get("max_wait_ms", 5.0))
+    max_batch, max_wait = options.max_batch_size, options.max_wait_ms
     if make_batcher is not None:
         batcher = make_batcher(max_batch, max_wait)
     else:
-        pipeline = options.get("pipeline_min_batch")
         batcher = MicroBatcher(head.infer, max_batch, max_wait, prepare=head.prepare,
-                               pipeline_min_batch=int(pipeline) if pipeline else None)
+                               pipeline_min_batch=options.pipeline_min_batch)
     transport = {"transport": "shm" if arena is not None else "pipe"}
     if arena_error:
         transport["transport_error"] = arena_error
@@ -182,9 +184,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     cancels = _Cancels()
     threading.Thread(target=_reader, args=(stdin, q, writer, arena, cancels), daemon=True,
                      name="head-reader").start()
-    overlap = options.get("overlap_preprocessing")
-    if overlap is None:
-        overlap = not str(options.get("device", "cpu")).startswith("cpu")
+    overlap = options.overlaps_preprocessing()
     device_idle = threading.Event()  # set while this thread waits for its next batch
     items = _batches(batcher, q, cancels, writer, device_idle.is_set)
     if overlap and batcher.prepare is not None:

@@ -3,9 +3,23 @@ are removed when a run leaves memory (watch.max_runs), so label sets stay bounde
 
 from __future__ import annotations
 
+import weakref
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .report import AlarmReport, WindowReport
+
+
+_OF_REGISTRY: "weakref.WeakKeyDictionary[CollectorRegistry, WatchMetrics]" = weakref.WeakKeyDictionary()
+
+
+def watch_metrics(registry: CollectorRegistry) -> "WatchMetrics":
+    """The watch's series on `registry`, made once: a registry refuses a second series of a name, and
+    one gateway may serve several apps (create_app called again on it, as the tests do)."""
+    metrics = _OF_REGISTRY.get(registry)
+    if metrics is None:
+        metrics = _OF_REGISTRY[registry] = WatchMetrics(registry)
+    return metrics
 
 
 class WatchMetrics:

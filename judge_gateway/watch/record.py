@@ -1,5 +1,5 @@
-"""A watched run's record: the run-folder layout `judge-gateway score` writes (runs.py), so
-`browse` opens it, plus what only the watch has.
+"""A watched run's record: a run folder as `judge-gateway score` writes it (runs.RunFolder, its
+lines runs.ScoreLine), so `browse` opens it, plus what only the watch has.
 
     FOLDER/RUN/run.json        the run, its training judges and shadows, the config's hash
     FOLDER/RUN/scores.jsonl    one line per watched sample: both the training judges' and the
@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import runs
+from ..runs import RunFolder, ScoreLine, write_atomic
 from .report import RunReport
 
-ROTATED = re.compile(r"^scores\.(\d+)\.jsonl$")
 THUMBS = "thumbs"
 WATCH_FILE = "watch.json"
 
@@ -65,7 +64,7 @@ def _last_index(path: Path) -> int | None:
             index = json.loads(text).get("index")
         except (json.JSONDecodeError, AttributeError):
             continue
-        if isinstance(index, int):
+        if isinstance(index, int):  # any line holding an index: the next one never repeats it
             return index
     return None
 
@@ -92,25 +91,22 @@ class RunRecord:
         self.max_file_bytes = max_file_bytes
         self.keep_files = keep_files
         (self.folder / THUMBS).mkdir(parents=True, exist_ok=True)
-        self.scores = self.folder / runs.SCORES_FILE
+        self.run_folder = RunFolder(self.folder)
+        self.scores = self.run_folder.scores_file
         last = _last_index(self.scores)
-        if last is None and self._rotated():
-            last = _last_index(self._rotated()[-1][1])
+        if last is None and self.run_folder.rotated_scores():
+            last = _last_index(self.run_folder.rotated_scores()[-1][1])
         self.next_index = 0 if last is None else last + 1
-        before = runs.read_run_info(self.folder) if (self.folder / runs.RUN_FILE).exists() else {}
+        before = self.run_folder.read_info()
         judges = list(dict.fromkeys([*(before.get("judges") or []), *info["judges"]]))
         self.info = {**before, **info, "judges": judges, "started_at": before.get("started_at", time.time())}
-        runs.write_atomic(self.folder / runs.RUN_FILE, json.dumps(self.info, indent=2) + "\n")
-
-    def _rotated(self) -> list[tuple[int, Path]]:
-        found = [(int(m.group(1)), p) for p in self.folder.iterdir() if (m := ROTATED.match(p.name))]
-        return sorted(found)
+        self.run_folder.write_info(self.info)
 
     def update_judges(self, judges: list[str]) -> None:
         merged = list(dict.fromkeys([*self.info["judges"], *judges]))
         if merged != self.info["judges"]:
             self.info["judges"] = merged
-            runs.write_atomic(self.folder / runs.RUN_FILE, json.dumps(self.info, indent=2) + "\n")
+            self.run_folder.write_info(self.info)
 
     def thumbnail(self, index: int, data: bytes) -> str:
         """Write a thumbnail; its path relative to the run folder."""
@@ -122,27 +118,25 @@ class RunRecord:
         path = self.folder / thumbnail_name(index)
         return path if path.is_file() else None
 
-    def append(self, lines: list[dict[str, Any]]) -> None:
+    def append(self, lines: list[ScoreLine]) -> None:
         """Append whole lines (flushed and synced), rotating the file first when it is full."""
         if not lines:
             return
         if self.scores.exists() and self.scores.stat().st_size >= self.max_file_bytes:
             self._rotate()
-        with open(self.scores, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(line) + "\n" for line in lines)
-            f.flush()
-            os.fsync(f.fileno())
+        with self.run_folder.open_for_append() as f:
+            RunFolder.append_to(f, lines, sync=True)
 
     def _rotate(self) -> None:
-        rotated = self._rotated()
+        rotated = self.run_folder.rotated_scores()
         number = rotated[-1][0] + 1 if rotated else 1
         os.replace(self.scores, self.folder / f"scores.{number}.jsonl")
         if self.keep_files:
-            for _, old in self._rotated()[:-self.keep_files]:
+            for _, old in self.run_folder.rotated_scores()[:-self.keep_files]:
                 old.unlink(missing_ok=True)
 
     def write_report(self, report: RunReport) -> None:
-        runs.write_atomic(self.folder / WATCH_FILE, report.model_dump_json(indent=1) + "\n")
+        write_atomic(self.folder / WATCH_FILE, report.model_dump_json(indent=1) + "\n")
 
     def close(self) -> None:
         """Let another process write the folder."""

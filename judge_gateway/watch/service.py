@@ -26,7 +26,7 @@ from .. import runs
 from ..config import WatchConfig
 from ..gateway import Gateway
 from ..schema import JudgeScore, RewardRequest, SampleInput
-from .metrics import WatchMetrics
+from .metrics import watch_metrics
 from .report import QueueReport, WatchReport
 from .tags import RunTags
 from .thumbs import thumbnail
@@ -76,7 +76,7 @@ class Watch:
         self.gateway = gateway
         self.cfg = cfg if cfg is not None else gateway.config.watch
         self.folder = (folder or Path(self.cfg.folder)).resolve()
-        self.metrics = WatchMetrics(gateway.metrics.registry)
+        self.metrics = watch_metrics(gateway.metrics.registry)
         self._rng = random.Random(self.cfg.seed)
         self._shadow_judges = set(self.cfg.shadow_judges)
         self._queue: deque[_Item] = deque()

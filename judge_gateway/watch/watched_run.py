@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import WatchConfig
+from ..runs import ScoreLine
 from ..schema import JudgeScore
 from .disagree import Gap, Reference, TopK, largest_gap
 from .metrics import WatchMetrics
@@ -34,7 +35,7 @@ RUN_DISAGREEMENTS = 24  # most disagreeing samples listed per run
 class Entry:
     """A scored sample held in its window until the window is sealed."""
 
-    line: dict[str, Any]  # its scores.jsonl line, less the index it gets when written
+    line: dict[str, Any]  # its scores.jsonl line (runs.ScoreLine once written), less the index it gets then
     row: dict[str, float | None]  # judge -> reward, None when invalid: what the statistics read
     gap: Gap | None
     thumb: tuple[bytes, str] | None = None  # (JPEG, "image" | "video") while it ranks in its window
@@ -154,7 +155,7 @@ class WatchedRun:
                     self.thumbnails += 1
                 if entry.gap is not None:
                     self._disagreement(entry)
-            record.append([e.line for e in entries])
+            record.append([ScoreLine.model_validate(e.line) for e in entries])
         except OSError as err:
             self._record_failed(err)
 

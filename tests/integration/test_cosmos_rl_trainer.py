@@ -181,6 +181,8 @@ def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
 
     data = fault_config(fake_backend.base_url)
     data["judges"]["stalled"]["deadline_s"] = 3.0  # pending for 3 s, then invalid (the fake never answers)
+    # not scored again: a timeout is transient, and by default it is re-scored until the request's deadline
+    data["cosmos_rl"] = {"retry_attempts": 0}
     groups = [("a red apple", np.zeros((2, 16, 16, 3), dtype=np.uint8))]
     fns = [{"name": "stalled", "weight": 1.0}]
     readme = ServedGateway(data)
@@ -191,7 +193,7 @@ def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
         assert out["payloads"][0]["rewards"] == [0.0, 0.0]  # invalid: fill_value, one constant
     finally:
         readme.stop()
-    trainer = ServedGateway({**data, "cosmos_rl": {"pending_status": 425}})
+    trainer = ServedGateway({**data, "cosmos_rl": {**data["cosmos_rl"], "pending_status": 425}})
     try:
         out = run_trainer(trainer_python, trainer, groups, fns, tmp_path)
         assert out["payloads"][0]["rewards"] == [0.0, 0.0]

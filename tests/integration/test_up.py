@@ -62,7 +62,11 @@ async def _native(client: httpx.AsyncClient, image: bytes) -> dict:
 def test_up_serves_restarts_a_dead_vllm_and_stops_everything(tiny_model_dir, tmp_path):
     vllm_port, port = free_port(), free_port()
     config = tmp_path / "up.toml"
-    config.write_text(to_toml(operate_config(tiny_model_dir, vllm_port, hpsv3=False)))
+    data = operate_config(tiny_model_dir, vllm_port, hpsv3=False)
+    # A backend call retries a dead server until its judge's deadline: 15 s here, shorter than a
+    # vLLM restart, so a request made while the server is down ends invalid, not late and valid.
+    data["judges"]["alignment"]["deadline_s"] = 15.0
+    config.write_text(to_toml(data))
     run_dir = tmp_path / "run"
     log = tmp_path / "up.log"
     with log.open("wb") as out:

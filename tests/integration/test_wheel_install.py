@@ -36,12 +36,14 @@ print(result.results[0].reward, ocr.valid, ocr.details["recognized"])
 
 def _source_tree(dest: Path) -> Path:
     """What a wheel is built from: the project file, the README and the package (its shipped_configs
-    link to the repository's configs/ folder, copied as links)."""
+    link to the repository's configs/ folder and launch/start_vllm.sh's to scripts/, copied as links)."""
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "configs", dest / "configs", ignore=ignore)
+    (dest / "scripts").mkdir()  # judge_gateway/launch/start_vllm.sh links to it
+    shutil.copy2(ROOT / "scripts" / "start_vllm.sh", dest / "scripts" / "start_vllm.sh")
     shutil.copytree(ROOT / "judge_gateway", dest / "judge_gateway", symlinks=True, ignore=ignore)
     return dest
 

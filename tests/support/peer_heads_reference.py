@@ -101,9 +101,9 @@ def cosmos_hpsv2(spec: dict, prompts, arrays) -> torch.Tensor:
 def hpsv2_on_our_embeddings(options: dict, prompts, arrays) -> list[float]:
     """model/hpsv2.py 207-210 (diag of image @ text features) on the embeddings our hpsv2 head
     computes: its formula on the same model outputs, apart from the pixels each side prepares."""
-    from judge_gateway.heads.models.clip import build_clip_family
+    from judge_gateway.heads.factory import build_head
 
-    head = build_clip_family("hpsv2", options)
+    head = build_head("hpsv2", {k: v for k, v in options.items() if k != "kind"})
     head.load()
     try:
         with torch.inference_mode():

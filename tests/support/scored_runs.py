@@ -151,3 +151,35 @@ def media_run(inputs: Path, run: Path, media: list[str], judges: dict[str, float
     (run / "run.json").write_text(json.dumps({"input_root": str(inputs), "media_roots": [str(inputs)],
                                               "judges": list(scores)}))
     return run
+
+
+_QUALITY = {"judge": "quality", "kind": "yes_no", "reward": 0.84, "raw": 0.8, "valid": True, "error": None,
+           "details": {"p_yes": 0.8}, "latency_ms": 12.5, "model": "fake-yes",
+           "template": {"id": "image_quality", "version": "1", "sha256": "ab" * 32}}
+_TIMEOUT = {**_QUALITY, "reward": None, "raw": None, "valid": False,
+           "error": {"code": "timeout", "message": "deadline 1 s passed"}}
+
+
+def old_score_lines(keys: list[str]) -> list[dict]:
+    """Lines of samples 0.png ... 3.png (content keys `keys`) as `score` wrote them before
+    runs.ScoreLine, in their key order: done, bad input, a request error, a judge's timeout."""
+    return [
+        {"index": 0, "source": "0.png", "key": keys[0], "prompt": "a cat", "image": "0.png", "model": "gen-1",
+         "checkpoint": "step-100", "group_id": None, "scores": {"quality": _QUALITY}, "reward": 0.84, "valid": True,
+         "invalid_judges": [], "group_reward": None},
+        {"index": 1, "source": "1.png", "key": keys[1], "prompt": "", "image": "1.png", "scores": {},
+         "reward": None, "valid": False, "error": {"code": "bad_input", "message": "image: cannot decode"}},
+        {"index": 2, "source": "2.png", "key": keys[2], "prompt": "a dog", "image": "2.png", "valid": False,
+         "reward": None, "request_error": "ConnectError: connection refused"},
+        {"index": 3, "source": "3.png", "key": keys[3], "prompt": "a cow", "image": "3.png", "group_id": None,
+         "scores": {"quality": _TIMEOUT}, "reward": None, "valid": False, "invalid_judges": ["quality"],
+         "group_reward": None},
+    ]
+
+
+# A line as the watch wrote it before runs.ScoreLine (its index and thumbnail set last).
+OLD_WATCH_LINE = {"source": "watch:native", "key": "req-1:0", "prompt": "p", "run": "exp", "step": 3, "window": 0,
+              "api": "native", "request_id": "req-1", "watched_at": 1700000000.5,
+              "scores": {"quality": _QUALITY}, "reward": None, "valid": True,
+              "watch": {"train": ["quality"], "shadows": [], "gap": None, "gap_pair": None},
+              "index": 7, "image": "thumbs/00000007.jpg"}

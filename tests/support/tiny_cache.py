@@ -107,7 +107,12 @@ def cached_build(name: str, *, python: Path, module: str, marker: str, args: Ite
             shutil.rmtree(tmp)
         else:
             shutil.rmtree(out, ignore_errors=True)  # a half-built leftover of an older layout
-            tmp.rename(out)
+            try:
+                tmp.rename(out)
+            except OSError:  # another session (an xdist worker) renamed the same build in between
+                if not (out / marker).exists():
+                    raise
+                shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

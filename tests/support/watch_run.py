@@ -31,7 +31,7 @@ def scene_judge(models: Path, **options) -> dict:
 
 def recorded_rows(folder: Path) -> list[tuple[int | None, Row]]:
     """(step, judge -> reward or None) of every line a watch run recorded, in index order."""
-    lines = sorted(runs.read_lines(folder), key=lambda x: x["index"])
+    lines = sorted(runs.RunFolder(folder).read_objects(), key=lambda x: x["index"])
     return [(x.get("step"), {j: (s["reward"] if s.get("valid") else None) for j, s in x["scores"].items()})
             for x in lines]
 

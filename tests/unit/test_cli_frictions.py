@@ -287,10 +287,11 @@ def test_serve_says_which_config_and_judges_it_loaded():
 # --- OCR: version and video sampling ----------------------------------------------------------
 
 def test_the_ocr_model_records_the_installed_rapidocr_version():
+    from judge_gateway.config.head_options import OcrOptions
     from judge_gateway.heads.models.ocr import RapidOcrHead
 
     version = importlib.metadata.version("rapidocr")
-    assert RapidOcrHead("ocr", {"device": "cpu"}).load()["model"] == f"rapidocr {version} (PP-OCR)"
+    assert RapidOcrHead("ocr", OcrOptions(device="cpu")).load()["model"] == f"rapidocr {version} (PP-OCR)"
 
 
 def test_ocr_reads_eight_frames_of_a_video_unless_the_judge_says_otherwise():

@@ -184,8 +184,8 @@ def test_a_frames_job_to_a_sample_head_is_that_jobs_error():
 # ---- the worker-side model over a class ------------------------------------------------------
 
 
-def _options(head: str, **extra: Any) -> dict[str, Any]:
-    return CustomHeadOptions(head=head, **extra).model_dump(mode="json", exclude={"env", "python"})
+def _options(head: str, **extra: Any) -> CustomHeadOptions:
+    return CustomHeadOptions(head=head, **extra)
 
 
 def test_a_custom_class_is_built_once_and_scores_whole_samples():

@@ -42,7 +42,7 @@ def _serve(head_cls, options: dict):
     thread = threading.Thread(target=worker.serve, args=(stdin, stdout), daemon=True)
     thread.start()
     send, recv = os.fdopen(in_w, "wb", buffering=0), os.fdopen(out_r, "rb")
-    send.write(encode_frame({"op": "init", "kind": "fake", "name": "f", "options": options}))
+    send.write(encode_frame({"op": "init", "kind": "clip", "name": "f", "options": options}))
     assert read_frame(recv)[0]["op"] == "ready"
     worker.build_head = original
     return send, recv, thread

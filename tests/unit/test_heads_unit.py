@@ -19,6 +19,7 @@ from judge_gateway.heads.pooling import pool_scores
 from judge_gateway.heads.protocol import images_from_payload, images_header
 from judge_gateway.heads.models.text_cache import TextEmbeddingCache
 from judge_gateway.workers.framing import ProtocolError, encode_frame, read_frame
+from tests.support.worker_pipes import worker_on_pipes
 
 
 @pytest.mark.parametrize("prompt, target", [
@@ -173,26 +174,18 @@ def test_worker_prepares_the_next_batch_while_the_current_one_runs(monkeypatch, 
             return [{"raw": float(v)} for v in prepared]
 
     monkeypatch.setattr(worker, "build_head", lambda kind, options: StagedHead(kind, options))
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    with os.fdopen(in_r, "rb") as stdin, os.fdopen(out_w, "wb", buffering=0) as stdout:
-        t = threading.Thread(target=lambda: rc.append(worker.serve(stdin, stdout)))
-        rc: list[int] = []
-        t.start()
-        with os.fdopen(in_w, "wb", buffering=0) as send, os.fdopen(out_r, "rb") as recv:
-            send.write(encode_frame({"op": "init", "kind": "fake", "name": "f",
-                                     "options": {"max_batch_size": 1, "max_wait_ms": 0,
-                                                 "overlap_preprocessing": overlap}}))
-            assert read_frame(recv)[0]["op"] == "ready"
-            for i, prompt in ((1, "first"), (2, "second")):
-                frames = np.full((1, 2, 2, 3), i, np.uint8)
-                send.write(encode_frame({"op": "score", "id": i, "prompt": prompt, **images_header(frames)},
-                                        frames.tobytes()))
-            results = {h["id"]: h for h, _ in (read_frame(recv), read_frame(recv))}
-            send.write(encode_frame({"op": "stats", "id": 3}))
-            stats = read_frame(recv)[0]
-            send.close()
-            t.join(10)
+    with worker_on_pipes(join_s=10) as (send, recv, rc):
+        send.write(encode_frame({"op": "init", "kind": "clip", "name": "f",
+                                 "options": {"max_batch_size": 1, "max_wait_ms": 0,
+                                             "overlap_preprocessing": overlap}}))
+        assert read_frame(recv)[0]["op"] == "ready"
+        for i, prompt in ((1, "first"), (2, "second")):
+            frames = np.full((1, 2, 2, 3), i, np.uint8)
+            send.write(encode_frame({"op": "score", "id": i, "prompt": prompt, **images_header(frames)},
+                                    frames.tobytes()))
+        results = {h["id"]: h for h, _ in (read_frame(recv), read_frame(recv))}
+        send.write(encode_frame({"op": "stats", "id": 3}))
+        stats = read_frame(recv)[0]
     assert overlapped == [overlap] and rc == [0]
     assert results[1]["outputs"] == [{"raw": 1.0}] and results[2]["outputs"] == [{"raw": 2.0}]
     assert stats["op"] == "stats" and stats["stats"]["items"] == 2
@@ -332,24 +325,16 @@ def test_reference_preprocessing_runs_in_processes_while_the_forward_thread_has_
 
     monkeypatch.setattr(worker, "build_head", lambda kind, options: PooledHead(kind, options))
     monkeypatch.setattr(worker.atexit, "register", lambda fn: None)  # closed below, not at pytest's exit
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    rc: list[int] = []
-    with os.fdopen(in_r, "rb") as stdin, os.fdopen(out_w, "wb", buffering=0) as stdout:
-        t = threading.Thread(target=lambda: rc.append(worker.serve(stdin, stdout)))
-        t.start()
-        with os.fdopen(in_w, "wb", buffering=0) as send, os.fdopen(out_r, "rb") as recv:
-            send.write(encode_frame({"op": "init", "kind": "fake", "name": "f",
-                                     "options": {"max_batch_size": 4, "max_wait_ms": 0,
-                                                 "overlap_preprocessing": True}}))
-            assert read_frame(recv)[0]["op"] == "ready"
-            for i in range(3):
-                frames = np.stack([np.full((6, 5, 3), i * 4 + k, np.uint8) for k in range(4)])
-                send.write(encode_frame({"op": "score", "id": i, "prompt": "p", **images_header(frames)},
-                                        frames.tobytes()))
-            results = {h["id"]: h for h, _ in (read_frame(recv) for _ in range(3))}
-            send.close()
-            t.join(30)
+    with worker_on_pipes() as (send, recv, rc):
+        send.write(encode_frame({"op": "init", "kind": "clip", "name": "f",
+                                 "options": {"max_batch_size": 4, "max_wait_ms": 0,
+                                             "overlap_preprocessing": True}}))
+        assert read_frame(recv)[0]["op"] == "ready"
+        for i in range(3):
+            frames = np.stack([np.full((6, 5, 3), i * 4 + k, np.uint8) for k in range(4)])
+            send.write(encode_frame({"op": "score", "id": i, "prompt": "p", **images_header(frames)},
+                                    frames.tobytes()))
+        results = {h["id"]: h for h, _ in (read_frame(recv) for _ in range(3))}
     pool.close()
     assert rc == [0]
     for i in range(3):

@@ -258,7 +258,7 @@ def test_an_empty_input_exits_nonzero(tmp_path, fake_backend, capsys):
 def test_a_crash_while_rewriting_scores_keeps_the_old_file(tmp_path, fake_backend, capsys, monkeypatch):
     """scores.jsonl is rewritten through a temporary file: a failure half-way through writing it
     (here: serialising the 4th line) leaves the previous file whole, never a truncated one."""
-    import judge_gateway.cli.score as sc
+    import judge_gateway.runs as run_folder
 
     media = tmp_path / "media"
     media.mkdir()
@@ -281,7 +281,9 @@ def test_a_crash_while_rewriting_scores_keeps_the_old_file(tmp_path, fake_backen
                     raise RuntimeError("disk full")
             return json.dumps(obj, **kw)
 
-    monkeypatch.setattr(sc, "json", Failing)
+        loads = staticmethod(json.loads)
+
+    monkeypatch.setattr(run_folder, "json", Failing)
     with pytest.raises(RuntimeError, match="disk full"):
         cli_main(argv)
     assert (run / "scores.jsonl").read_text() == before and len(before.splitlines()) == 6
@@ -290,14 +292,43 @@ def test_a_crash_while_rewriting_scores_keeps_the_old_file(tmp_path, fake_backen
 def test_summary_means_count_only_valid_samples():
     """combine.on_invalid = skip / fill gives an invalid sample a combined reward: reported on
     its own, never in the mean of the valid ones."""
-    from judge_gateway.runs import summarize
+    from judge_gateway.runs import ScoreLine, summarize
 
     def line(reward, valid):
         return {"index": 0, "reward": reward, "valid": valid,
                 "scores": {"q": {"reward": reward if valid else None, "valid": valid,
                                  "error": None if valid else {"code": "parse_error"}}}}
 
-    summary = summarize([line(0.9, True), line(0.5, True), line(0.0, False), line(0.1, False)], ["q"])
+    summary = summarize([ScoreLine.model_validate(line(0.9, True)), ScoreLine.model_validate(line(0.5, True)),
+                         ScoreLine.model_validate(line(0.0, False)), ScoreLine.model_validate(line(0.1, False))],
+                        ["q"])
     assert summary["mean_reward"] == pytest.approx(0.7)
     assert summary["invalid_with_reward"] == {"samples": 2, "mean_reward": pytest.approx(0.05)}
     assert summary["judges"]["q"]["mean_reward"] == pytest.approx(0.7)
+
+
+def test_score_resumes_a_folder_an_older_version_wrote(tmp_path, fake_backend, capsys):
+    """A run folder written before runs.ScoreLine: its done lines are kept with every field."""
+    from judge_gateway.inputs import read_inputs, sample_key
+    from tests.support.scored_runs import old_score_lines
+
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(4):
+        write_image(media / f"{i}.png", seed=i)
+    keys = [sample_key(item) for item in read_inputs(media).items]
+    run = tmp_path / "run"
+    run.mkdir()
+    old = old_score_lines(keys)
+    (run / "scores.jsonl").write_text("".join(json.dumps(x) + "\n" for x in old))
+    (run / "run.json").write_text(json.dumps({"input": str(media), "judges": ["quality"]}))
+    before = fake_backend.counters["requests"]
+    argv = ["score", str(media), "-o", str(run), "--config", _config(tmp_path, fake_backend.base_url),
+            "--judges", "quality", "--no-progress"]
+    assert cli_main(argv) == 1  # the bad-input sample is done, and stays invalid
+    assert "resuming: 2 of 4 samples already scored" in capsys.readouterr().err
+    assert fake_backend.counters["requests"] - before == 2  # the request error and the timeout, again
+    rows = [json.loads(t) for t in (run / "scores.jsonl").read_text().splitlines()]
+    # the done lines keep every field they had, under the current input's prompt (none: "")
+    assert rows[0] == {**old[0], "prompt": ""} and rows[1] == old[1]
+    assert rows[2]["valid"] and rows[3]["valid"] and "request_error" not in rows[2]

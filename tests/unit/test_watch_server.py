@@ -110,13 +110,13 @@ async def test_native_steps_become_windows_with_a_record_and_a_report(make_app, 
     assert [w["window"] for w in body["runs"][0]["windows"]] == [1]
 
     folder = tmp_path / "watch" / "exp-1"
-    lines = runs.read_lines(folder)
+    lines = runs.RunFolder(folder).read_objects()
     assert [x["index"] for x in lines] == list(range(6)) and {x["step"] for x in lines} == {0, 1}
     first = lines[0]
     assert set(first["scores"]) == {"quality", "shade"} and first["source"] == "watch:native"
     assert first["watch"]["train"] == ["quality"] and first["watch"]["shadows"] == ["shade"]
     assert first["prompt"] == "p0-0" and first["run"] == "exp-1" and first["window"] == 0
-    info = runs.read_run_info(folder)
+    info = runs.RunFolder(folder).read_info()
     assert info["judges"] == ["quality", "shade"] and info["watch"]["shadows"] == {"quality": ["shade"]}
     with_thumbs = [x for x in lines if "image" in x]
     assert with_thumbs and all((folder / x["image"]).stat().st_size > 100 for x in with_thumbs)
@@ -144,9 +144,9 @@ async def test_headers_tag_flow_factory_and_cosmos_rl_and_their_bodies_stay_the_
     # the run name with a space gets a folder of its own
     await watch.aclose()
     folders = {r.run: r.folder for r in watch.report().runs}
-    lines = runs.read_lines(__import__("pathlib").Path(folders["ff run"]))
+    lines = runs.RunFolder(__import__("pathlib").Path(folders["ff run"])).read_objects()
     assert {x["api"] for x in lines} == {"flow_factory"} and {x["step"] for x in lines} == {7}
-    cosmos_lines = runs.read_lines(__import__("pathlib").Path(folders["cosmos"]))
+    cosmos_lines = runs.RunFolder(__import__("pathlib").Path(folders["cosmos"])).read_objects()
     assert {x["api"] for x in cosmos_lines} == {"cosmos_rl"} and [x["prompt"] for x in cosmos_lines] == ["c", "d"]
 
 
@@ -200,7 +200,7 @@ async def test_the_response_does_not_wait_for_a_slow_shadow(make_app, fake_backe
     assert watch.report().queue.scored == 0 < watch.report().queue.sampled == 3, elapsed
     await until(lambda: watch.report().queue.scored == 3)
     await watch.aclose()
-    lines = runs.read_lines(watch.folder / "exp-1")
+    lines = runs.RunFolder(watch.folder / "exp-1").read_objects()
     assert [x["scores"]["shade"]["error"]["code"] for x in lines] == ["timeout"] * 3
     assert all(x["scores"]["quality"]["valid"] and not x["valid"] for x in lines)
 
@@ -253,14 +253,14 @@ def test_a_second_process_on_the_same_run_writes_a_folder_of_its_own(tmp_path):
     second = RunRecord(tmp_path, "exp/1", {"judges": ["a"]}, max_file_bytes=4096, keep_files=0)  # a lock of its own
     assert first.folder.name == folder_name("exp/1") != second.folder.name and "@" not in second.folder.name
     assert first.folder.name.startswith("exp_1-")
-    first.append([{"index": i, "text": "x" * 1000} for i in range(5)])
-    first.append([{"index": 5}])  # past max_file_bytes: scores.jsonl was rotated first
+    first.append([runs.ScoreLine(index=i, text="x" * 1000) for i in range(5)])
+    first.append([runs.ScoreLine(index=5)])  # past max_file_bytes: scores.jsonl was rotated first
     assert (first.folder / "scores.1.jsonl").exists()
-    assert [x["index"] for x in runs.read_lines(first.folder)] == [5]
+    assert [x["index"] for x in runs.RunFolder(first.folder).read_objects()] == [5]
     first.close()
     again = RunRecord(tmp_path, "exp/1", {"judges": ["b"]}, max_file_bytes=4096, keep_files=0)
     assert again.folder == first.folder and again.next_index == 6  # appends after the last index
-    assert runs.read_run_info(again.folder)["judges"] == ["a", "b"]
+    assert runs.RunFolder(again.folder).read_info()["judges"] == ["a", "b"]
     again.close()
     second.close()
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config.custom_heads import cosmos_dtype
+from ...config.custom_heads import CosmosRLHandlerOptions, cosmos_dtype
 from ..models.base import HeadLoadError
 from .api import HeadContext, Item, ItemScore
 from .loading import import_class, require_torch
@@ -44,17 +44,16 @@ class CosmosHandlerScorer:
     groupwise = False
     inputs: tuple[str, ...] = ()
 
-    def __init__(self, cls: type, ref: str, context: HeadContext, options: dict[str, Any]) -> None:
+    def __init__(self, cls: type, ref: str, context: HeadContext, options: CosmosRLHandlerOptions) -> None:
         import torch
 
         self.torch = torch
         self.ref = ref
-        self.score_key: str | None = options.get("score_key")
-        self.batch_keys = tuple(options.get("batch_keys") or ())
-        self.error_values: dict[str, list[Any]] = dict(options.get("error_values") or {})
-        kwargs = {"model_path": options.get("model_path", ""), "download_path": options.get("download_path", ""),
-                  "device": context.device, "dtype": cosmos_dtype(context.dtype),
-                  **(options.get("params") or {})}
+        self.score_key = options.score_key
+        self.batch_keys = tuple(options.batch_keys)
+        self.error_values: dict[str, list[Any]] = dict(options.error_values)
+        kwargs = {"model_path": options.model_path, "download_path": options.download_path,
+                  "device": context.device, "dtype": cosmos_dtype(context.dtype), **options.params}
         try:
             # cosmos-rl keeps one instance per process (get_instance); a head worker is that process.
             make = getattr(cls, "get_instance", None)
@@ -166,12 +165,12 @@ def per_sample(scores: Mapping[str, Any], n: int, key: str, error_values: Mappin
     return out
 
 
-def build_cosmos_rl_head(kind: str, options: dict[str, Any]) -> CustomHeadModel:
-    ref = str(options["handler"])
+def build_cosmos_rl_head(kind: str, options: CosmosRLHandlerOptions) -> CustomHeadModel:
+    ref = options.class_path()
 
     def make(context: HeadContext) -> CosmosHandlerScorer:
         require_torch("cosmos_rl_handler")
-        cls = import_class(ref, options.get("pythonpath", ()))
+        cls = import_class(ref, options.pythonpath)
         if not callable(getattr(cls, "calculate_reward", None)) or not callable(getattr(cls, "set_up", None)):
             raise HeadLoadError(f"{ref} is not a cosmos-rl reward handler (it needs set_up() and "
                                 "calculate_reward(images, metadata))")

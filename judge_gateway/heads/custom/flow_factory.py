@@ -33,12 +33,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...config.custom_heads import FlowFactoryModelOptions
+from ...config.head_options import TORCH_DTYPE_NAMES
 from ..models.base import HeadLoadError
 from .api import HeadContext, Item, ItemScore
 from .loading import class_names, import_class, require_torch
 from .model import CustomHeadModel, plain
 
-_TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # Keywords the adapter fills itself; a metadata key of one of these names is not passed ("audio":
 # Flow-Factory's audio input, which no gateway request carries).
 _MEDIA_FIELDS = ("prompt", "image", "video", "audio", "condition_images", "condition_videos")
@@ -111,7 +112,7 @@ class FlowFactoryScorer:
         self.torch = torch
         self.ref = ref
         device = torch.device(context.device)
-        config = FlowFactoryArgs(context.name, ref, getattr(torch, _TORCH_DTYPES[context.dtype]), device,
+        config = FlowFactoryArgs(context.name, ref, getattr(torch, TORCH_DTYPE_NAMES[context.dtype]), device,
                                  context.max_batch_size, params)
         try:
             self.model = cls(config=config, accelerator=SingleProcessAccelerator(device))
@@ -237,12 +238,12 @@ def _is_json(value: Any) -> bool:
     return True
 
 
-def build_flow_factory_head(kind: str, options: dict[str, Any]) -> CustomHeadModel:
-    ref = str(options["reward_model"])
+def build_flow_factory_head(kind: str, options: FlowFactoryModelOptions) -> CustomHeadModel:
+    ref = options.class_path()
 
     def make(context: HeadContext) -> FlowFactoryScorer:
         require_torch("flow_factory_model")
-        cls = import_class(ref, options.get("pythonpath", ()))
-        return FlowFactoryScorer(cls, ref, context, dict(options.get("params") or {}))
+        cls = import_class(ref, options.pythonpath)
+        return FlowFactoryScorer(cls, ref, context, dict(options.params))
 
     return CustomHeadModel(kind, options, make, ref)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config.custom_heads import CustomHeadOptions, ImportedHeadOptions
 from ..batcher import Job, MicroBatcher, Staged
 from ..models.base import HeadLoadError, HeadModel
 from ..protocol import HeadItem
@@ -68,7 +69,9 @@ def output_of(result: Any) -> dict[str, Any]:
 class CustomHeadModel(HeadModel):
     """A scorer of whole samples behind the head worker's protocol."""
 
-    def __init__(self, kind: str, options: dict[str, Any], make_scorer: ScorerFactory, class_path: str) -> None:
+    options: ImportedHeadOptions
+
+    def __init__(self, kind: str, options: ImportedHeadOptions, make_scorer: ScorerFactory, class_path: str) -> None:
         super().__init__(kind, options)
         self.make_scorer = make_scorer
         self.class_path = class_path
@@ -77,8 +80,8 @@ class CustomHeadModel(HeadModel):
 
     def context(self) -> HeadContext:
         o = self.options
-        return HeadContext(name=self.name, kind=self.kind, device=str(o.get("device", "cpu")),
-                           dtype=str(o.get("dtype", "fp32")), max_batch_size=int(o.get("max_batch_size", 16)))
+        return HeadContext(name=self.name, kind=self.kind, device=o.device, dtype=o.dtype,
+                           max_batch_size=o.max_batch_size)
 
     def load(self) -> dict[str, Any]:
         self.scorer = self.make_scorer(self.context())
@@ -182,16 +185,16 @@ class ItemBatcher(MicroBatcher):
         return out
 
 
-def build_custom_head(kind: str, options: dict[str, Any]) -> CustomHeadModel:
+def build_custom_head(kind: str, options: CustomHeadOptions) -> CustomHeadModel:
     """`kind = "custom"`: the user's class with judge-gateway's interface (api.py)."""
-    ref = str(options["head"])
+    ref = options.class_path()
 
     def make(context: HeadContext) -> Any:
-        cls = import_class(ref, options.get("pythonpath", ()))
+        cls = import_class(ref, options.pythonpath)
         if not callable(getattr(cls, "score", None)):
             raise HeadLoadError(f"{ref}: a custom head needs a `score(items)` method "
                                 "(see judge_gateway.heads.custom.CustomHead)")
-        opts = validated_options(cls, options.get("params") or {})
+        opts = validated_options(cls, options.params)
         try:
             return cls(opts, context)
         except HeadLoadError:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config.head_options import ClipOptions, GenEvalOptions
 from ..models.base import HeadLoadError, HeadModel
 from ..models.hub import resolve_model_file
 from .rules import BOX_THRESHOLD, COLORS, MAX_OBJECTS
@@ -59,6 +60,8 @@ def masked_crop(image: np.ndarray, box: Sequence[float], mask: np.ndarray | None
 
 
 class GenEvalDetectorHead(HeadModel):
+    options: GenEvalOptions
+
     def load(self) -> dict[str, Any]:
         o = self.options
         try:
@@ -67,12 +70,12 @@ class GenEvalDetectorHead(HeadModel):
         except Exception as exc:  # ImportError, or mmcv's compiled ops not loading
             raise HeadLoadError(f"mmdet / mmcv are not usable in the worker's interpreter: "
                                 f"{type(exc).__name__}: {exc} (scripts/setup_geneval.sh sets up .venv-geneval)") from exc
-        if o.get("threads"):
-            torch.set_num_threads(int(o["threads"]))
+        if o.threads:
+            torch.set_num_threads(o.threads)
         self.torch = torch
-        device = o.get("device", "cpu")
-        config = resolve_detector_config(o["detector_config"])
-        checkpoint = o["detector_checkpoint"]
+        device = o.device
+        config = resolve_detector_config(o.detector_config)
+        checkpoint = o.detector_checkpoint
         # An http(s) URL (OpenMMLab's model zoo) is fetched by mmengine into torch's hub cache on first use.
         if not checkpoint.startswith(("https://", "http://")):
             checkpoint = str(resolve_model_file(checkpoint, "gen_eval", "detector_checkpoint"))
@@ -87,11 +90,9 @@ class GenEvalDetectorHead(HeadModel):
         # The colour classifier: open_clip through the CLIP head's own loader.
         from ..models.clip import OpenClipHead
 
-        self.clip = OpenClipHead("clip", {
-            "model": o.get("clip_model", "ViT-L-14"), "pretrained": o.get("clip_pretrained"),
-            "model_config_file": o.get("clip_model_config_file"), "device": device,
-            "dtype": o.get("dtype", "fp32"), "text_cache_size": 4096,
-        })
+        self.clip = OpenClipHead("clip", ClipOptions(
+            library="open_clip", model=o.clip_model, pretrained=o.clip_pretrained,
+            model_config_file=o.clip_model_config_file, device=device, dtype=o.dtype))
         clip_facts = self.clip.load()
         self._classifiers: dict[str, Any] = {}  # class -> its colour classifier
         import mmcv

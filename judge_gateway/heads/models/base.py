@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...config.head_options import HeadOptions
 from ...exceptions import Unavailable
 
 
@@ -18,9 +18,11 @@ class HeadLoadError(Unavailable):
 
 
 class HeadModel(ABC):
-    """Loads one scorer model and scores batches of (RGB uint8 image, prompt) items."""
+    """Loads one scorer model and scores batches of (RGB uint8 image, prompt) items. `options` are
+    the kind's typed options (config/head_options.py), validated once: a head reads them, with the
+    defaults declared there, never from a dict of its own."""
 
-    def __init__(self, kind: str, options: dict[str, Any]) -> None:
+    def __init__(self, kind: str, options: HeadOptions) -> None:
         self.kind = kind
         self.name = kind  # the configured judge's name (the worker sets it before load)
         self.options = options
@@ -46,14 +48,3 @@ class HeadModel(ABC):
     def stats(self) -> dict[str, Any]:
         return {}
 
-
-def preprocess_mode(options: dict[str, Any]) -> str:
-    """`options.preprocess`, defaulting as HeadOptions documents: `device` on cuda, else `reference`."""
-    mode = options.get("preprocess") or ("device" if str(options.get("device", "cpu")).startswith("cuda") else "reference")
-    if mode not in ("device", "reference"):
-        raise HeadLoadError(f"preprocess must be 'device' or 'reference', got {mode!r}")
-    return mode
-
-
-def preprocess_processes(options: dict[str, Any]) -> int:
-    return int(options.get("preprocess_processes") or min(8, os.cpu_count() or 1))

@@ -29,13 +29,12 @@ import torch
 from ..preprocess.device import Geometry
 from ..preprocess.pool import TransformSpec
 from ..preprocess.stage import ImageStage
-from .base import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
+from ...config.head_options import ClipFamilyOptions, ClipOptions, HPSv2Options, PickScoreOptions
+from .base import HeadLoadError, HeadModel
 from .hub import resolve_model_file
 from .text_cache import TextEmbeddingCache
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _features(out: Any) -> torch.Tensor:
@@ -93,11 +92,13 @@ class _GpuTimer:
 
 
 class ClipFamilyHead(HeadModel):
-    def __init__(self, kind: str, options: dict[str, Any]) -> None:
+    options: ClipFamilyOptions
+
+    def __init__(self, kind: str, options: ClipFamilyOptions) -> None:
         super().__init__(kind, options)
-        self.device = torch.device(options.get("device", "cpu"))
-        self.dtype = DTYPES[options.get("dtype", "fp32")]
-        self.text_cache = TextEmbeddingCache(int(options.get("text_cache_size", 4096)))
+        self.device = torch.device(options.device)
+        self.dtype = getattr(torch, options.torch_dtype_name())
+        self.text_cache = TextEmbeddingCache(options.text_cache_size)
         self.stage: ImageStage | None = None
         self.gpu_forward_s = 0.0  # the image tower's time on the device (CUDA events), for the bench
 
@@ -127,9 +128,9 @@ class ClipFamilyHead(HeadModel):
 
     def _start_stage(self) -> dict[str, Any]:
         """Build the prepare stage once the model is loaded; its facts for the score's details."""
-        mode = preprocess_mode(self.options)
+        mode = self.options.preprocess_mode()
         self.stage = ImageStage(mode, self.device, self.dtype, self._geometry() if mode == "device" else None,
-                                self._reference(), preprocess_processes(self.options))
+                                self._reference(), self.options.preprocess_process_count())
         return self.stage.facts()
 
     def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> PreparedBatch:
@@ -218,21 +219,23 @@ def _register_model_config(path: str | None) -> None:
 
 
 class OpenClipHead(ClipFamilyHead):
+    options: ClipOptions | HPSv2Options
+
     def load(self) -> dict[str, Any]:
         import open_clip
 
         o = self.options
-        _register_model_config(o.get("model_config_file"))
-        arch = o["model"]
-        pretrained = o.get("pretrained") if self.kind == "clip" else None
+        _register_model_config(o.model_config_file)
+        arch = o.model
+        pretrained = o.pretrained if isinstance(o, ClipOptions) else None
         try:
             model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
         except Exception as exc:
             raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
         facts: dict[str, Any] = {"model": arch, "pretrained": pretrained, "library": "open_clip"}
         self.pp_cfg = dict(model.visual.preprocess_cfg)
-        if self.kind == "hpsv2":
-            checkpoint = o["checkpoint"]
+        if isinstance(o, HPSv2Options):
+            checkpoint = o.checkpoint
             model.load_state_dict(_hps_state_dict(checkpoint))
             facts["checkpoint"] = checkpoint
             # HPSv2's own eval transform: longest side to the input size, pad to square with black.
@@ -295,12 +298,14 @@ def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
 
 
 class HFClipHead(ClipFamilyHead):
+    options: ClipOptions | PickScoreOptions
+
     def load(self) -> dict[str, Any]:
         from transformers import AutoProcessor, CLIPModel
 
         o = self.options
-        model_id = o["model"]
-        processor_id = o.get("processor") or model_id
+        model_id = o.model
+        processor_id = o.processor or model_id
         try:
             model = CLIPModel.from_pretrained(model_id, attn_implementation="sdpa")
             self.processor = AutoProcessor.from_pretrained(processor_id)
@@ -351,14 +356,9 @@ class HFClipHead(ClipFamilyHead):
             input_ids=tok["input_ids"].to(self.device), attention_mask=tok["attention_mask"].to(self.device)))
 
 
-def build_clip_family(kind: str, options: dict[str, Any]) -> ClipFamilyHead:
-    threads = options.get("threads")
-    if threads:
-        torch.set_num_threads(int(threads))
-    if kind == "pickscore":
-        return HFClipHead(kind, options)
-    if kind == "hpsv2":
-        return OpenClipHead(kind, options)
-    if options.get("library", "transformers") == "open_clip":
+def build_clip_family(kind: str, options: ClipFamilyOptions) -> ClipFamilyHead:
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    if isinstance(options, HPSv2Options) or (isinstance(options, ClipOptions) and options.library == "open_clip"):
         return OpenClipHead(kind, options)
     return HFClipHead(kind, options)

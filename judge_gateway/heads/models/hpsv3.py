@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ...config.head_options import TORCH_DTYPE_NAMES, HPSv3Options
 from .base import HeadLoadError, HeadModel
 from .hub import resolve_model_file
 
-_TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # HPSv3RewardInferencer.prepare_batch resizes every image to this many pixels (min = max),
 # whatever the config's max_pixels says.
 IMAGE_PIXELS = 256 * 28 * 28
@@ -47,7 +47,7 @@ def inference_yaml(source: dict[str, Any], dtype: str, flash_attn: bool, base_mo
         cfg["model_name_or_path"] = base_model
     if not cfg.get("model_name_or_path"):
         raise HeadLoadError("hpsv3: options.config has no model_name_or_path and options.base_model is unset")
-    cfg.update(torch_dtype=_TORCH_DTYPES[dtype], bf16=False, fp16=False, disable_flash_attn2=not flash_attn)
+    cfg.update(torch_dtype=TORCH_DTYPE_NAMES[dtype], bf16=False, fp16=False, disable_flash_attn2=not flash_attn)
     cfg.pop("deepspeed", None)  # a training file; the package drops it for inference too
     return cfg
 
@@ -72,6 +72,8 @@ def vision_per_image(visual: Any) -> None:
 class HPSv3Head(HeadModel):
     """One item = one image + its prompt -> {"raw": mu, "details": {"sigma", "log_sigma"}}."""
 
+    options: HPSv3Options
+
     def load(self) -> dict[str, Any]:
         o = self.options
         try:
@@ -83,17 +85,17 @@ class HPSv3Head(HeadModel):
         except ImportError as exc:
             raise HeadLoadError(f"hpsv3 head: cannot import the hpsv3 package ({exc}); run scripts/setup_hpsv3.sh "
                                 "and set options.python = \".venv-hpsv3/bin/python\"") from None
-        if o.get("threads"):
-            torch.set_num_threads(int(o["threads"]))
-        device = o.get("device", "cpu")
-        dtype = o.get("dtype", "fp32")
+        if o.threads:
+            torch.set_num_threads(o.threads)
+        device = o.device
+        dtype = o.dtype
         if device == "cpu":  # the package's head runs under torch.autocast("cuda"): a no-op here
             warnings.filterwarnings("ignore", message="CUDA is not available or torch_xla is imported")
 
         import hpsv3
 
         shipped = Path(hpsv3.__file__).parent / "config" / "HPSv3_7B.yaml"
-        config_path = Path(o["config"]).expanduser() if o.get("config") else shipped
+        config_path = Path(o.config).expanduser() if o.config else shipped
         if not config_path.is_file():
             raise HeadLoadError(f"hpsv3: options.config {str(config_path)!r} does not exist")
         try:
@@ -102,13 +104,13 @@ class HPSv3Head(HeadModel):
             raise HeadLoadError(f"hpsv3: options.config {str(config_path)!r} is not valid yaml: {exc}") from None
         if not isinstance(source, dict):
             raise HeadLoadError(f"hpsv3: options.config {str(config_path)!r} is not a yaml mapping")
-        cfg = inference_yaml(source, dtype, bool(o.get("flash_attn")), o.get("base_model"))
+        cfg = inference_yaml(source, dtype, o.flash_attn, o.base_model)
         base = str(cfg["model_name_or_path"])
         base_path = Path(base).expanduser()
         if (base_path.is_absolute() or base.startswith(".")) and not (base_path / "config.json").is_file():
-            key = "options.base_model" if o.get("base_model") else f"model_name_or_path of {config_path}"
+            key = "options.base_model" if o.base_model else f"model_name_or_path of {config_path}"
             raise HeadLoadError(f"hpsv3: {key}: {base!r} is not a model directory (no config.json)")
-        ckpt = resolve_model_file(o["checkpoint"], "hpsv3", "checkpoint")
+        ckpt = resolve_model_file(o.checkpoint, "hpsv3", "checkpoint")
 
         with tempfile.TemporaryDirectory(prefix="jg-hpsv3-") as tmp:
             tmp_cfg = Path(tmp) / "hpsv3_inference.yaml"
@@ -139,7 +141,7 @@ class HPSv3Head(HeadModel):
         self.torch = torch
         self.items = 0
         params = dict(model.named_parameters())
-        return {"model": str(o["checkpoint"]), "checkpoint_path": str(ckpt), "base_model": base,
+        return {"model": o.checkpoint, "checkpoint_path": str(ckpt), "base_model": base,
                 "config": str(config_path), "hpsv3_version": version("hpsv3"),
                 "transformers_version": version("transformers"),
                 "attn_implementation": attn,

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import HeadLoadError, HeadModel, preprocess_mode, preprocess_processes
+from ...config.head_options import ImageRewardOptions
+from .base import HeadLoadError, HeadModel
 from .hub import resolve_model_file
 
 PACKAGE_TOKENIZER = "bert-base-uncased"  # the name the package hard-codes
@@ -80,11 +81,13 @@ def package_redirects(tokenizer: str, vit: dict[str, int] | None) -> Iterator[No
 class ImageRewardHead(HeadModel):
     """One item = one (image, prompt) pair -> {"raw": z-normalised ImageReward score}."""
 
+    options: ImageRewardOptions
+
     def load(self) -> dict[str, Any]:
         o = self.options
         # Files first: a wrong path fails in a second, before the package's slow import.
-        checkpoint = resolve_model_file(o.get("checkpoint", "THUDM/ImageReward/ImageReward.pt"), "image_reward", "checkpoint")
-        med_config = resolve_model_file(o.get("med_config", "THUDM/ImageReward/med_config.json"), "image_reward", "med_config")
+        checkpoint = resolve_model_file(o.checkpoint, "image_reward", "checkpoint")
+        med_config = resolve_model_file(o.med_config, "image_reward", "med_config")
         try:
             import importlib
 
@@ -96,13 +99,13 @@ class ImageRewardHead(HeadModel):
         except Exception as exc:  # noqa: BLE001 - ImportError, or a broken stack (e.g. transformers 5)
             raise HeadLoadError(f"image_reward needs the image-reward package ({_SETUP_HINT}): "
                                 f"{type(exc).__name__}: {exc}") from None
-        if o.get("threads"):
-            torch.set_num_threads(int(o["threads"]))
+        if o.threads:
+            torch.set_num_threads(o.threads)
         self.torch = torch
-        self.device = torch.device(o.get("device", "cpu"))
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[o.get("dtype", "fp32")]
-        tokenizer = o.get("tokenizer", PACKAGE_TOKENIZER)
-        vit = o.get("vit")
+        self.device = torch.device(o.device)
+        self.dtype = getattr(torch, o.torch_dtype_name())
+        tokenizer = o.tokenizer
+        vit = o.vit.model_dump() if o.vit is not None else None
 
         try:
             state = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -135,8 +138,8 @@ class ImageRewardHead(HeadModel):
         visual = model.blip.visual_encoder
         stage = self._start_stage()
         return stage | {
-            "model": str(o.get("checkpoint")), "library": "image-reward",
-            "med_config": str(o.get("med_config")), "tokenizer": tokenizer,
+            "model": o.checkpoint, "library": "image-reward",
+            "med_config": o.med_config, "tokenizer": tokenizer,
             "vit": dict(vit) if vit else "large",
             "vision": {"embed_dim": int(visual.embed_dim), "depth": len(visual.blocks),
                        "patch_size": int(visual.patch_embed.patch_size[0])},
@@ -152,10 +155,10 @@ class ImageRewardHead(HeadModel):
         from ..preprocess.stage import ImageStage
 
         self.stage = ImageStage(
-            preprocess_mode(self.options), self.device, self.dtype,
+            self.options.preprocess_mode(), self.device, self.dtype,
             Geometry("shortest_crop", IMAGE_SIZE, CLIP_MEAN, CLIP_STD, "bicubic", crop_offset="round"),
             TransformSpec("judge_gateway.heads.preprocess.reference:image_reward", {"n_px": IMAGE_SIZE}),
-            preprocess_processes(self.options))
+            self.options.preprocess_process_count())
         return self.stage.facts()
 
     def prepare(self, images: Sequence[np.ndarray], prompts: Sequence[str] = ()) -> Any:

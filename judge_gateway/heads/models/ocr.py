@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config.head_options import OcrOptions
 from .base import HeadLoadError, HeadModel
 
 
@@ -27,6 +28,8 @@ def rapidocr_version() -> str:
 
 
 class RapidOcrHead(HeadModel):
+    options: OcrOptions
+
     def load(self) -> dict[str, Any]:
         try:
             from rapidocr import RapidOCR
@@ -34,17 +37,17 @@ class RapidOcrHead(HeadModel):
             raise HeadLoadError(f"rapidocr is not installed in the worker's interpreter ({exc}): "
                                 f"{sys.executable} -m pip install 'judge-gateway[ocr]'") from exc
         o = self.options
-        device = o.get("device", "cpu")
+        device = o.device
         params: dict[str, Any] = {
             "Global.log_level": "warning",
-            "Global.text_score": float(o.get("min_confidence", 0.5)),
-            "Global.use_cls": bool(o.get("use_cls", True)),
+            "Global.text_score": o.min_confidence,
+            "Global.use_cls": o.use_cls,
         }
         if device.startswith("cuda"):
             params["EngineConfig.onnxruntime.use_cuda"] = True
             params["EngineConfig.onnxruntime.cuda_ep_cfg.device_id"] = int(device.partition(":")[2] or 0)
-        if o.get("threads"):
-            params["EngineConfig.onnxruntime.intra_op_num_threads"] = int(o["threads"])
+        if o.threads:
+            params["EngineConfig.onnxruntime.intra_op_num_threads"] = o.threads
         try:
             self.engine = RapidOCR(params=params)
         except Exception as exc:

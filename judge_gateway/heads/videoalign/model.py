@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config.head_options import VideoAlignOptions
 from ..batcher import Job, MicroBatcher, Staged
 from ..models.base import HeadLoadError, HeadModel
 from .config import (DIMS, VideoAlignConfigError, build_chat_text, find_checkpoint,
@@ -98,6 +99,8 @@ def _mm_types(batch: dict[str, Any], device: Any) -> dict[str, Any]:
 class VideoAlignHead(HeadModel):
     """One item = one video (all its sampled frames) + its prompt -> VQ/MQ/TA/Overall."""
 
+    options: VideoAlignOptions
+
     def load(self) -> dict[str, Any]:
         try:
             import torch
@@ -105,15 +108,15 @@ class VideoAlignHead(HeadModel):
         except ImportError as exc:
             raise HeadLoadError(f"videoalign needs torch + transformers: {exc}") from None
         o = self.options
-        if o.get("threads"):
-            torch.set_num_threads(int(o["threads"]))
-        self.device = torch.device(o.get("device", "cpu"))
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[o.get("dtype", "fp32")]
-        self.use_norm = bool(o.get("normalize", True))
-        root = _resolve_dir(o["checkpoint"])
+        if o.threads:
+            torch.set_num_threads(o.threads)
+        self.device = torch.device(o.device)
+        self.dtype = getattr(torch, o.torch_dtype_name())
+        self.use_norm = o.normalize
+        root = _resolve_dir(o.checkpoint)
         try:
-            self.spec = load_model_config(root, base_model=o.get("base_model"))
-            ckpt = find_checkpoint(root, o.get("checkpoint_step"))
+            self.spec = load_model_config(root, base_model=o.base_model)
+            ckpt = find_checkpoint(root, o.checkpoint_step)
         except VideoAlignConfigError as exc:
             raise HeadLoadError(f"videoalign: {exc}") from None
         base = self.spec.base_model
@@ -165,7 +168,7 @@ class VideoAlignHead(HeadModel):
             if head_bias is not None:
                 self.rm_head.bias.copy_(head_bias)
         self.rm_head = self.rm_head.to(self.device, torch.float32).eval()
-        self.model_name = str(o["checkpoint"])
+        self.model_name = o.checkpoint
         self.items = 0
         return {"model": self.model_name, "checkpoint_step": ckpt.name.split("-", 1)[1],
                 "base_model": base, "sampling": self.spec.sampling(),
