@@ -60,8 +60,8 @@ def clip_heads_config(models: Path, vllm_url: str) -> dict:
 
 
 class ClipHeads:
-    """The session's heads gateway and its one app (create_app registers the watch's metrics on the
-    gateway's registry: a second app on the same gateway would register them again)."""
+    """The session's heads gateway and its one app, whose cosmos-rl service every module's requests
+    share (closed with the gateway)."""
 
     def __init__(self, models: Path, vllm_url: str) -> None:
         self.gateway = Gateway(validate_config(clip_heads_config(models, vllm_url)))

@@ -47,8 +47,8 @@ class ServedGateway:
 
 @asynccontextmanager
 async def asgi_client(app: FastAPI, timeout: float = 600) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client of create_app(gateway)'s app, in this event loop (no lifespan runs). One app
-    per gateway: a second create_app on it registers the watch's metrics on its registry again."""
+    """An HTTP client of create_app(gateway)'s app, in this event loop (no lifespan runs: the
+    app's owner closes its cosmos-rl service, `app.state.cosmos_rl.aclose()`)."""
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
                                  timeout=timeout) as client:
         yield client
