@@ -9,7 +9,6 @@ of a builder), so a bench reuses the models the tests built and never imports a 
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import socket
@@ -67,16 +66,6 @@ def tiny_judge(head: str, size: str = "tiny", **options) -> dict:
     entry = json.loads(_tiny_judge(head, size))
     entry["options"].update(options)
     return entry
-
-
-def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:
-    """Black text on white, the way a text-rendering prompt would ideally come out."""
-    im = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(im)
-    draw.text((40, size[1] // 2 - 30), text, fill="black", font=ImageFont.load_default(size=56))
-    buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def moving_square_clip(fps: float, seconds: float = 2.0, h: int = 48, w: int = 64) -> np.ndarray:

@@ -57,7 +57,6 @@ from _support import (  # noqa: E402  (bench/_support.py: nothing imported from 
     heads_python,
     moving_square_clip,
     python_path,
-    text_image_png,
     tiny_judge,
     tiny_model,
 )
@@ -65,6 +64,7 @@ from _support import (  # noqa: E402  (bench/_support.py: nothing imported from 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.media import ImageMedia, VideoMedia  # noqa: E402
+from judge_gateway.prepare import text_image  # noqa: E402
 from judge_gateway.schema import RewardRequest  # noqa: E402
 
 CLIP_FAMILY = ("clip", "pickscore", "hpsv2")
@@ -106,7 +106,7 @@ def max_requests(head: str, args: argparse.Namespace) -> int:
 
 def make_samples(head: str, n: int, size: int) -> list[dict]:
     if head == "ocr":
-        img = ImageMedia.from_bytes(text_image_png("Hello World"))
+        img = ImageMedia.from_array(text_image("Hello World"))
         return [{"prompt": 'a sign that says "Hello World"', "image": img} for _ in range(n)]
     rng = np.random.default_rng(0)
     if head == "videoalign":  # 2 s clips at 8 fps (the head samples them at the checkpoint's fps)

@@ -33,10 +33,18 @@ class CheckResult:
     ok: bool
 
 
-def probe_image(size: tuple[int, int] = (320, 160)) -> np.ndarray:
+def text_image(text: str, size: tuple[int, int] = (512, 256), *, font_size: int = 56,
+               origin: tuple[int, int] | None = None) -> np.ndarray:
+    """Black `text` on white, the way a text-rendering prompt would ideally come out ([H, W, 3]
+    uint8), drawn from `origin` (default: 40 px in, 30 px above the middle) in PIL's own font."""
     image = Image.new("RGB", size, "white")
-    ImageDraw.Draw(image).text((24, 40), PROBE_TEXT, fill="black", font=ImageFont.load_default(size=64))
+    at = origin if origin is not None else (40, size[1] // 2 - 30)
+    ImageDraw.Draw(image).text(at, text, fill="black", font=ImageFont.load_default(size=font_size))
     return np.asarray(image)
+
+
+def probe_image(size: tuple[int, int] = (320, 160)) -> np.ndarray:
+    return text_image(PROBE_TEXT, size, font_size=64, origin=(24, 40))
 
 
 def probe_sample(media: tuple[str, ...]) -> SampleInput:

@@ -1,7 +1,9 @@
-"""A real vLLM OpenAI server on the CPU, serving a tiny Qwen2.5-VL the tests build.
+"""What the integration session shares: a real vLLM OpenAI server on the CPU, serving a tiny
+Qwen2.5-VL the tests build, and one gateway of the CLIP-family heads on the tiny models (their
+worker processes start once for every module that scores them).
 
-Started once per test session through scripts/start_vllm.sh --cpu (so the script is tested
-too). A failed start is a test failure, not a skip.
+The vLLM server is started once per test session through scripts/start_vllm.sh --cpu (so the
+script is tested too). A failed start is a test failure, not a skip.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clip_heads_gateway import ClipHeads
+from tests.support.heads_env import build_tiny_heads
 from tests.support.vllm_server import build_tiny_model, start_cpu_vllm
 
 # The one tiny model answers under every judge model's served name.
@@ -45,10 +49,50 @@ def vllm(tiny_model_dir, tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def tiny_heads() -> Path:
+    """The tiny CLIP-family models (tests/support/tiny_heads.py, cached)."""
+    return build_tiny_heads("tiny")
+
+
+@pytest.fixture(scope="session")
+async def clip_heads(tiny_heads, vllm):
+    """tests/support/clip_heads_gateway.py's gateway and its app, in the session's event loop: a
+    module that needs other options for a head starts a gateway of its own. Its workers stop after
+    the last test that uses it (see pytest_collection_modifyitems), or here."""
+    heads = ClipHeads(tiny_heads, vllm.base_url)
+    try:
+        yield heads
+    finally:
+        await heads.aclose()  # a second close (after the last user's) finds everything closed
+
+
+@pytest.fixture(autouse=True)
+async def _heads_gateway_closed_after_its_last_test(request):
+    """The heads workers are not held through the rest of the session (memory: one process each)."""
+    heads = request.getfixturevalue("clip_heads") if request.node.get_closest_marker(LAST_ON_HEADS) else None
+    yield
+    if heads is not None:
+        await heads.aclose()
+
+
+LAST_ON_HEADS = "last_on_the_heads_gateway"
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "stops_the_session_vllm: stops the session's vLLM server, so it runs last")
+    config.addinivalue_line("markers", f"{LAST_ON_HEADS}: the last test of the session on clip_heads")
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselected what does not run
 def pytest_collection_modifyitems(config, items):
     # A test that stops the shared server runs after every test that needs it (stable order otherwise).
     items.sort(key=lambda item: item.get_closest_marker("stops_the_session_vllm") is not None)
+    # The tests on the session's heads gateway run one after another, where the first of them stands
+    # (the others keep their order), and the gateway closes after the last of them.
+    users = [item for item in items if "clip_heads" in getattr(item, "fixturenames", ())]
+    if users:
+        first, chosen = items.index(users[0]), set(users)
+        others = [item for item in items if item not in chosen]
+        items[:] = others[:first] + users + others[first:]
+        users[-1].add_marker(LAST_ON_HEADS)

@@ -4,8 +4,9 @@ its first frame) and PickScore_Rank through its remote client's wire format, and
 pickscore and hpsv2 through enqueue / pull, against the peers' own computation on the same tiny
 weights (tests/support/peer_heads_reference.py under .venv-heads), to a relative 1e-5.
 
-The gateway is configured as configs/flow_factory.toml and the cosmos-rl defaults are, with the
-tiny models in place of the hub weights (the test checks the shipped settings it copies)."""
+The gateway is the session's heads gateway (tests/support/clip_heads_gateway.py), configured as
+configs/flow_factory.toml and the cosmos-rl defaults are, with the tiny models in place of the hub
+weights (the test checks the shipped settings it copies)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,17 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from PIL import Image
 
-from judge_gateway.config import validate_config
-from judge_gateway.gateway import Gateway
-from judge_gateway.server import create_app
+from tests.support.clip_heads_gateway import shipped_flow_factory
 from tests.support.cosmos_client import enqueue_body, poll
-from tests.support.heads_env import build_tiny_heads, head_judges, heads_python, python_path
+from tests.support.heads_env import head_judges, heads_python, python_path
 from tests.support.protocol_clients import ff_compute, ff_payload
+from tests.support.served_gateway import asgi_client
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,32 +43,14 @@ def _images(n: int, h: int, w: int, seed: int) -> list[Image.Image]:
 
 
 @pytest.fixture(scope="module")
-def models() -> Path:
-    return build_tiny_heads("tiny")
+def models(tiny_heads) -> Path:
+    return tiny_heads
 
 
 @pytest.fixture(scope="module")
 def media() -> dict:
     return {"images": _images(4, 40, 48, 1), "videos": [_images(3, 36, 36, 2), _images(5, 28, 44, 3)],
             "group": _images(6, 44, 40, 4)}
-
-
-def _shipped() -> dict:
-    return tomllib.loads((ROOT / "configs" / "flow_factory.toml").read_text())
-
-
-def gateway_config(models: Path) -> dict:
-    """configs/flow_factory.toml's head judges and profiles on the tiny models."""
-    shipped = _shipped()
-    heads = head_judges(models, max_wait_ms=20)
-    judges = {
-        "pickscore": {**heads["pickscore"], "video": shipped["judges"]["pickscore"]["video"]},
-        "clip": {**heads["clip_hf"], "video": shipped["judges"]["clip"]["video"]},
-        "hpsv2": heads["hpsv2"],  # cosmos-rl's hpsv2 (the default mapping)
-    }
-    judges["pickscore"]["options"]["pooling"] = shipped["judges"]["pickscore"]["options"]["pooling"]
-    profiles = {k: shipped["flow_factory"]["profiles"][k] for k in ("PickScore", "CLIP", "PickScore_Rank")}
-    return {"judges": judges, "flow_factory": {"profiles": profiles}}
 
 
 @pytest.fixture(scope="module")
@@ -102,20 +82,28 @@ def reference(models, media, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-async def client(models):
-    gw = Gateway(validate_config(gateway_config(models)))
-    app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=600) as c:
+async def client(clip_heads):
+    async with asgi_client(clip_heads.app) as c:
         yield c
-    await app.state.cosmos_rl.aclose()
-    await gw.aclose()
 
 
-def test_the_copied_settings_are_the_shipped_ones():
-    shipped = _shipped()
+def test_the_copied_settings_are_the_shipped_ones(clip_heads):
+    shipped = shipped_flow_factory()
     assert shipped["judges"]["pickscore"]["video"] == {"max_frames": 4096}  # every frame
     assert shipped["judges"]["clip"]["video"] == {"num_frames": 1}  # the first frame
     assert shipped["flow_factory"]["profiles"]["PickScore_Rank"]["group_transform"] == "ordinal_rank"
+    # the session's heads gateway copies them: Flow-Factory's CLIP is its `clip_hf` (the HF CLIPModel)
+    config = clip_heads.gateway.config
+    pickscore, clip = config.judges["pickscore"], config.judges["clip_hf"]
+    assert pickscore.video.max_frames == 4096
+    assert pickscore.options.pooling == shipped["judges"]["pickscore"]["options"]["pooling"]
+    assert clip.kind == "clip" and clip.video.num_frames == 1 and clip.options.library == "transformers"
+    profiles = config.flow_factory.profiles
+    assert dict(profiles["CLIP"].judges) == {"clip_hf": 1.0}
+    assert dict(profiles["PickScore"].judges) == {"pickscore": 1.0}
+    rank = profiles["PickScore_Rank"]
+    assert dict(rank.judges) == {"pickscore": 1.0}
+    assert (rank.mode, rank.group_transform) == ("groupwise", "ordinal_rank")
 
 
 async def test_flow_factory_pickscore_images_and_videos(client, media, reference):

@@ -17,7 +17,6 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.media import VideoMedia
 from judge_gateway.schema import RewardRequest, RewardResponse
 from tests.support.heads_env import (
-    build_tiny_heads,
     head_judges,
     heads_python,
     load_test_images,
@@ -30,8 +29,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def models():
-    return build_tiny_heads("tiny")
+def models(tiny_heads):
+    return tiny_heads
 
 
 @pytest.fixture(scope="module")
@@ -45,30 +44,10 @@ def images(models):
 
 
 @pytest.fixture(scope="module")
-async def gw(models, vllm):
-    """Every head of this module in one gateway (its workers start once), next to yes/no VLM judges
-    on the session's vLLM server."""
-    judges = head_judges(models, max_wait_ms=50, max_batch_size=64)
-    unbatched = head_judges(models, max_wait_ms=0, max_batch_size=1)
-    judges["clip_unbatched"] = unbatched["clip"]
-    # closes a batch when it holds 6 images: a request's cells go out to the worker in one frame, and
-    # the wait (10 s, the most the config allows) is a margin, not the trigger: batches are a count
-    judges["clip_6"] = head_judges(models, max_wait_ms=10_000, max_batch_size=6)["clip"]
-    judges["clip_bf16"] = head_judges(models, dtype="bf16")["clip"]
-    judges["pickscore_unbatched"] = unbatched["pickscore"]
-    judges["ocr"] = {"kind": "ocr", "options": {"python": str(heads_python()), "threads": 2}}
-    judges["clip_video"] = {**judges["clip"], "video": {"num_frames": 4},
-                            "options": {**judges["clip"]["options"], "pooling": "min"}}
-    backend = {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "base_urls": [vllm.base_url], "timeout_s": 120}
-    judges["image_quality"] = {"kind": "yes_no", "backend": "qwen_vl", "template": "image_quality@1"}
-    judges["alignment"] = {"kind": "yes_no", "backend": "qwen_vl", "template": "vqa_alignment@1"}
-    gateway = Gateway(validate_config({"backends": {"qwen_vl": backend}, "judges": judges,
-                                       "combine": {"on_invalid": "skip"}}))
-    gateway.config.server.readiness_interval_s = 0.0
-    try:
-        yield gateway
-    finally:
-        await gateway.aclose()
+def gw(clip_heads):
+    """Every head of this module in the session's heads gateway (tests/support/clip_heads_gateway.py:
+    its workers start once), next to yes/no VLM judges on the session's vLLM server."""
+    return clip_heads.gateway
 
 
 def request(prompts_images, judges) -> RewardRequest:

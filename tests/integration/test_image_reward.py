@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import httpx
 import numpy as np
 import pytest
 
@@ -25,6 +24,7 @@ from tests.support.heads_env import (
     load_test_images,
     python_path,
 )
+from tests.support.served_gateway import asgi_client
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -175,38 +175,37 @@ print(json.dumps(torch.tensor(m).reshape(len(arrays), len(arrays)).diagonal(0).f
 """
 
 
-async def test_cosmos_rl_image_reward_is_the_inference_rank_diagonal(models, reference, images, tmp_path):
-    """cosmos-rl's `image_reward` reward: an enqueue/pull round trip whose legacy key
-    `image_reward` holds the head's raw z-score, which is cosmos-rl's own number: the diagonal
-    of the package's `inference_rank(prompts, images)` (a B x B grid) on the same files."""
+async def test_cosmos_rl_image_reward_is_the_inference_rank_diagonal(gw, models, reference, images, tmp_path):
+    """cosmos-rl's `image_reward` reward (the module's gateway: its worker is up already): an
+    enqueue/pull round trip whose legacy key `image_reward` holds the head's raw z-score, which is
+    cosmos-rl's own number: the diagonal of the package's `inference_rank(prompts, images)` (a
+    B x B grid) on the same files."""
     from judge_gateway.server import create_app
     from tests.support.cosmos_client import enqueue_body, headers, poll
 
-    gateway = Gateway(validate_config({"judges": {"image_reward": image_reward_judge(models, threads=2)}}))
-    app = create_app(gateway)
     batch = np.stack([images[1], images[4]])  # both 256x320
     meta = {"reward_fn": {"image_reward": 1.0}, "prompts": [reference["prompts"][0], reference["prompts"][3]],
             "media_type": "image"}
+    app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with asgi_client(app) as client:
             r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
             assert r.status_code == 200, r.text
             body = (await poll(client, r.json()["uuid"], "image_reward", timeout=300, interval=0.2)).json()
-        assert body["valid"] == [True, True], body.get("errors")
-        assert body["scores"]["image_reward"] == pytest.approx(
-            [reference["scores"][1][0], reference["scores"][4][3]], abs=TOL)
-        assert body["scores"]["image_reward"] == [pytest.approx(c["raw"]) for c in body["judge_scores"]]
-        np.savez(tmp_path / "batch.npz", *batch)
-        proc = subprocess.run([str(imagereward_python()), "-c", PEER_INFERENCE_RANK, str(models / "ImageReward.pt"),
-                               str(models / "med_config.json"), str(models / "tokenizer"), (models / "vit.json").read_text(),
-                               str(tmp_path / "batch.npz"), json.dumps(meta["prompts"])],
-                              capture_output=True, text=True, timeout=600, check=False,
-                              env={**os.environ, "PYTHONPATH": python_path()})
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert body["scores"]["image_reward"] == pytest.approx(json.loads(proc.stdout.splitlines()[-1]), rel=1e-5)
     finally:
         await app.state.cosmos_rl.aclose()
-        await gateway.aclose()
+    assert body["valid"] == [True, True], body.get("errors")
+    assert body["scores"]["image_reward"] == pytest.approx(
+        [reference["scores"][1][0], reference["scores"][4][3]], abs=TOL)
+    assert body["scores"]["image_reward"] == [pytest.approx(c["raw"]) for c in body["judge_scores"]]
+    np.savez(tmp_path / "batch.npz", *batch)
+    proc = subprocess.run([str(imagereward_python()), "-c", PEER_INFERENCE_RANK, str(models / "ImageReward.pt"),
+                           str(models / "med_config.json"), str(models / "tokenizer"), (models / "vit.json").read_text(),
+                           str(tmp_path / "batch.npz"), json.dumps(meta["prompts"])],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, "PYTHONPATH": python_path()})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert body["scores"]["image_reward"] == pytest.approx(json.loads(proc.stdout.splitlines()[-1]), rel=1e-5)
 
 
 async def test_bf16_scores_close_to_fp32(models, reference, images):

@@ -15,6 +15,7 @@ from PIL import Image
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.schema import RewardRequest
+from tests.support.cli_configs import vlm_config, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -39,16 +40,8 @@ def test_prompts_compare_two_alignment_versions(tmp_path, vllm):
                          "label": labels[i]}) for i in range(6)]
     data = tmp_path / "prefs.jsonl"
     data.write_text("\n".join(lines) + "\n")
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f"""
-[backends.qwen_vl]
-model = "Qwen/Qwen2.5-VL-7B-Instruct"
-base_urls = ["{vllm.base_url}"]
-[judges.alignment]
-kind = "yes_no"
-backend = "qwen_vl"
-template = "vqa_alignment@1"
-""")
+    cfg = write_config(tmp_path, vlm_config(vllm.base_url, "Qwen/Qwen2.5-VL-7B-Instruct",
+                                            {"alignment": "vqa_alignment@1"}, backend="qwen_vl"))
     cache = tmp_path / "cache.jsonl"
     cmd = [sys.executable, "-m", "judge_gateway.cli", "prompts", "compare", "vqa_alignment@1", "vqa_alignment@2",
            "--data", str(data), "--config", str(cfg), "--cache", str(cache), "--no-progress"]

@@ -3,7 +3,8 @@
 cosmos-rl requests are built as its example clients build them (npy after a JSON line,
 form-encoded pulls until 200); Flow-Factory requests as its RemoteRewardClient builds them.
 The Redis store runs on a real redis-server; the latent decoder on a tiny random Wan VAE in the
-torch worker venv (scripts/setup_latents.sh).
+torch worker venv (scripts/setup_latents.sh). The local heads behind both protocols are the
+session's heads gateway, in process (tests/support/clip_heads_gateway.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.support.heads_env import build_tiny_wan, latents_python
 from tests.support.protocol_clients import ff_payload, pil_images
 from tests.support.real_vllm_config import FINAL_REGEX, real_config
 from tests.support.redis_server import RedisServer
-from tests.support.served_gateway import ServedGateway
+from tests.support.served_gateway import ServedGateway, asgi_client
 
 pytestmark = pytest.mark.integration
 
@@ -354,33 +355,24 @@ def _npy(arr: np.ndarray) -> bytes:
 # ---- local heads behind both protocols -----------------------------------------------------
 
 
-async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(vllm):
-    from tests.support.heads_env import build_tiny_heads, head_judges
-
-    heads = head_judges(build_tiny_heads("tiny"), max_wait_ms=20)
-    data = protocol_config(vllm.base_url)
-    data["judges"] |= {"pickscore": heads["pickscore"], "hpsv2": heads["hpsv2"]}
-    data["flow_factory"]["profiles"]["heads"] = {"judges": {"pickscore": 1.0, "alignment": 1.0},
-                                                 "mode": "groupwise", "group_transform": "zscore"}
-    served = ServedGateway(data)
+async def test_heads_behind_cosmos_rl_names_and_a_flow_factory_profile(clip_heads):
+    """The session's heads gateway (tests/support/clip_heads_gateway.py): pickscore and hpsv2 under
+    cosmos-rl's reward names, and its `heads` profile (pickscore and a VLM judge, z-scored groupwise)."""
     meta = {"reward_fn": {"hpsv2": 1.0, "pickscore": 1.0}, "prompts": ["a red square", "colourful noise"],
             "media_type": "image"}
-    try:
-        async with httpx.AsyncClient(base_url=served.url, timeout=600) as http:
-            r = await http.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=HDR)
-            assert r.status_code == 200, r.text
-            for name in ("hpsv2", "pickscore"):
-                body = (await poll(http, r.json()["uuid"], name, timeout=600, interval=0.2)).json()
-                assert body["valid"] == [True, True], body.get("errors")
-                # cosmos-rl's lists: HPSv2's native number (the cosine), PickScore's / 26 (raw
-                # would be 26 times cosmos-rl's number)
-                scale = 1 / 26 if name == "pickscore" else 1.0
-                assert body["scores"][name] == [pytest.approx(c["raw"] * scale) for c in body["judge_scores"]]
-                assert body["judge_scores"][0]["judge"] == name
-            r = await http.post("/flow-factory/heads/compute",
-                                json=ff_payload(["a cat"] * 4, image=pil_images(4, size=48, seed=3)))
-            r.raise_for_status()
-            rewards = r.json()["rewards"]
-            assert len(rewards) == 4 and sum(rewards) == pytest.approx(0.0, abs=1e-9)  # z-scored group
-    finally:
-        served.stop()
+    async with asgi_client(clip_heads.app) as http:
+        r = await http.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=HDR)
+        assert r.status_code == 200, r.text
+        for name in ("hpsv2", "pickscore"):
+            body = (await poll(http, r.json()["uuid"], name, timeout=600, interval=0.2)).json()
+            assert body["valid"] == [True, True], body.get("errors")
+            # cosmos-rl's lists: HPSv2's native number (the cosine), PickScore's / 26 (raw
+            # would be 26 times cosmos-rl's number)
+            scale = 1 / 26 if name == "pickscore" else 1.0
+            assert body["scores"][name] == [pytest.approx(c["raw"] * scale) for c in body["judge_scores"]]
+            assert body["judge_scores"][0]["judge"] == name
+        r = await http.post("/flow-factory/heads/compute",
+                            json=ff_payload(["a cat"] * 4, image=pil_images(4, size=48, seed=3)))
+        r.raise_for_status()
+        rewards = r.json()["rewards"]
+        assert len(rewards) == 4 and sum(rewards) == pytest.approx(0.0, abs=1e-9)  # z-scored group

@@ -24,6 +24,7 @@ from judge_gateway.judges import ScoreContext
 from judge_gateway.media import MediaCache, VideoMedia, VideoSampling, encode_video
 from judge_gateway.schema import RewardResponse, SampleInput
 from judge_gateway.server import create_app
+from tests.support.cli_configs import vlm_config, write_config
 from tests.support.fake_openai import free_port
 from tests.support.real_vllm_config import real_config
 
@@ -179,16 +180,8 @@ async def test_group_transform_on_real_scores(served_gateway):
 
 
 def test_cli_score_against_real_vllm(tmp_path, vllm):
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f"""
-[backends.qwen_vl]
-model = "Qwen/Qwen2.5-VL-7B-Instruct"
-base_urls = ["{vllm.base_url}"]
-[judges.alignment]
-kind = "yes_no"
-backend = "qwen_vl"
-template = "vqa_alignment@1"
-""")
+    cfg = write_config(tmp_path, vlm_config(vllm.base_url, "Qwen/Qwen2.5-VL-7B-Instruct",
+                                            {"alignment": "vqa_alignment@1"}, backend="qwen_vl"))
     for i, a in enumerate(images(3)):
         Image.fromarray(a).save(tmp_path / f"{i}.png")
         (tmp_path / f"{i}.txt").write_text(f"a picture {i}")

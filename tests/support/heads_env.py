@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image
 
 from tests.support.tiny_cache import (
     cached_build,
@@ -167,12 +167,12 @@ def build_byo() -> Path:
 
 
 def text_image_png(text: str, size: tuple[int, int] = (512, 256)) -> bytes:
-    """Black text on white, the way a text-rendering prompt would ideally come out."""
-    im = Image.new("RGB", size, "white")
-    draw = ImageDraw.Draw(im)
-    draw.text((40, size[1] // 2 - 30), text, fill="black", font=ImageFont.load_default(size=56))
+    """judge_gateway.prepare.text_image as PNG bytes (imported here: the worker venvs that import
+    this module to build tiny models need not have the gateway's dependencies)."""
+    from judge_gateway.prepare import text_image
+
     buf = io.BytesIO()
-    im.save(buf, format="PNG")
+    Image.fromarray(text_image(text, size)).save(buf, format="PNG")
     return buf.getvalue()
 
 

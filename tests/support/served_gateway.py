@@ -1,12 +1,17 @@
-"""A gateway app served over real HTTP (uvicorn in a thread), for clients in other processes."""
+"""A gateway app served over real HTTP (uvicorn in a thread), for clients in other processes; or
+to a client in the test's own event loop (asgi_client), for an app whose gateway lives there."""
 
 from __future__ import annotations
 
 import copy
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import httpx
 import uvicorn
+from fastapi import FastAPI
 
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
@@ -38,3 +43,12 @@ class ServedGateway:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+@asynccontextmanager
+async def asgi_client(app: FastAPI, timeout: float = 600) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of create_app(gateway)'s app, in this event loop (no lifespan runs: the
+    app's owner closes its cosmos-rl service, `app.state.cosmos_rl.aclose()`)."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
+                                 timeout=timeout) as client:
+        yield client

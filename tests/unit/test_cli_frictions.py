@@ -22,6 +22,7 @@ from PIL import Image
 from judge_gateway.cli import main as cli_main
 from judge_gateway.config import DEFAULT_CONFIG_PATH, load_config, validate_config
 from tests.conftest import png_bytes
+from tests.support.cli_configs import vlm_config, write_config
 from tests.support.fake_head_worker import fake_head_python
 from tests.support.live_server import LiveServer
 from tests.support.media_files import write_image, write_video
@@ -38,35 +39,16 @@ def _fresh_machine_config(tmp_path: Path) -> str:
     return str(path)
 
 
-def _config(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "c.toml"
-    path.write_text(body)
-    return str(path)
-
-
 def _fake_and_dead(tmp_path: Path, base_url: str, *, quality_name: str = "quality", ocr: bool = True) -> str:
     """A judge on the fake backend, one on a backend that is down, and (unless `ocr` is False) a
     local OCR head that is no default."""
-    head = '[judges.ocr]\nkind = "ocr"\ndefault = false\n' if ocr else ""
-    return _config(tmp_path, f"""
-[backends.fake]
-model = "fake-yes"
-base_urls = ["{base_url}"]
-[backends.dead]
-model = "Qwen/Qwen2.5-VL-7B-Instruct"
-base_urls = ["{DEAD}"]
-max_retries = 0
-[judges.{quality_name}]
-kind = "yes_no"
-backend = "fake"
-template = "image_quality@1"
-options = {{ video_first_frame = true }}
-[judges.dead]
-kind = "yes_no"
-backend = "dead"
-template = "vqa_alignment@1"
-default = false
-{head}""")
+    config = vlm_config(base_url, "fake-yes", {quality_name: {
+        "kind": "yes_no", "template": "image_quality@1", "options": {"video_first_frame": True}}})
+    config["backends"]["dead"] = {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "base_urls": [DEAD], "max_retries": 0}
+    config["judges"]["dead"] = {"kind": "yes_no", "backend": "dead", "template": "vqa_alignment@1", "default": False}
+    if ocr:
+        config["judges"]["ocr"] = {"kind": "ocr", "default": False}
+    return write_config(tmp_path, config)
 
 
 def _folder(tmp_path: Path, n: int = 3) -> Path:
@@ -109,9 +91,7 @@ def test_tune_weights_with_no_usable_pair_says_why_and_writes_nothing(tmp_path, 
             for name in ("x", "y"):
                 cache.put(CacheKey(sample.key, name, *judge_identity(cfg, name)),
                           CachedScore(valid=False, error_code="answer_missing"))
-    config = _config(tmp_path, "\n".join(
-        ['[backends.b]', 'model = "m"', f'base_urls = ["{DEAD}"]']
-        + [f'[judges.{j}]\nkind = "yes_no"\nbackend = "b"\ntemplate = "image_quality@1"' for j in ("x", "y")]))
+    config = write_config(tmp_path, doc)
     out_dir = tmp_path / "profiles"
     rc = cli_main(["tune", "weights", "--config", config, "--judges", "x,y", "--data", str(prefs),
                    "--cache", str(tmp_path / "cache.jsonl"), "--cache-only", "--out-dir", str(out_dir),
@@ -408,7 +388,7 @@ def test_a_missing_extra_is_named_with_its_pip_command(tmp_path, monkeypatch, ca
     assert "browse needs the `browse` extra (missing: jinja2): pip install 'judge-gateway[browse]'" in err
     assert "Traceback" not in err and not (tmp_path / "r.html").exists()
     monkeypatch.setitem(sys.modules, "redis", None)
-    config = _config(tmp_path, '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:1"\n[judges.ocr]\nkind = "ocr"\n')
+    config = write_config(tmp_path, '[store]\nkind = "redis"\nurl = "redis://127.0.0.1:1"\n[judges.ocr]\nkind = "ocr"\n')
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("served without its store"))
     assert cli_main(["serve", "--config", config, "--log-level", "warning"]) == 2
     assert "store.kind = 'redis' needs the `redis` extra (missing: redis): pip install 'judge-gateway[redis]'" \

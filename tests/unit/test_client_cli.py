@@ -19,6 +19,7 @@ from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 from judge_gateway.server import create_app
 from tests.conftest import png_bytes
+from tests.support.cli_configs import write_config
 from tests.support.fake_openai import free_port
 
 
@@ -30,26 +31,6 @@ def small_config(base_url: str) -> dict:
                    "final": {"kind": "final_score", "backend": "final", "template": "unified_reward@1",
                              "default": False}},
     }
-
-
-def config_toml(base_url: str) -> str:
-    return f"""
-[backends.yes]
-model = "fake-yes"
-base_urls = ["{base_url}"]
-[backends.final]
-model = "fake-final-4"
-base_urls = ["{base_url}"]
-[judges.quality]
-kind = "yes_no"
-backend = "yes"
-template = "image_quality@1"
-[judges.final]
-kind = "final_score"
-backend = "final"
-template = "unified_reward@1"
-default = false
-"""
 
 
 @pytest.fixture(scope="module")
@@ -187,8 +168,7 @@ def test_cli_schema_and_prompts(capsys):
 
 
 def test_cli_score_jsonl(tmp_path, fake_backend):
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(config_toml(fake_backend.base_url))
+    cfg = write_config(tmp_path, small_config(fake_backend.base_url))
     lines = []
     for i in range(5):
         (tmp_path / f"{i}.png").write_bytes(png_bytes(i))

@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 
 from judge_gateway.cli import main as cli_main
+from tests.support.cli_configs import vlm_config, write_config
 
 # (chosen reward, label): 12 samples, not separable at 0.5
 BINARY = [(0.05, 0), (0.15, 0), (0.25, 1), (0.35, 0), (0.45, 0), (0.55, 1), (0.65, 0), (0.75, 1), (0.85, 1),
@@ -22,19 +23,8 @@ def _gray(path, p: float) -> float:
     return v / 255
 
 
-def _config(tmp_path, base_url: str, extra: str = "") -> str:
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f"""
-[backends.fake]
-model = "fake-p-from-image"
-base_urls = ["{base_url}"]
-[judges.quality]
-kind = "yes_no"
-backend = "fake"
-template = "image_quality@1"
-{extra}
-""")
-    return str(cfg)
+def _config(tmp_path, base_url: str, model: str = "fake-p-from-image", **sections: dict) -> str:
+    return write_config(tmp_path, vlm_config(base_url, model, {"quality": "image_quality@1"}, **sections))
 
 
 def _expected(rewards, labels, t):
@@ -82,7 +72,7 @@ def test_eval_binary_labels_prints_figures_and_writes_the_calibration_png(tmp_pa
 
 def test_eval_threshold_from_the_config_and_the_flag(tmp_path, fake_backend, capsys):
     rewards, labels = _binary_set(tmp_path)
-    cfg = _config(tmp_path, fake_backend.base_url, "[eval]\nthresholds = { quality = 0.6 }")
+    cfg = _config(tmp_path, fake_backend.base_url, eval={"thresholds": {"quality": 0.6}})
     assert cli_main(["eval", str(tmp_path / "labels.jsonl"), "--judge", "quality", "--config", cfg,
                      "--no-progress", "--plot", str(tmp_path / "cal.png")]) == 0
     out = capsys.readouterr().out
@@ -129,15 +119,6 @@ def test_eval_refuses_bad_labels(tmp_path, fake_backend, capsys):
     assert "unknown judge 'nope'" in capsys.readouterr().err
 
 
-def _config_model(tmp_path, base_url: str, model: str) -> str:
-    path = _config(tmp_path, base_url)
-    with open(path, encoding="utf-8") as f:
-        text = f.read().replace('"fake-p-from-image"', f'"{model}"')
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
-
-
 def test_eval_pairwise_exits_1_when_no_pair_is_valid(tmp_path, fake_backend, capsys):
     lines = []
     for i in range(3):
@@ -145,7 +126,7 @@ def test_eval_pairwise_exits_1_when_no_pair_is_valid(tmp_path, fake_backend, cap
         _gray(tmp_path / f"b{i}.png", 0.7)
         lines.append(json.dumps({"id": f"p{i}", "prompt": "x", "a": f"a{i}.png", "b": f"b{i}.png", "label": "b"}))
     (tmp_path / "pairs.jsonl").write_text("\n".join(lines) + "\n")
-    cfg = _config_model(tmp_path, fake_backend.base_url, "fake-no-answer")  # every score: answer_missing
+    cfg = _config(tmp_path, fake_backend.base_url, model="fake-no-answer")  # every score: answer_missing
     assert cli_main(["eval", str(tmp_path / "pairs.jsonl"), "--judge", "quality", "--config", cfg,
                      "--no-progress"]) == 1
     captured = capsys.readouterr()

@@ -7,27 +7,14 @@ import json
 import pytest
 
 from judge_gateway.cli import main as cli_main
+from tests.support.cli_configs import vlm_config, write_config
 from tests.support.media_files import VIDEO_CODECS, write_image, write_video
 
 
 def _config(tmp_path, base_url: str, model: str = "fake-yes") -> str:
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f"""
-[backends.fake]
-model = "{model}"
-base_urls = ["{base_url}"]
-[judges.quality]
-kind = "yes_no"
-backend = "fake"
-template = "image_quality@1"
-options = {{ video_first_frame = true }}
-[judges.physics]
-kind = "yes_no"
-backend = "fake"
-template = "cosmos_reason1@1"
-default = false
-""")
-    return str(cfg)
+    return write_config(tmp_path, vlm_config(base_url, model, {
+        "quality": {"kind": "yes_no", "template": "image_quality@1", "options": {"video_first_frame": True}},
+        "physics": {"kind": "yes_no", "template": "cosmos_reason1@1", "default": False}}))
 
 
 def _rows(run_dir):
