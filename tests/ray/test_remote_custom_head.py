@@ -51,6 +51,7 @@ class _Worker:
 def _replica(worker) -> object:
     replica = object.__new__(HeadReplica.func_or_class)
     replica.worker = worker
+    replica._closing = True  # no worker process to stop: the GC's __del__ makes no aclose() coroutine
     return replica
 
 

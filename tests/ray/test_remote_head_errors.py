@@ -44,9 +44,13 @@ class _CrashingWorker:
         raise HeadError("failed to load")
 
 
-def _replica(worker) -> object:
+def _replica(worker, served: bool = False) -> object:
+    """A replica as Serve would hold it (served: its __del__ closes the worker once) or as these
+    tests make it (no Serve shutdown: marked closed, so the GC's __del__ makes no coroutine)."""
     replica = object.__new__(HeadReplica.func_or_class)
     replica.worker = worker
+    if not served:
+        replica._closing = True
     return replica
 
 
@@ -107,7 +111,7 @@ def test_the_replica_closes_its_worker_once_and_leaves_nothing_unawaited():
         async def aclose(self):
             closed.append(True)
 
-    replica = _replica(Worker())
+    replica = _replica(Worker(), served=True)
     first = replica.__del__()  # Serve's call at shutdown: it awaits what comes back
     asyncio.run(first)
     assert closed == [True]
