@@ -103,6 +103,22 @@ def _as_fault(exc: BaseException, where: str) -> BackendFault:
     return BackendError(f"{where}: {type(exc).__name__}")
 
 
+async def _list_models(client: AsyncOpenAI, attempts: int = 3) -> Any:
+    """The replica's model list, asked again after a connection that failed other than by a
+    refusal: a probe every readiness_interval_s (5 s) meets connections that the server's
+    keep-alive timeout (uvicorn's, vLLM's included: 5 s) closes as it writes, which read as a
+    reset (the SDK reports some as timeouts); a server that is down refuses every connection and
+    is reported at once. The caller bounds the whole with its probe timeout."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await client.models.list()
+        except openai.APIConnectionError as exc:
+            if attempt == attempts or _root_cause(exc) == "ConnectionRefusedError":
+                raise
+            await asyncio.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _backend_text(exc: BaseException) -> str:
     """What the log keeps of a failed call: the backend's reply or the connection error."""
     if isinstance(exc, openai.APIStatusError) and exc.response is not None:
@@ -315,7 +331,7 @@ class BackendPool:
             where = f"replica {i + 1} of {n}"
             client, _ = replica.bind(self.cfg)
             try:
-                models = await asyncio.wait_for(client.models.list(), timeout_s)
+                models = await asyncio.wait_for(_list_models(client), timeout_s)
             except asyncio.TimeoutError:
                 if time.monotonic() - replica.answered_at <= BUSY_COUNTS_AS_READY_S:
                     return True, None

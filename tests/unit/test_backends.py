@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 
 import pytest
@@ -114,3 +116,43 @@ async def test_a_slow_model_list_is_busy_not_down_when_the_replica_just_answered
     finally:
         await pool.aclose()
         server.close()
+
+
+async def test_a_probe_that_meets_reset_connections_asks_again_and_a_refusal_is_reported_at_once():
+    """vLLM's server closes a connection idle for 5 s, the probe interval; one closed as the probe
+    writes reads as a reset. A probe asks again rather than report the replica down (which made
+    cosmos-rl enqueues answer 503); a server that refuses connections is not ready at once."""
+    connections = []
+    resets = 2  # one call of the SDK's aiohttp transport opens two connections before it gives up
+
+    async def resets_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(True)
+        await reader.readuntil(b"\r\n\r\n")
+        if len(connections) <= resets:
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()  # closed with linger 0: the client reads a reset
+            return
+        body = b'{"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "x"}]}'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                     + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(resets_first, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = BackendPool("p", BackendConfig(model="m", base_urls=[f"http://127.0.0.1:{port}/v1"]))
+    try:
+        assert await pool.probe(timeout_s=5) == (True, None)
+        assert len(connections) > resets
+    finally:
+        await pool.aclose()
+        server.close()
+    dead = BackendPool("p", BackendConfig(model="m", base_urls=[f"http://127.0.0.1:{free_port()}/v1"]))
+    try:
+        started = time.monotonic()
+        ready, reason = await dead.probe(timeout_s=5)
+        assert not ready and "replica 1 of 1: cannot connect (ConnectionRefusedError)" in (reason or ""), reason
+        assert time.monotonic() - started < 1.0  # not asked again
+    finally:
+        await dead.aclose()
