@@ -118,7 +118,7 @@ async def test_judges_readyz_metrics(make_client):
     judges = {j["name"]: j for j in (await client.get("/v1/judges")).json()["judges"]}
     assert judges["quality"]["template"]["id"] == "image_quality"
     assert judges["quality"]["template"]["version"] == "1"
-    assert judges["quality"]["ready"] is True
+    assert judges["quality"]["ready"] is True, judges["quality"]
     assert judges["down"]["ready"] is False and judges["down"]["ready_reason"]
     r = await client.get("/readyz")
     assert r.status_code == 503 and r.json()["judges"]["down"]["ready"] is False
