@@ -85,8 +85,10 @@ def moving_square_clip(fps: float, seconds: float = 2.0, h: int = 48, w: int = 6
 class CpuVllm:
     """A CPU vLLM server on the tiny VLM, through scripts/start_vllm.sh (start on enter, stop on exit)."""
 
-    def __init__(self, served_names: list[str], run_dir: str | os.PathLike[str], wait_timeout: int = 240):
+    def __init__(self, served_names: list[str], run_dir: str | os.PathLike[str], wait_timeout: int = 240,
+                 extra: str = ""):
         self.served_names, self.run_dir, self.wait_timeout = served_names, Path(run_dir), wait_timeout
+        self.extra = extra  # more vLLM arguments (start_vllm.sh --extra)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -110,7 +112,7 @@ class CpuVllm:
         self._script("start", "--cpu", "--model", str(tiny_model("vlm")), "--host", "127.0.0.1",
                      "--port", str(self.port), "--max-model-len", "4096", "--limit-mm-per-prompt",
                      '{"image":4,"video":1}', "--wait-timeout", str(self.wait_timeout), *names,
-                     timeout=self.wait_timeout + 60)
+                     *(("--extra", self.extra) if self.extra else ()), timeout=self.wait_timeout + 60)
         self.startup_seconds = time.monotonic() - started
         return self
 
@@ -144,16 +146,16 @@ def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
 
 
-def run_on_vllm(main_async, args) -> int:
+def run_on_vllm(main_async, args, extra: str = "") -> int:
     """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
-    for the run (served as `args.model`) when no URL was given."""
+    for the run (served as `args.model`, with `extra` vLLM arguments) when no URL was given."""
     import asyncio
     import tempfile
 
     if args.base_url:
         asyncio.run(main_async(args, args.base_url))
         return 0
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir) as server:
+    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir, extra=extra) as server:
         asyncio.run(main_async(args, server.base_url))
     return 0
 
