@@ -84,6 +84,8 @@ apt_tools() {
     apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 }
 
+# Free disk, for the reader of a failed run: the set-up needs about 12 GB (docs/development/testing.md).
+echo "== free disk at the start: $(df -h --output=avail "$REPO_ROOT" 2>/dev/null | tail -1 | tr -d ' ') in $REPO_ROOT"
 stage "set-up: .venv (bootstrap)" scripts/bootstrap.sh  # the gateway (no torch): dev, tune, redis, ocr, browse extras
 background "set-up: .venv-geneval (mmcv build, low priority)" nice -n 15 env MAX_JOBS=2 \
     scripts/lib/env_build.sh geneval "$REPO_ROOT/.venv-geneval" --torch auto
@@ -93,6 +95,7 @@ background "set-up: lane 2 (hpsv3, imagereward, latents, ray)" \
 stage "set-up: lane 1 (vllm, heads, cosmosrl)" lane vllm:.venv-vllm heads:.venv-heads cosmosrl:.venv-cosmosrl
 wait_for "set-up: lane 2 (hpsv3, imagereward, latents, ray)"
 wait_for "set-up: apt (redis-server, chromium)"
+echo "== free disk after the set-up: $(df -h --output=avail "$REPO_ROOT" 2>/dev/null | tail -1 | tr -d ' ')"
 
 # A failing test stage does not stop the later ones (each says what it found); the command fails
 # at the end. A failing set-up stage stops it at once: nothing after it could run.

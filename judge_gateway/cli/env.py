@@ -19,6 +19,9 @@ def add_torch_options(p: argparse.ArgumentParser) -> None:
                         "local wheel is found; PyPI for cuda)")
     p.add_argument("--wheel-cache", type=Path, metavar="DIR",
                    help="built wheels (mmcv) kept here (default $JG_WHEEL_CACHE or ~/.cache/judge-gateway/wheels)")
+    p.add_argument("--no-shared-files", action="store_true",
+                   help="give each venv its own copy of every file (default: a file identical to one of a sibling "
+                        "venv in the same folder, torch's libraries above all, is a hard link to that one copy)")
 
 
 def _cmd_env_list(args: argparse.Namespace) -> int:
@@ -33,7 +36,7 @@ def _cmd_env_build(args: argparse.Namespace) -> int:
     specs = load_specs()
     spec = specs.env(args.name)
     choice = choose_torch(args.torch, specs.torch, index_url=args.torch_index)
-    builder = EnvBuilder(choice, specs=specs, wheel_cache=args.wheel_cache)
+    builder = EnvBuilder(choice, specs=specs, wheel_cache=args.wheel_cache, share_files=not args.no_shared_files)
     venv = Path(args.venv or spec.venv)
     if args.dry_run:
         print(f"environment {spec.name}: {spec.summary}")

@@ -18,7 +18,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     specs = load_specs()
     choice = choose_torch(args.torch, specs.torch, index_url=args.torch_index)
-    builder = EnvBuilder(choice, specs=specs, wheel_cache=args.wheel_cache)
+    builder = EnvBuilder(choice, specs=specs, wheel_cache=args.wheel_cache,
+                         share_files=not args.no_shared_files)
     judges = [j.strip() for j in args.judges.split(",") if j.strip()] if args.judges else None
     if args.download_dir:
         # The workers and vLLM read the same cache: `up` / `serve` need this variable too.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .mmcv import install_mmcv, mmcv_plan
+from .share import ShareResult, share_identical_files
 from .spec import EnvBuildError, EnvSpec, Specs, Step, load_specs
 from .torch_build import TorchChoice
 
@@ -139,7 +140,8 @@ class EnvBuilder:
     """Builds environments of the specs for one torch choice."""
 
     def __init__(self, choice: TorchChoice, *, specs: Specs | None = None, base_python: str | None = None,
-                 wheel_cache: Path | None = None, log: Log | None = None, verbose_pip: bool | None = None) -> None:
+                 wheel_cache: Path | None = None, log: Log | None = None, verbose_pip: bool | None = None,
+                 share_files: bool = True) -> None:
         self.specs = specs or load_specs()
         self.choice = choice
         self.base_python = base_python or os.environ.get("JG_PYTHON") or getattr(sys, "_base_executable",
@@ -147,6 +149,10 @@ class EnvBuilder:
         self.wheel_cache = wheel_cache or default_wheel_cache()
         self.log = log or (lambda msg: print(msg, flush=True))
         self.verbose_pip = sys.stdout.isatty() if verbose_pip is None else verbose_pip
+        # Files identical to a sibling venv's become hard links to one copy (share.py), after the
+        # torch step (the bulk, early: it lowers the peak of environments built side by side) and
+        # at the end.
+        self.share_files = share_files
 
     # -- planning (--dry-run) ------------------------------------------------------------------
     def constraints(self, spec: EnvSpec) -> list[str]:
@@ -205,12 +211,19 @@ class EnvBuilder:
         constraints = venv / "judge-gateway-constraints.txt"
         constraints.write_text("".join(f"{pin}\n" for pin in self.constraints(spec)))
         steps = spec.steps_for(self.choice.build)
+        shared = ShareResult()
         for i, step in enumerate(steps, 1):
             t0 = time.monotonic()
             self.log(f"[env {name}] step {i}/{len(steps)}: {step.describe()}")
             self._step(name, spec, venv, step, constraints, state)
             result.step_seconds.append((step.describe(), time.monotonic() - t0))
             self.log(f"[env {name}] step {i}/{len(steps)} took {time.monotonic() - t0:.0f} s")
+            if step.kind == "torch" and self.share_files:
+                shared = _add(shared, share_identical_files(venv))
+        if self.share_files:
+            t0 = time.monotonic()
+            shared = _add(shared, share_identical_files(venv))
+            self._log_shared(name, shared, time.monotonic() - t0)
         final = inspect_env(spec, venv)
         ok, why = reusable(spec, final, self.choice)
         if not ok:
@@ -223,6 +236,14 @@ class EnvBuilder:
             "seconds": round(result.seconds, 1)}, indent=2) + "\n")
         self.log(f"[env {name}] ready in {result.seconds:.0f} s ({result.torch})")
         return result
+
+    def _log_shared(self, name: str, shared: ShareResult, seconds: float) -> None:
+        if shared.unavailable:
+            self.log(f"[env {name}] files are not shared with sibling venvs: the filesystem refused a hard link "
+                     f"({shared.unavailable})")
+        elif shared.files:
+            self.log(f"[env {name}] {shared.files} files ({shared.bytes / 1e9:.2f} GB) are hard links to identical "
+                     f"files of sibling venvs, one copy on disk ({seconds:.0f} s)")
 
     def _step(self, name: str, spec: EnvSpec, venv: Path, step: Step, constraints: Path, state: EnvState) -> None:
         python = str(venv_python(venv))
@@ -283,6 +304,10 @@ def _checkout_lock() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _add(a: ShareResult, b: ShareResult) -> ShareResult:
+    return ShareResult(a.files + b.files, a.bytes + b.bytes, b.unavailable or a.unavailable)
 
 
 def _torch_text(state: EnvState) -> str:

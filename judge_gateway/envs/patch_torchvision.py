@@ -12,6 +12,7 @@ Run by path with the target venv's interpreter (that venv need not hold judge-ga
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
 import re
 import sys
@@ -39,7 +40,12 @@ def main(tag: str) -> int:
     path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "_meta_registrations.py"
     new, count = guard(path.read_text())
     if count:
-        path.write_text(new)
+        # A new file renamed over the old one, never a write in place: the installed file may be a
+        # hard link shared with sibling venvs (judge_gateway/envs/share.py), patched or not.
+        tmp = path.with_name(f".{path.name}.patching")
+        tmp.write_text(new)
+        tmp.chmod(path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
         for pyc in path.parent.joinpath("__pycache__").glob("_meta_registrations.*.pyc"):
             pyc.unlink()
         print(f"[{tag}] guarded {count} register_fake registration(s) in {path}")
