@@ -152,9 +152,11 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
             log = open(Path(tmp) / f"{name}.log", "w")
             logs.append(log)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH")) if p)}
+            # cwd = the side's checkout: `python -m` puts the working folder first on sys.path, so
+            # from any other checkout both sides would import that one's package.
             procs[name] = (subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config",
                                              str(cfg_path), "--port", str(port), "--log-level", "warning"],
-                                            stdout=log, stderr=log, env=env), port)
+                                            stdout=log, stderr=log, env=env, cwd=code), port)
         try:
             limits = httpx.Limits(max_connections=args.concurrency + 8)
             https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits)

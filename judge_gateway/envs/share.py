@@ -9,6 +9,9 @@ Contract: a file of the venv's site-packages is replaced by a hard link only whe
 relative to its site-packages with the same size, mode and SHA-256. The link is made under a
 temporary name and renamed over the file, so a reader sees the old file or the new link, never
 neither; the link is kept only when it points at the very inode whose content was hashed.
+A shared file carries the sibling's mtime, which a module's compiled .pyc records: a .py is shared
+only together with the sibling's .pyc files that are valid for it (else it stays our own), so no
+import finds its bytecode stale.
 Sharing is safe because nothing writes an installed file in place: pip removes a file before it
 writes it again, Python writes its .pyc files to a temporary name and renames them, and the
 torchvision patch (patch_torchvision.py) replaces its file the same way. A filesystem without
@@ -117,24 +120,79 @@ def _share_one(path: Path, own: os.stat_result, candidates: list[Path]) -> bool 
     for cand, st in sorted(matches, key=lambda m: -m[1].st_nlink):
         if _sha256(cand, st) != own_digest:
             continue
-        tmp = path.with_name(f".{path.name}.jg-share-{os.getpid()}")
-        try:
-            os.link(cand, tmp)
-        except FileExistsError:
-            tmp.unlink(missing_ok=True)
-            continue
-        except OSError as exc:
-            if exc.errno in _NO_LINKS:
-                return f"{type(exc).__name__}: {exc.strerror} ({cand} -> {path})"
-            continue
-        try:
-            linked = tmp.lstat()
-            if linked.st_ino != st.st_ino or linked.st_dev != st.st_dev:
-                tmp.unlink()  # the candidate was replaced after it was hashed
+        pycs: list[tuple[Path, os.stat_result, Path]] = []
+        if path.suffix == ".py":
+            found = _bytecode_to_share(path, cand, st)
+            if found is None:
                 continue
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+            pycs = found
+        linked = _link_over(cand, st, path)
+        if isinstance(linked, str) or not linked:
+            if linked:
+                return linked
             continue
+        for src, src_st, dst in pycs:
+            _link_over(src, src_st, dst)
         return True
     return False
+
+
+def _bytecode_to_share(path: Path, cand: Path, cand_st: os.stat_result) -> list[tuple[Path, os.stat_result, Path]] | None:
+    """The (sibling's .pyc, its stat, our .pyc) pairs to link along with a shared .py, or None when
+    the .py must stay our own.
+
+    A .pyc records its source's mtime and size; the shared .py carries the sibling's mtime, so our
+    own .pyc would be stale from then on: every import would compile the module again (and never
+    write the result where PYTHONDONTWRITEBYTECODE is set, as on many CI machines). The .py is
+    shared only when each of our .pyc files has a sibling .pyc valid for the sibling's .py.
+    """
+    ours = sorted(path.parent.joinpath("__pycache__").glob(f"{path.stem}.*.pyc"))
+    pairs = []
+    for pyc in ours:
+        src = cand.parent / "__pycache__" / pyc.name
+        try:
+            with open(src, "rb") as fh:
+                header = fh.read(16)
+                src_st = os.fstat(fh.fileno())
+            own_st = pyc.lstat()
+        except OSError:
+            return None
+        if len(header) < 16 or int.from_bytes(header[4:8], "little") != 0:
+            return None  # not a timestamp-checked .pyc
+        recorded = (int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little"))
+        if recorded != (int(cand_st.st_mtime) & 0xFFFFFFFF, cand_st.st_size & 0xFFFFFFFF):
+            return None
+        if src_st.st_dev != own_st.st_dev or src_st.st_mode != own_st.st_mode:
+            return None
+        pairs.append((src, src_st, pyc))
+    return pairs
+
+
+def _link_over(src: Path, src_st: os.stat_result, dst: Path) -> bool | str:
+    """Replace `dst` by a hard link to `src`, if `src` is still the inode `src_st` describes.
+    True when done; a string when the filesystem refuses hard links."""
+    try:
+        if src_st.st_ino == dst.lstat().st_ino:
+            return True
+    except OSError:
+        return False
+    tmp = dst.with_name(f".{dst.name}.jg-share-{os.getpid()}")
+    try:
+        os.link(src, tmp)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_LINKS:
+            return f"{type(exc).__name__}: {exc.strerror} ({src} -> {dst})"
+        return False
+    try:
+        linked = tmp.lstat()
+        if linked.st_ino != src_st.st_ino or linked.st_dev != src_st.st_dev:
+            tmp.unlink()  # the source was replaced after it was checked
+            return False
+        os.replace(tmp, dst)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True

@@ -109,6 +109,54 @@ def test_patching_torchvision_in_one_venv_leaves_the_shared_copy_of_its_sibling(
     assert os.path.samefile(_file(a, "torchvision/__init__.py"), _file(b, "torchvision/__init__.py"))
 
 
+def _compiled(venv: Path, rel: str, source: bytes, mtime: int) -> Path:
+    """A module with its .pyc, as pip leaves it: compiled against the file's own mtime."""
+    import py_compile
+
+    path = _file(venv, rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(source)
+    os.utime(path, (mtime, mtime))
+    py_compile.compile(str(path), doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    return path
+
+
+def _imports_from_bytecode(venv: Path, module: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(_file(venv, "")), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-v", "-c", f"import {module}"], env=env, capture_output=True, text=True,
+                          check=True)
+    return "\n".join(line for line in done.stderr.splitlines() if module in line)
+
+
+MODULE = b"".join(b"X%d = %d\n" % (i, i) for i in range(3000))  # ~30 KB of source
+
+
+def test_a_shared_module_brings_its_bytecode_so_no_import_finds_it_stale(tmp_path):
+    a = _venv(tmp_path, "env-a", {})
+    b = _venv(tmp_path, "env-b", {})
+    _compiled(a, "jg_mod.py", MODULE, mtime=1_700_000_000)
+    _compiled(b, "jg_mod.py", MODULE, mtime=1_700_000_500)  # installed later: another mtime in its .pyc
+    assert "code object from" in _imports_from_bytecode(b, "jg_mod")
+    assert share_identical_files(b).files == 1
+    assert os.path.samefile(_file(a, "jg_mod.py"), _file(b, "jg_mod.py"))
+    pyc = f"__pycache__/jg_mod.{sys.implementation.cache_tag}.pyc"
+    assert os.path.samefile(_file(a, pyc), _file(b, pyc))
+    said = _imports_from_bytecode(b, "jg_mod")
+    assert "code object from" in said and "stale" not in said, said
+
+
+def test_a_module_whose_sibling_has_no_valid_bytecode_stays_our_own(tmp_path):
+    a = _venv(tmp_path, "env-a", {})
+    b = _venv(tmp_path, "env-b", {})
+    _compiled(a, "jg_mod.py", MODULE, mtime=1_700_000_000)
+    os.utime(_file(a, "jg_mod.py"), (1_700_000_100, 1_700_000_100))  # its .pyc is stale now
+    _compiled(b, "jg_mod.py", MODULE, mtime=1_700_000_500)
+    assert share_identical_files(b).files == 0
+    assert not os.path.samefile(_file(a, "jg_mod.py"), _file(b, "jg_mod.py"))
+    said = _imports_from_bytecode(b, "jg_mod")
+    assert "code object from" in said and "stale" not in said, said
+
+
 def _wheel(folder: Path, name: str, payload: bytes) -> Path:
     """A wheel of one package holding a large data file."""
     dist = f"{name}-1.0.dist-info"
