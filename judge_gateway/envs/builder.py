@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .mmcv import install_mmcv, mmcv_plan
-from .share import ShareResult, share_identical_files
+from .share import ShareResult, share_identical_files, sibling_venvs
 from .spec import EnvBuildError, EnvSpec, Specs, Step, load_specs
 from .torch_build import TorchChoice
 
 STAMP = ".judge-gateway-env.json"
+CONSTRAINTS = "judge-gateway-constraints.txt"  # written first into every venv the builder builds
 PATCH_SCRIPT = Path(__file__).with_name("patch_torchvision.py")
 # pip's find-links folders on some machines make every call print one of these per folder entry.
 _PIP_NOISE = ("Location", "is ignored")
@@ -208,7 +209,7 @@ class EnvBuilder:
                 raise EnvBuildError(f"environment {name!r}: no interpreter at {self.base_python} to create {venv} "
                                     "with (JG_PYTHON names another)")
             self._run(name, [self.base_python, "-m", "venv", str(venv)], "create the venv")
-        constraints = venv / "judge-gateway-constraints.txt"
+        constraints = venv / CONSTRAINTS
         constraints.write_text("".join(f"{pin}\n" for pin in self.constraints(spec)))
         steps = spec.steps_for(self.choice.build)
         shared = ShareResult()
@@ -219,10 +220,10 @@ class EnvBuilder:
             result.step_seconds.append((step.describe(), time.monotonic() - t0))
             self.log(f"[env {name}] step {i}/{len(steps)} took {time.monotonic() - t0:.0f} s")
             if step.kind == "torch" and self.share_files:
-                shared = _add(shared, share_identical_files(venv))
+                shared = _add(shared, share_identical_files(venv, sibling_venvs(venv, CONSTRAINTS)))
         if self.share_files:
             t0 = time.monotonic()
-            shared = _add(shared, share_identical_files(venv))
+            shared = _add(shared, share_identical_files(venv, sibling_venvs(venv, CONSTRAINTS)))
             self._log_shared(name, shared, time.monotonic() - t0)
         final = inspect_env(spec, venv)
         ok, why = reusable(spec, final, self.choice)

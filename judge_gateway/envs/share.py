@@ -44,14 +44,16 @@ def site_packages(venv: Path) -> list[Path]:
     return sorted(p for p in (venv / "lib").glob("python3*/site-packages") if p.is_dir())
 
 
-def sibling_venvs(venv: Path) -> list[Path]:
-    """The other venvs in the venv's parent folder (those being built too: see the contract)."""
+def sibling_venvs(venv: Path, marker: str = "pyvenv.cfg") -> list[Path]:
+    """The other venvs in the venv's parent folder that hold `marker` (those being built too: see
+    the contract). The builder names the file it writes into each venv it builds, so a venv of
+    the user's own in the same folder is never linked to: an edit in place there would show here."""
     venv = venv.absolute()
     try:
         entries = list(venv.parent.iterdir())
     except OSError:
         return []
-    return sorted(p for p in entries if p != venv and (p / "pyvenv.cfg").is_file())
+    return sorted(p for p in entries if p != venv and (p / "pyvenv.cfg").is_file() and (p / marker).is_file())
 
 
 def _sha256(path: Path, expect: os.stat_result) -> str | None:

@@ -182,8 +182,15 @@ def test_the_builder_links_what_a_sibling_venv_already_holds(tmp_path, share_fil
     builder = EnvBuilder(choose_torch("cpu", specs.torch, gpus=NO_GPU, find_links=[]), specs=specs,
                          log=lines.append, verbose_pip=False, share_files=share_files)
     venvs = tmp_path / "envs"
+    # a venv of the user's own beside them, holding the very same file: never linked to
+    own = _venv(venvs, "users-own", {})
+    mine = own / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "jg_share_probe"
+    mine.mkdir(parents=True)
+    (mine / "data.bin").write_bytes(BIG)
+    (mine / "data.bin").chmod(0o644)
     builder.ensure("tiny", venvs / "env-one")
     builder.ensure("tiny", venvs / "env-two")
+    assert (mine / "data.bin").stat().st_nlink == 1
     data = [next((venvs / v / "lib").glob("python3*/site-packages/jg_share_probe/data.bin")) for v in ("env-one",
                                                                                                       "env-two")]
     assert os.path.samefile(*data) is share_files
