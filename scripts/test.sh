@@ -84,7 +84,7 @@ apt_tools() {
     apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}"
 }
 
-# Free disk, for the reader of a failed run: the whole command takes about 8 GB, so 10 GB free is enough (docs/development/testing.md).
+# Free disk, for the reader of a failed run: the whole command takes 8-9 GB, so 10 GB free is enough (docs/development/testing.md).
 echo "== free disk at the start: $(df -h --output=avail "$REPO_ROOT" 2>/dev/null | tail -1 | tr -d ' ') in $REPO_ROOT"
 stage "set-up: .venv (bootstrap)" scripts/bootstrap.sh  # the gateway (no torch): dev, tune, redis, ocr, browse extras
 background "set-up: .venv-geneval (mmcv build, low priority)" nice -n 15 env MAX_JOBS=2 \
