@@ -20,21 +20,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gateway_vs_direct import config_toml  # noqa: E402  (the same config as the overhead bench)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.server import create_app  # noqa: E402
 from judge_gateway.server.heap import freeze_startup_objects  # noqa: E402
 
-CONFIG = """
-[backends.vlm]
-model = "m"
-base_urls = ["http://127.0.0.1:9/v1"]
-[judges.image_quality]
-kind = "yes_no"
-backend = "vlm"
-template = "image_quality@1"
-"""
 
 
 def full_collection_ms(repeats: int) -> float:
@@ -51,7 +45,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--live", type=int, default=2000, help="request-sized objects alive during the timing (dicts)")
     args = ap.parse_args()
-    app = create_app(Gateway(validate_config(tomllib.loads(CONFIG))))
+    app = create_app(Gateway(validate_config(tomllib.loads(config_toml("http://127.0.0.1:9/v1", "m")))))
     live = [{"sample": i, "scores": {"image_quality": [0.5, 0.5]}, "details": {"n": [i]}} for i in range(args.live)]
     before = len(gc.get_objects())
     before_ms = full_collection_ms(args.repeats)

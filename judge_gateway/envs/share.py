@@ -129,9 +129,9 @@ def _share_one(path: Path, own: os.stat_result, candidates: list[Path]) -> bool 
                 continue
             pycs = found
         linked = _link_over(cand, st, path)
-        if isinstance(linked, str) or not linked:
-            if linked:
-                return linked
+        if isinstance(linked, str):
+            return linked
+        if not linked:
             continue
         for src, src_st, dst in pycs:
             _link_over(src, src_st, dst)

@@ -3,13 +3,10 @@ writes into a venv afterwards changes a sibling's copy through the link."""
 
 from __future__ import annotations
 
-import base64
 import errno
-import hashlib
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from judge_gateway.envs import EnvBuilder, choose_torch
 from judge_gateway.envs import share as share_mod
 from judge_gateway.envs.share import MIN_SIZE, share_identical_files, sibling_venvs
 from judge_gateway.envs.spec import parse_specs
+from tests.support.wheels import pure_wheel
 
 PATCH_SCRIPT = Path(share_mod.__file__).with_name("patch_torchvision.py")
 NO_GPU: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
@@ -159,18 +157,7 @@ def test_a_module_whose_sibling_has_no_valid_bytecode_stays_our_own(tmp_path):
 
 def _wheel(folder: Path, name: str, payload: bytes) -> Path:
     """A wheel of one package holding a large data file."""
-    dist = f"{name}-1.0.dist-info"
-    files = {f"{name}/__init__.py": b"", f"{name}/data.bin": payload,
-             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
-             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
-                     for p, d in files.items()) + f"{dist}/RECORD,,\n"
-    path = folder / f"{name}-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for p, d in files.items():
-            z.writestr(p, d)
-        z.writestr(f"{dist}/RECORD", record)
-    return path
+    return pure_wheel(folder, name, {f"{name}/__init__.py": b"", f"{name}/data.bin": payload})
 
 
 @pytest.mark.parametrize("share_files", [True, False])

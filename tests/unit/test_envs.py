@@ -3,11 +3,8 @@ on a real venv (a local wheel, no index needed)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import stat
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from judge_gateway.config import HEAD_KIND_OPTIONS, HEAD_KINDS, ImportedHeadOpti
 from judge_gateway.envs import EnvBuilder, EnvBuildError, EnvState, choose_torch, load_specs, reusable
 from judge_gateway.envs.patch_torchvision import guard
 from judge_gateway.envs.spec import SpecError, parse_specs
+from tests.support.wheels import pure_wheel
 
 NO_GPU: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 EIGHT_GPUS = (tuple(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})" for i in range(8)), ("9.0",))
@@ -118,19 +116,8 @@ def test_the_torchvision_patch_guards_once():
 
 
 def _wheel(folder: Path, name: str, module_text: str) -> Path:
-    """A minimal pure-Python wheel (what pip needs to install it: METADATA, WHEEL, RECORD)."""
-    dist = f"{name}-1.0.dist-info"
-    files = {f"{name}.py": module_text.encode(),
-             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
-             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
-                     for p, d in files.items()) + f"{dist}/RECORD,,\n"
-    path = folder / f"{name}-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for p, d in files.items():
-            z.writestr(p, d)
-        z.writestr(f"{dist}/RECORD", record)
-    return path
+    """A wheel of one module."""
+    return pure_wheel(folder, name, {f"{name}.py": module_text.encode()})
 
 
 def test_the_builder_builds_a_venv_then_reuses_it(tmp_path):

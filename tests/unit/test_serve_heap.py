@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.cli_configs import vlm_config, write_config
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -22,22 +24,12 @@ from judge_gateway.cli import main
 sys.exit(main(["serve", "--config", sys.argv[1], "--log-level", "warning"]))
 """
 
-CONFIG = """
-[backends.vlm]
-model = "m"
-base_urls = ["http://127.0.0.1:9/v1"]
-[judges.quality]
-kind = "yes_no"
-backend = "vlm"
-template = "image_quality@1"
-"""
 
 
 def test_serve_freezes_the_started_process_before_it_serves(tmp_path):
-    config = tmp_path / "gateway.toml"
-    config.write_text(CONFIG)
+    config = write_config(tmp_path, vlm_config("http://127.0.0.1:9/v1", "m", {"quality": "image_quality@1"}))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(config)], env=env, cwd=tmp_path, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", PROBE, config], env=env, cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
