@@ -30,6 +30,7 @@ random images with a `counting` include on Mask2Former Swin-S with random weight
     scripts/setup_imagereward.sh
     .venv/bin/python bench/heads.py --heads image_reward --size base --batch-sizes 1,8 --rounds 1
     .venv/bin/python bench/heads.py --heads videoalign --batch-sizes 1,4,16 --requests 16
+    .venv/bin/python bench/heads.py --heads hpsv3,videoalign --load prepare --batch-sizes 8 --image-size 1024
     scripts/setup_geneval.sh
     .venv/bin/python bench/heads.py --heads gen_eval --batch-sizes 1,4 --requests 8 --rounds 1
 """
@@ -69,16 +70,16 @@ from judge_gateway.schema import RewardRequest  # noqa: E402
 
 CLIP_FAMILY = ("clip", "pickscore", "hpsv2")
 STAGED_HEADS = (*CLIP_FAMILY, "image_reward")
+DEVICE_PREPROCESS_HEADS = (*STAGED_HEADS, "hpsv3", "videoalign")  # take `--preprocess`
 
 
 def judge_config(head: str, batch: int, args: argparse.Namespace) -> dict:
     common = {"max_batch_size": batch, "max_wait_ms": args.max_wait_ms if batch > 1 else 0.0,
               "threads": args.threads, "device": args.device, "dtype": args.dtype}
-    if head in STAGED_HEADS:
-        if args.preprocess_processes:
-            common["preprocess_processes"] = args.preprocess_processes
-        if args.preprocess:
-            common["preprocess"] = args.preprocess
+    if head in STAGED_HEADS and args.preprocess_processes:
+        common["preprocess_processes"] = args.preprocess_processes
+    if head in DEVICE_PREPROCESS_HEADS and args.preprocess:
+        common["preprocess"] = args.preprocess
     if args.overlap is not None:
         common["overlap_preprocessing"] = args.overlap == "on"
     if args.transport is not None:
@@ -268,6 +269,28 @@ def bare_infer(head: str, judge: dict, batches: list[int], args: argparse.Namesp
     return {int(b): r for b, r in rates.items()}
 
 
+def prepare_table(heads: list[str], batches: list[int], args: argparse.Namespace) -> int:
+    """`--load prepare`: hpsv3 / videoalign, a batch's preprocessing alone (up to the model's input
+    on its device) in `reference` and `device` mode, the same images, one process per head."""
+    print(f"{'head':<12} {'batch':>5} {'item':<22} {'reference/s':>11} {'device/s':>9} {'ref ms/item':>11}"
+          f" {'dev ms/item':>11} {'device vs ref':>13}")
+    for head in heads:
+        if head not in ("hpsv3", "videoalign"):
+            print(f"{head:<12} (--load prepare: hpsv3 and videoalign; the CLIP family's is in every other row)")
+            continue
+        judge = judge_config(head, max(batches), args)
+        options = {k: v for k, v in judge["options"].items() if k not in ("python", "env", "preprocess") and v is not None}
+        frames = 8
+        rates = heads_run(["prepare", head, json.dumps(options), "--batch", str(max(batches)),
+                           "--seconds", str(args.forward_seconds), "--image-size", str(args.image_size),
+                           "--frames", str(frames)], python=Path(judge["options"]["python"]))["items_per_s"]
+        item = (f"{frames}x{args.image_size}² video" if head == "videoalign" else f"{args.image_size}² image")
+        ref, dev = rates["reference"], rates["device"]
+        print(f"{head:<12} {max(batches):>5} {item:<22} {ref:>11.1f} {dev:>9.1f} {1000 / ref:>11.2f}"
+              f" {1000 / dev:>11.2f} {dev / ref:>12.2f}x", flush=True)
+    return 0
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heads", default="clip,pickscore,hpsv2,hpsv3,ocr")
@@ -293,7 +316,8 @@ async def main() -> int:
                          "steps of --groups concurrent requests of --group-size images, one new prompt each, "
                          "at each --grpo-batch-sizes (a step ends when its last request does); stream: "
                          "--groups clients sending such requests back to back for --stream-seconds; "
-                         "both: single + grpo; all: single + grpo + stream; or a comma-separated list")
+                         "both: single + grpo; all: single + grpo + stream; or a comma-separated list; "
+                         "prepare (hpsv3, videoalign): the preprocessing alone in both --preprocess modes")
     ap.add_argument("--stream-seconds", type=float, default=10.0, help="stream load: timed seconds")
     ap.add_argument("--groups", type=int, default=16, help="GRPO load: concurrent requests (C)")
     ap.add_argument("--group-size", type=int, default=32, help="GRPO load: images per request (G)")
@@ -318,6 +342,8 @@ async def main() -> int:
           f"single: {args.requests} images in concurrent requests of {args.images_per_request}; grpo: {args.groups} concurrent requests of "
           f"{args.group_size} images, a new prompt each; max_wait_ms {args.max_wait_ms}, {args.device} {args.dtype}"
           f"{', ' + torch_device_name(args) if args.device.startswith('cuda') else ''}")
+    if args.load == "prepare":
+        return prepare_table(heads, batches, args)
     print(f"{'head':<12} {'load':<6} {'prep':<9} {'max_batch':>9} {'requests':>8} {'images/s':>9} {'mean batch':>10}"
           f" {'vs batch 1':>10} {'prep ms/img':>11} {'fwd ms/img':>10} {'gw cpu ms/req':>13} {'gw cpu ms/img':>13}"
           f" {'gpu ms/img':>10} {'bare fwd/s':>10}"

@@ -6,6 +6,11 @@
     python bench/heads_direct.py infer image_reward|hpsv3 OPTIONS_JSON --batch B[,B2...] --seconds S
         the model's whole forward (both towers) on input already preprocessed and on the device:
         ImageReward's BLIP ViT + text encoder; HPSv3's Qwen2-VL on a prebuilt batch.
+    python bench/heads_direct.py prepare hpsv3|videoalign OPTIONS_JSON --batch B --seconds S
+            [--image-size N] [--frames F]
+        a batch's preprocessing alone, up to the model's input on its device, in both modes
+        (`reference`: the library's own transform; `device`: tensor ops on the head's device):
+        items/s of each (an item is an image, or a video of F frames of N x N for videoalign).
     python bench/heads_direct.py flow_factory MODEL_DIR PROCESSOR_DIR --dtype fp32|bf16 --device D
         Flow-Factory's in-trainer PickScore way on the same weights: per batch of 32 uint8 images,
         PIL images -> CLIPProcessor (images and the 32 prompts) -> CLIPModel image and text
@@ -132,6 +137,33 @@ def flow_factory(model_dir: str, processor_dir: str, dtype: str, device: str, im
     return _timed(step, dev, batch, seconds, warmup=1)
 
 
+def prepare_rates(kind: str, options: dict, batch: int, seconds: float, image_size: int,
+                  frames: int) -> dict[str, float]:
+    """hpsv3 / videoalign: items/s of preparing a batch, per `preprocess` mode."""
+    rng = np.random.default_rng(0)
+    shape = (frames, image_size, image_size, 3) if kind == "videoalign" else (image_size, image_size, 3)
+    items = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(batch)]
+    prompts = [f"a photo of object number {i}" for i in range(batch)]
+    rates = {}
+    for mode in ("reference", "device"):
+        head = build_head(kind, {**options, "preprocess": mode})
+        head.load()
+        try:
+            if kind == "hpsv3":
+                make = head.device_batch if mode == "device" else head.reference_batch
+            else:
+                make = head.prepare
+
+            def step(make=make) -> None:
+                with torch.inference_mode():
+                    make(items, prompts)
+
+            rates[mode] = _timed(step, torch.device(options.get("device", "cpu")), batch, seconds)
+        finally:
+            head.close()
+    return rates
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="what", required=True)
@@ -154,6 +186,13 @@ def main() -> int:
     b.add_argument("--batch", required=True, help="batch sizes, comma-separated")
     b.add_argument("--seconds", type=float, default=5.0)
     b.add_argument("--image-size", type=int, default=512)
+    r = sub.add_parser("prepare")
+    r.add_argument("kind", choices=["hpsv3", "videoalign"])
+    r.add_argument("options")
+    r.add_argument("--batch", type=int, default=8)
+    r.add_argument("--seconds", type=float, default=5.0)
+    r.add_argument("--image-size", type=int, default=1024)
+    r.add_argument("--frames", type=int, default=8, help="videoalign: frames per video")
     d = sub.add_parser("device_name")
     d.add_argument("device")
     a = ap.parse_args()
@@ -168,6 +207,10 @@ def main() -> int:
         rates = bare_infer(a.kind, json.loads(a.options), [int(b) for b in a.batch.split(",")], a.seconds,
                            a.image_size)
         print(json.dumps({"images_per_s": rates}))
+        return 0
+    if a.what == "prepare":
+        rates = prepare_rates(a.kind, json.loads(a.options), a.batch, a.seconds, a.image_size, a.frames)
+        print(json.dumps({"items_per_s": rates}))
         return 0
     rate = flow_factory(a.model_dir, a.processor_dir, a.dtype, a.device, a.image_size, a.batch, a.seconds)
     print(json.dumps({"images_per_s": rate}))

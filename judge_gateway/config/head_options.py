@@ -109,18 +109,29 @@ class HeadOptions(BaseModel):
         return TORCH_DTYPE_NAMES[self.dtype]
 
 
-class PreprocessOptions(HeadOptions):
-    """Heads whose image preprocessing is a separate stage (`prepare`): the CLIP family, image_reward."""
+class PreprocessModeOptions(HeadOptions):
+    """Heads that can prepare their images on their own device: the CLIP family, image_reward,
+    hpsv3 (Qwen2-VL), videoalign (Qwen2-VL video)."""
 
     preprocess: Literal["device", "reference"] | None = Field(
         None,
         description=(
-            "`device`: batched tensor ops on the head's device from the uint8 images (resize with "
-            "antialiasing, crop or pad, normalise; the head's own geometry); `reference`: the "
-            "library's own per-image transform (PIL / CLIPProcessor / open_clip), in "
-            "`preprocess_processes` separate processes. Default: `device` on cuda, else `reference`."
+            "`device`: batched tensor ops on the head's device from the uint8 pixels (resize with "
+            "antialiasing into uint8 levels, then the head's own crop / pad / normalise / patches); "
+            "`reference`: the library's own per-image transform (PIL / CLIPProcessor / open_clip / "
+            "Qwen2-VL's processor; the CLIP family and image_reward run it in `preprocess_processes` "
+            "separate processes). Default: `device` on cuda, else `reference`. The score's "
+            "`details.head.preprocess_mode` says which ran."
         ),
     )
+
+    def preprocess_mode(self) -> str:
+        return self.preprocess or ("device" if self.device.startswith("cuda") else "reference")
+
+
+class PreprocessOptions(PreprocessModeOptions):
+    """Heads whose image preprocessing is a separate stage (`prepare`): the CLIP family, image_reward."""
+
     preprocess_processes: int | None = Field(
         None, ge=1, le=256,
         description="`reference`: processes running the transform; default min(8, CPUs).",
@@ -133,9 +144,6 @@ class PreprocessOptions(HeadOptions):
             raise ValueError("preprocess_threads is gone: preprocessing runs in processes now "
                              "(preprocess_processes) or on the device (preprocess = \"device\")")
         return data
-
-    def preprocess_mode(self) -> str:
-        return self.preprocess or ("device" if self.device.startswith("cuda") else "reference")
 
     def preprocess_process_count(self) -> int:
         """`reference`: the processes running the transform (`preprocess_processes`, default min(8, CPUs))."""
@@ -194,7 +202,7 @@ class HPSv2Options(ClipFamilyOptions):
     )
 
 
-class HPSv3Options(HeadOptions):
+class HPSv3Options(PreprocessModeOptions):
     """HPSv3 (MizzenAI): Qwen2-VL + a ranknet head giving (mu, log sigma) per image; loaded by
     the `hpsv3` package's HPSv3RewardInferencer, so it runs under .venv-hpsv3 (transformers 4.45.2)."""
 
@@ -297,7 +305,7 @@ class GenEvalOptions(HeadOptions):
     )
 
 
-class VideoAlignOptions(HeadOptions):
+class VideoAlignOptions(PreprocessModeOptions):
     """VideoAlign / VideoReward: frames sampled at the fps and size the checkpoint was trained
     with (its model_config.json), whatever the trainer's video fps; `video.*` is not used."""
 

@@ -12,6 +12,8 @@ import base64
 import json
 import math
 import os
+import subprocess
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -24,6 +26,7 @@ from judge_gateway.schema import RewardRequest, RewardResponse
 from judge_gateway.server import create_app
 from tests.support.cosmos_client import enqueue_body, headers, poll
 from tests.support.heads_env import (
+    ROOT,
     build_tiny_hpsv3,
     hpsv3_judge,
     hpsv3_python,
@@ -67,6 +70,9 @@ async def gw(tiny):
         # closes a batch when it holds 4 images: a request's cells go out to the worker in one
         # frame, and the wait (10 s, the most the config allows) is a margin: batches are a count
         "hpsv3_4": {**hpsv3_judge(tiny, threads=2, max_wait_ms=10_000, max_batch_size=4), "default": False},
+        # the pixels made as tensor ops on the head's device (the default on cuda)
+        "hpsv3_device": {**hpsv3_judge(tiny, threads=2, max_wait_ms=300, max_batch_size=4, preprocess="device"),
+                         "default": False},
     }
     gateway = Gateway(validate_config({"judges": judges}))
     try:
@@ -119,6 +125,50 @@ async def test_batch_order_does_not_change_scores(gw, ref, images):
         s = r.scores["hpsv3"]
         assert s.valid and s.raw == pytest.approx(ref["package"][i][0], abs=TOL)
         assert s.details["log_sigma"] == pytest.approx(ref["package"][i][1], abs=TOL)
+
+
+@pytest.fixture(scope="module")
+def fidelity(tiny):
+    import matplotlib
+
+    photo = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+    assert photo.is_file(), photo
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([str(hpsv3_python()), "-m", "tests.support.hpsv3_preprocess_fidelity", str(tiny), str(photo)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("images", ["natural", "noise"])
+def test_device_preprocessing_is_the_packages_batch_within_the_measured_bounds(fidelity, images):
+    """`preprocess = "device"` against the package's prepare_batch, same images and prompts.
+    Measured on the tiny model (2026-11-25): token ids, masks and grids identical; resize PSNR
+    >= 50.6 dB against PIL (the issue's bound: 40 dB); pixels <= 0.36 in normalised units (a few
+    pixels at text edges and in noise: PIL clips its first pass to uint8, torch does not); |delta
+    mu| <= 0.017 with mu spread over 10.8 (natural), <= 0.013 (noise). Bounds leave ~3x room."""
+    assert fidelity["modes"] == ["device", "reference"]
+    row = fidelity[images]
+    assert row["images"] >= (11 if images == "natural" else 2)
+    assert row["ids_equal"] and row["grid_equal"], row
+    assert "pixel_shapes" not in row, row
+    assert row["min_psnr_db"] >= 40.0, row
+    assert row["max_pixel_diff"] <= 1.0, row
+    assert row["max_abs_delta_mu"] <= 0.05 and row["max_abs_delta_log_sigma"] <= 0.05, row
+    if images == "natural":
+        assert row["mu_spread"] > 1.0, row  # the images score apart: the bound has teeth
+        assert row["max_abs_delta_mu"] <= 0.01 * row["mu_spread"], row
+
+
+async def test_device_preprocessing_through_the_gateway_scores_the_packages_numbers(gw, ref, images):
+    resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"], images), judges=["hpsv3", "hpsv3_device"]))
+    for r, (mu, log_sigma) in zip(resp.results, ref["package"]):
+        dev, reference = r.scores["hpsv3_device"], r.scores["hpsv3"]
+        assert dev.valid, dev
+        assert dev.details["head"]["preprocess_mode"] == "device"
+        assert reference.details["head"]["preprocess_mode"] == "reference"  # the default off cuda
+        assert dev.raw == pytest.approx(mu, abs=0.05)
+        assert dev.details["log_sigma"] == pytest.approx(log_sigma, abs=0.05)
 
 
 async def test_head_reports_how_it_scored(gw, ref, images, tiny):

@@ -35,7 +35,10 @@ async def gw(tiny):
     # `videoalign` closes a batch when it holds 3 videos (every request here sends 3, its cells go
     # out to the worker in one frame; the wait, 10 s, the most the config allows, is a margin): its
     # batches are a count
-    unbatched = {"kind": "videoalign", "options": {**base["options"], "max_wait_ms": 0, "max_batch_size": 1}}
+    # one video per forward, and its frames resized and patched as `preprocess = "device"` does
+    # (the default on cuda; on this CPU the same ops as `reference`, through the device code path)
+    unbatched = {"kind": "videoalign", "options": {**base["options"], "max_wait_ms": 0, "max_batch_size": 1,
+                                                   "preprocess": "device"}}
     gateway = Gateway(validate_config({"judges": {"videoalign": base, "videoalign_1": unbatched}}))
     try:
         yield gateway
@@ -59,6 +62,8 @@ async def test_loaded_checkpoint_scores_equal_in_memory_model_batched_and_not(gw
     for r, want in zip(resp.results, ref["scores"]):
         batched, single = r.scores["videoalign"], r.scores["videoalign_1"]
         assert batched.valid and single.valid, (batched, single)
+        assert batched.details["head"]["preprocess_mode"] == "reference"
+        assert single.details["head"]["preprocess_mode"] == "device"
         for key in ("vq", "mq", "ta"):
             assert batched.details[key] == pytest.approx(want[key], abs=2e-4)
             assert batched.details[key] == pytest.approx(single.details[key], abs=2e-4)

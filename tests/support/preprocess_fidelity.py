@@ -20,47 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw, ImageFont
 
 from judge_gateway.heads.factory import build_head
 from judge_gateway.heads.models.clip import PreparedBatch
 from tests.support.heads_env import head_judges, load_test_images
+from tests.support.natural_images import gradients, noise, photos, rendered_text
 
 PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello"']
-
-
-def gradients() -> list[np.ndarray]:
-    out = []
-    for h, w in ((512, 512), (480, 640), (700, 300)):
-        y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-        r = 255 * x / (w - 1)
-        g = 255 * y / (h - 1)
-        b = 255 * (0.5 + 0.5 * np.sin(np.hypot(x - w / 2, y - h / 2) / 40.0))
-        out.append(np.stack([r, g, b], -1).round().astype(np.uint8))
-    return out
-
-
-def rendered_text() -> list[np.ndarray]:
-    out = []
-    for text, size, fg, bg in (("Hello World", (512, 256), "black", "white"),
-                               ("GRPO 2026", (640, 640), (250, 220, 40), (20, 30, 90))):
-        im = Image.new("RGB", size, bg)
-        ImageDraw.Draw(im).text((30, size[1] // 2 - 40), text, fill=fg, font=ImageFont.load_default(size=72))
-        out.append(np.asarray(im))
-    return out
-
-
-def photos(paths: list[str]) -> list[np.ndarray]:
-    out = []
-    for p in paths:
-        arr = np.asarray(Image.open(p).convert("RGB"))
-        out += [arr, arr[: arr.shape[0] // 5, : arr.shape[1] // 6].copy()]  # the crop is upscaled
-    return out
-
-
-def noise() -> list[np.ndarray]:
-    rng = np.random.default_rng(7)
-    return [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((512, 512), (384, 640))]
 
 
 def compare(dev, ref, images: list[np.ndarray]) -> dict:

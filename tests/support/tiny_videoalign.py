@@ -170,6 +170,7 @@ def build(out: Path) -> dict:
     head = VideoAlignHead.__new__(VideoAlignHead)
     head.processor = processor
     head.spec = parse_model_config(model_config(base))
+    head.prep_device = torch.device("cpu")  # the reference (CPU) preprocessing
     reward_ids = [processor.tokenizer.convert_tokens_to_ids(t) for t in REWARD_TOKENS]
     videos = test_videos()
     np.savez(out / "videos.npz", *videos)

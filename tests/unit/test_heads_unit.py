@@ -359,6 +359,21 @@ def test_preprocess_options_are_typed_and_the_old_thread_option_is_refused():
         PickScoreOptions(preprocess_processes=0)
 
 
+@pytest.mark.parametrize("kind", ["hpsv3", "videoalign"])
+def test_qwen2_vl_heads_prepare_on_their_device_by_default_on_cuda(kind):
+    """hpsv3 and videoalign take `preprocess` too (no processes: their reference transform runs
+    in the worker); the default follows the device like the CLIP family's."""
+    from judge_gateway.heads.factory import head_options
+    from judge_gateway.heads.models.base import HeadLoadError
+
+    assert head_options(kind, {"device": "cuda:0"}).preprocess_mode() == "device"
+    assert head_options(kind, {"device": "cpu"}).preprocess_mode() == "reference"
+    assert head_options(kind, {"device": "cuda", "preprocess": "reference"}).preprocess_mode() == "reference"
+    assert head_options(kind, {"preprocess": "device"}).preprocess_mode() == "device"
+    with pytest.raises(HeadLoadError, match="preprocess_processes: Extra inputs are not permitted"):
+        head_options(kind, {"preprocess_processes": 2})
+
+
 def test_a_failing_transform_fails_its_batch_and_the_pool_keeps_serving():
     """An image the transform refuses fails that batch (its exception, named); the next batches,
     larger ones too (the shared blocks grow), are transformed as usual by the same processes."""

@@ -82,6 +82,8 @@ class HPSv3Head(HeadModel):
             import torch
             import yaml
             from hpsv3 import HPSv3RewardInferencer
+            from hpsv3.dataset.data_collator_qwen import INSTRUCTION, prompt_with_special_token
+            from hpsv3.dataset.utils import smart_resize
         except ImportError as exc:
             raise HeadLoadError(f"hpsv3 head: cannot import the hpsv3 package ({exc}); run scripts/setup_hpsv3.sh "
                                 "and set options.python = \".venv-hpsv3/bin/python\"") from None
@@ -140,6 +142,16 @@ class HPSv3Head(HeadModel):
             vision_per_image(model.visual)
         self.torch = torch
         self.items = 0
+        self.preprocess_mode = o.preprocess_mode()
+        self.device_images = None
+        if self.preprocess_mode == "device":
+            from ..preprocess.qwen2_vl import PatchLayout, Qwen2VLImages
+
+            self.device_images = Qwen2VLImages(PatchLayout.of(self.inferencer.processor.image_processor),
+                                               torch.device(device))
+            self.smart_resize = smart_resize
+            self.instruction = INSTRUCTION
+            self.reward_suffix = prompt_with_special_token
         params = dict(model.named_parameters())
         return {"model": o.checkpoint, "checkpoint_path": str(ckpt), "base_model": base,
                 "config": str(config_path), "hpsv3_version": version("hpsv3"),
@@ -149,6 +161,7 @@ class HPSv3Head(HeadModel):
                 "rm_head_dtype": str(next(model.rm_head.parameters()).dtype).removeprefix("torch."),
                 "image_pixels": IMAGE_PIXELS, "padding_side": tok.padding_side,
                 "vision_per_image": attn != "flash_attention_2",
+                "preprocess_mode": self.preprocess_mode,
                 "reward": "mu", "sigma": "exp(log_sigma)"}
 
     def _check_prompts(self, prompts: Sequence[str]) -> None:
@@ -157,21 +170,49 @@ class HPSv3Head(HeadModel):
             if found:
                 raise ValueError(f"the prompt contains the tokenizer's special token(s) {found}")
 
-    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
+    def reference_batch(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> dict[str, Any]:
+        """`preprocess = "reference"`: the package's own prepare_batch on PIL images."""
         from PIL import Image
 
+        pil = [Image.fromarray(np.ascontiguousarray(img)) for img in images]
+        return self.inferencer.prepare_batch(pil, list(prompts))
+
+    def device_batch(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> dict[str, Any]:
+        """`preprocess = "device"`: prepare_batch's tensors, the pixels made on the model's device.
+        The chat text is the one prepare_batch writes (same messages, template and tokenizer)."""
+        from ..preprocess.qwen2_vl import expand_image_pads
+
+        assert self.device_images is not None
+        sizes = [self.smart_resize(int(im.shape[0]), int(im.shape[1]), min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS)
+                 for im in images]
+        pixel_values, grid_thw = self.device_images(images, sizes)
+        processor = self.inferencer.processor
+        messages = [[{"role": "user", "content": [
+            {"type": "image", "image": "", "min_pixels": IMAGE_PIXELS, "max_pixels": IMAGE_PIXELS},
+            {"type": "text", "text": self.instruction.format(text_prompt=p) + self.reward_suffix}]}]
+            for p in prompts]
+        texts = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        texts = expand_image_pads(texts, grid_thw.cpu(), self.device_images.layout.merge_size)
+        tokens = processor.tokenizer(texts, padding=True, return_tensors="pt")
+        device = self.device_images.device
+        return {"input_ids": tokens["input_ids"].to(device), "attention_mask": tokens["attention_mask"].to(device),
+                "pixel_values": pixel_values, "image_grid_thw": grid_thw}
+
+    def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
         torch = self.torch
         self._check_prompts(prompts)
-        pil = [Image.fromarray(np.ascontiguousarray(img)) for img in images]
         with torch.inference_mode():
-            batch = self.inferencer.prepare_batch(pil, list(prompts))
+            if self.device_images is not None:
+                batch = self.device_batch(images, prompts)
+            else:
+                batch = self.reference_batch(images, prompts)
             ids = batch["input_ids"]
             counts = sum((ids == t).sum(1) for t in self.reward_ids)
             if not bool((counts == 1).all()):
                 raise RuntimeError(f"expected one <|Reward|> token per item, found {counts.tolist()}")
             logits = self.inferencer.model(return_dict=True, **batch)["logits"].float().cpu()
-        if tuple(logits.shape) != (len(pil), 2):
-            raise RuntimeError(f"HPSv3 returned logits of shape {tuple(logits.shape)} for {len(pil)} images")
+        if tuple(logits.shape) != (len(images), 2):
+            raise RuntimeError(f"HPSv3 returned logits of shape {tuple(logits.shape)} for {len(images)} images")
         outs = []
         for mu, log_sigma in logits.tolist():
             sigma = math.exp(log_sigma) if log_sigma < 700 else math.inf

@@ -7,6 +7,11 @@ Loading (no peft needed): the base model's config + processor (`model_name_or_pa
 `modules_to_save` copies win over the originals, and transformers-4.x Qwen2-VL key names
 (`visual.*`, `model.layers.*`) are mapped onto 5.x's (`model.visual.*`, `model.language_model.*`).
 Every tensor of the model must be covered by the checkpoint, and every checkpoint tensor used.
+
+Preprocessing (`options.preprocess`): the frames are resized to Qwen-VL's smart size (bicubic,
+antialiased, rounded to uint8 levels) and the processor rescales, normalises and patches them;
+`device` (the default on cuda) runs all of it on the model's device (the uint8 frames are what
+crosses to it, and the processor's torchvision backend takes its `device`), `reference` on the CPU.
 """
 
 from __future__ import annotations
@@ -170,11 +175,13 @@ class VideoAlignHead(HeadModel):
         self.rm_head = self.rm_head.to(self.device, torch.float32).eval()
         self.model_name = o.checkpoint
         self.items = 0
+        self.preprocess_mode = o.preprocess_mode()
+        self.prep_device = self.device if self.preprocess_mode == "device" else torch.device("cpu")
         return {"model": self.model_name, "checkpoint_step": ckpt.name.split("-", 1)[1],
                 "base_model": base, "sampling": self.spec.sampling(),
                 "prompt_template": self.spec.prompt_template_type, "normalized": self.use_norm and self.spec.norm is not None,
                 "norm": {k: list(v) for k, v in self.spec.norm.items()} if self.spec.norm else None,
-                "lora_merged": self.spec.lora_scale is not None}
+                "lora_merged": self.spec.lora_scale is not None, "preprocess_mode": self.preprocess_mode}
 
     # -- preprocessing --------------------------------------------------------------------------
 
@@ -182,13 +189,13 @@ class VideoAlignHead(HeadModel):
         return smart_frame_size(height, width, self.spec.min_frame_pixels, self.spec.max_frame_pixels)
 
     def _video_tensor(self, frames: np.ndarray) -> Any:
-        """uint8 [T,H,W,3] -> float [T,3,h,w] at Qwen-VL's smart size (bicubic, antialiased). The
-        published pipeline resizes the uint8 tensor (torchvision rounds and clamps to 0..255) and
-        then casts to float: the same values here."""
+        """uint8 [T,H,W,3] -> float [T,3,h,w] at Qwen-VL's smart size (bicubic, antialiased), on
+        the preprocessing device. The published pipeline resizes the uint8 tensor (torchvision
+        rounds and clamps to 0..255) and then casts to float: the same values here."""
         import torch
         import torch.nn.functional as F
 
-        t = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+        t = torch.from_numpy(np.ascontiguousarray(frames)).to(self.prep_device).permute(0, 3, 1, 2).float()
         h, w = self.frame_size(t.shape[2], t.shape[3])
         if (h, w) != tuple(t.shape[2:]):
             t = F.interpolate(t, size=(h, w), mode="bicubic", align_corners=False, antialias=True)
@@ -201,7 +208,8 @@ class VideoAlignHead(HeadModel):
         tok = self.processor.tokenizer
         tok.padding_side = "right"
         return self.processor(text=texts, videos=tensors, padding=True, return_tensors="pt",
-                              do_resize=False, do_rescale=True, do_sample_frames=False)
+                              do_resize=False, do_rescale=True, do_sample_frames=False,
+                              device=str(self.prep_device))
 
     # -- inference ------------------------------------------------------------------------------
 
