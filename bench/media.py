@@ -24,6 +24,11 @@ x264 `ultrafast` crf 18 for video, PIL's PNG/JPEG, the stdlib's base64 and json.
     .venv/bin/python bench/media.py --only video --parallel
     .venv/bin/python bench/media.py --latents .venv-latents/bin/python --device cuda:0 --batch 1
 
+`--mp4-breakdown` splits the h264 input's CPU (first shape of `--shapes`) into its steps, each
+measured alone on the same clip: the decode with nothing done to the frames, the decode with
+PyAV's YUV -> RGB conversion of every frame, the resize of the RGB frames to the judge's size,
+and the encode of frames already at that size; where the mp4 row's time goes.
+
 `--latents PYTHON` (an interpreter with torch + diffusers, e.g. .venv-latents; on a GPU) runs the
 latent worker as the gateway does on a full-size random-weight Wan2.1 VAE and prints videos/s for
 81-frame 720p latents decoded whole against decoded + sampled + resized on the device.
@@ -389,6 +394,41 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
+def mp4_breakdown(n: int, h: int, w: int, reps: int) -> None:
+    """The h264 input's steps, each alone on the same clip (process CPU ms per video)."""
+    import av
+
+    from judge_gateway.media import VideoMedia, VideoSampling, encode_video
+    from judge_gateway.media.resize import resize_rgb
+
+    sampling = VideoSampling(**COSMOS_SAMPLING)
+    frames = natural_clip(n, h, w)
+    mp4 = h264_bytes(frames, 16)
+    enc = encode_video(VideoMedia.from_array(frames, 16), sampling)
+
+    def decode(convert: Callable[[Any], Any]) -> list[Any]:
+        with av.open(io.BytesIO(mp4)) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"  # as the gateway decodes
+            return [convert(f) for f in container.decode(stream)]
+
+    rgb = decode(lambda f: f.to_ndarray(format="rgb24"))
+    small = np.ascontiguousarray(np.stack([resize_rgb(rgb[i], enc.width, enc.height) for i in enc.frame_indices]))
+    steps = {
+        "whole mp4 path (from_mp4 + encode_video)": lambda: encode_video(VideoMedia.from_mp4(mp4), sampling),
+        "decode only (frames untouched)": lambda: decode(lambda f: None),
+        "decode + YUV->RGB every frame": lambda: decode(lambda f: f.to_ndarray(format="rgb24")),
+        f"resize {len(enc.frame_indices)} RGB frames to {enc.width}x{enc.height}":
+            lambda: [resize_rgb(rgb[i], enc.width, enc.height) for i in enc.frame_indices],
+        "encode the resized frames (snapshot, MJPEG, container)":
+            lambda: encode_video(VideoMedia.from_array(small, 16), sampling),
+    }
+    print(f"h264 {n}x{w}x{h} ({len(mp4) / 1e6:.2f} MB), cosmos_reason1 sampling -> {enc.num_frames} frames "
+          f"{enc.width}x{enc.height}; budget {GPU_MS['video'][0] / 10:g}-{GPU_MS['video'][1] / 10:g} ms")
+    for name, fn in steps.items():
+        print(f"  {name:<58s} {cpu_ms(fn, reps):8.1f} ms", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=3)
@@ -396,6 +436,8 @@ def main() -> int:
     p.add_argument("--shapes", default="81x720x1280,121x704x1280,81x480x832",
                    help="video shapes, frames x height x width, comma-separated")
     p.add_argument("--parallel", action="store_true", help="also measure the media pool on every core")
+    p.add_argument("--mp4-breakdown", action="store_true",
+                   help="only: the h264 input's CPU split into decode, YUV->RGB, resize, encode")
     p.add_argument("--latents", metavar="PYTHON",
                    help="time the latent worker under this interpreter (torch + diffusers; on a GPU)")
     p.add_argument("--device", default="cuda:0")
@@ -410,6 +452,12 @@ def main() -> int:
         return 0
     from judge_gateway.media.pool import default_workers
 
+    if args.mp4_breakdown:
+        n, h, w = (int(x) for x in args.shapes.split(",")[0].split("x"))
+        print(f"bench/media.py --mp4-breakdown {time.strftime('%Y-%m-%d')}: process CPU ms, mean of {args.reps}; "
+              f"{cpu_model()}, {default_workers()} cores")
+        mp4_breakdown(n, h, w, args.reps)
+        return 0
     print(f"bench/media.py {time.strftime('%Y-%m-%d')}: process CPU ms per medium, mean of {args.reps} "
           f"repetitions (images: x5); {cpu_model()}, {default_workers()} cores")
     if args.only in (None, "image"):
