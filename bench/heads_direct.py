@@ -8,7 +8,8 @@
         ImageReward's BLIP ViT + text encoder; HPSv3's Qwen2-VL on a prebuilt batch.
     python bench/heads_direct.py prepare hpsv3|videoalign OPTIONS_JSON --batch B --seconds S
             [--image-size N] [--frames F]
-        a batch's preprocessing alone, up to the model's input on its device, in both modes
+        a batch's preprocessing alone, up to the model's input on its device (videoalign's
+        `reference` batch is copied there as its forward would), in both modes
         (`reference`: the library's own transform; `device`: tensor ops on the head's device):
         items/s of each (an item is an image, or a video of F frames of N x N for videoalign).
     python bench/heads_direct.py flow_factory MODEL_DIR PROCESSOR_DIR --dtype fp32|bf16 --device D
@@ -154,11 +155,14 @@ def prepare_rates(kind: str, options: dict, batch: int, seconds: float, image_si
             else:
                 make = head.prepare
 
-            def step(make=make) -> None:
-                with torch.inference_mode():
-                    make(items, prompts)
+            device = torch.device(options.get("device", "cpu"))
 
-            rates[mode] = _timed(step, torch.device(options.get("device", "cpu")), batch, seconds)
+            def step(make=make, device=device) -> None:
+                with torch.inference_mode():
+                    batch = make(items, prompts)
+                    batch["pixel_values_videos" if kind == "videoalign" else "pixel_values"].to(device)
+
+            rates[mode] = _timed(step, device, batch, seconds)
         finally:
             head.close()
     return rates

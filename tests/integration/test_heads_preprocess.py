@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -20,19 +19,11 @@ from tests.support.heads_env import (
     heads_python,
     load_test_images,
 )
+from tests.support.natural_media import photo_path
 
 pytestmark = pytest.mark.integration
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def _photo() -> Path:
-    """A photograph that ships with an installed package (matplotlib's sample data)."""
-    import matplotlib
-
-    path = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
-    assert path.is_file(), path
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +34,7 @@ def models():
 @pytest.fixture(scope="module")
 def fidelity(models):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([str(heads_python()), "-m", "tests.support.preprocess_fidelity", str(models), str(_photo())],
+    done = subprocess.run([str(heads_python()), "-m", "tests.support.preprocess_fidelity", str(models), str(photo_path())],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout)

@@ -23,9 +23,9 @@ from PIL import Image
 
 from judge_gateway.heads.factory import build_head
 from judge_gateway.heads.models.hpsv3 import IMAGE_PIXELS
-from judge_gateway.heads.preprocess.qwen2_vl import resize_uint8_levels
+from judge_gateway.heads.preprocess.device import resize_uint8_levels
 from tests.support.heads_env import hpsv3_judge
-from tests.support.natural_images import gradients, noise, photos, rendered_text
+from tests.support.natural_media import gradients, noise, photos, psnr, rendered_text
 
 PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello" in a long, detailed prompt']
 
@@ -36,11 +36,10 @@ def _outputs(head, batch: dict) -> torch.Tensor:
 
 def psnr_db(image: np.ndarray, size: tuple[int, int]) -> float:
     """The device resize of one image against the package's PIL bicubic resize, both to uint8."""
-    ref = np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BICUBIC), dtype=np.float64)
+    ref = np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.BICUBIC))
     x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
-    got = resize_uint8_levels(x, size)[0].permute(1, 2, 0).numpy().astype(np.float64)
-    mse = float(((ref - got) ** 2).mean())
-    return 99.0 if mse == 0 else 10 * float(np.log10(255.0**2 / mse))
+    got = resize_uint8_levels(x, size)[0].permute(1, 2, 0).numpy().astype(np.uint8)
+    return psnr(ref, got)
 
 
 def compare(dev, ref, images: list[np.ndarray]) -> dict:

@@ -1,6 +1,7 @@
 """Natural-looking test content for fidelity tests: the photo matplotlib ships (grace_hopper.jpg),
-colour gradients and rendered text, panning a few pixels a frame (noise is the worst case for a
-resampler or a codec, and nothing like what a generator makes)."""
+colour gradients and rendered text, as clips panning a few pixels a frame or as image sets (and
+noise: the worst case for a resampler or a codec, and nothing like what a generator makes).
+numpy + PIL only (matplotlib only for the photo's path), so any worker venv can run it."""
 
 from __future__ import annotations
 
@@ -10,10 +11,18 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 
-def photo() -> Image.Image:
+def photo_path() -> Path:
+    """A photograph that ships with an installed package (matplotlib's sample data)."""
     import matplotlib
 
-    return Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg").convert("RGB")
+    path = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    return path
+
+
+def photo() -> Image.Image:
+    return Image.open(photo_path()).convert("RGB")
 
 
 def natural_frames(n: int, width: int, height: int) -> np.ndarray:
@@ -39,3 +48,37 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """Peak signal-to-noise ratio of two uint8 arrays, in dB (inf when equal)."""
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def gradients() -> list[np.ndarray]:
+    out = []
+    for h, w in ((512, 512), (480, 640), (700, 300)):
+        y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+        r = 255 * x / (w - 1)
+        g = 255 * y / (h - 1)
+        b = 255 * (0.5 + 0.5 * np.sin(np.hypot(x - w / 2, y - h / 2) / 40.0))
+        out.append(np.stack([r, g, b], -1).round().astype(np.uint8))
+    return out
+
+
+def rendered_text() -> list[np.ndarray]:
+    out = []
+    for text, size, fg, bg in (("Hello World", (512, 256), "black", "white"),
+                               ("GRPO 2026", (640, 640), (250, 220, 40), (20, 30, 90))):
+        im = Image.new("RGB", size, bg)
+        ImageDraw.Draw(im).text((30, size[1] // 2 - 40), text, fill=fg, font=ImageFont.load_default(size=72))
+        out.append(np.asarray(im))
+    return out
+
+
+def photos(paths: list[str]) -> list[np.ndarray]:
+    out = []
+    for p in paths:
+        arr = np.asarray(Image.open(p).convert("RGB"))
+        out += [arr, arr[: arr.shape[0] // 5, : arr.shape[1] // 6].copy()]  # the crop is upscaled
+    return out
+
+
+def noise() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((512, 512), (384, 640))]

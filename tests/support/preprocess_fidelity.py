@@ -24,7 +24,7 @@ import torch
 from judge_gateway.heads.factory import build_head
 from judge_gateway.heads.models.clip import PreparedBatch
 from tests.support.heads_env import head_judges, load_test_images
-from tests.support.natural_images import gradients, noise, photos, rendered_text
+from tests.support.natural_media import gradients, noise, photos, rendered_text
 
 PROMPTS = ["a red bicycle", "a photo of a cat", 'a sign that says "hello"']
 

@@ -38,6 +38,7 @@ from .hub import resolve_model_file
 # HPSv3RewardInferencer.prepare_batch resizes every image to this many pixels (min = max),
 # whatever the config's max_pixels says.
 IMAGE_PIXELS = 256 * 28 * 28
+IMAGE_FACTOR = 28  # its fetch_image's size factor: Qwen2-VL's patch (14) x merge (2)
 
 
 def inference_yaml(source: dict[str, Any], dtype: str, flash_attn: bool, base_model: str | None) -> dict[str, Any]:
@@ -145,10 +146,14 @@ class HPSv3Head(HeadModel):
         self.preprocess_mode = o.preprocess_mode()
         self.device_images = None
         if self.preprocess_mode == "device":
-            from ..preprocess.qwen2_vl import PatchLayout, Qwen2VLImages
+            from ..preprocess.qwen2_vl import PatchLayout, Qwen2VLImages, check_processor
 
-            self.device_images = Qwen2VLImages(PatchLayout.of(self.inferencer.processor.image_processor),
-                                               torch.device(device))
+            image_processor = self.inferencer.processor.image_processor
+            why = check_processor(image_processor, IMAGE_FACTOR, IMAGE_PIXELS)
+            if why:
+                raise HeadLoadError(f"hpsv3: preprocess = \"device\" cannot reproduce this model's processor: {why}; "
+                                    "set preprocess = \"reference\"")
+            self.device_images = Qwen2VLImages(PatchLayout.of(image_processor), torch.device(device))
             self.smart_resize = smart_resize
             self.instruction = INSTRUCTION
             self.reward_suffix = prompt_with_special_token
@@ -183,8 +188,8 @@ class HPSv3Head(HeadModel):
         from ..preprocess.qwen2_vl import expand_image_pads
 
         assert self.device_images is not None
-        sizes = [self.smart_resize(int(im.shape[0]), int(im.shape[1]), min_pixels=IMAGE_PIXELS, max_pixels=IMAGE_PIXELS)
-                 for im in images]
+        sizes = [self.smart_resize(int(im.shape[0]), int(im.shape[1]), factor=IMAGE_FACTOR, min_pixels=IMAGE_PIXELS,
+                                   max_pixels=IMAGE_PIXELS) for im in images]
         pixel_values, grid_thw = self.device_images(images, sizes)
         processor = self.inferencer.processor
         messages = [[{"role": "user", "content": [
@@ -192,11 +197,18 @@ class HPSv3Head(HeadModel):
             {"type": "text", "text": self.instruction.format(text_prompt=p) + self.reward_suffix}]}]
             for p in prompts]
         texts = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        texts = expand_image_pads(texts, grid_thw.cpu(), self.device_images.layout.merge_size)
+        texts = expand_image_pads(texts, grid_thw, self.device_images.layout.merge_size)
         tokens = processor.tokenizer(texts, padding=True, return_tensors="pt")
+        self._check_reward_tokens(tokens["input_ids"])  # on the host: no wait for the device
         device = self.device_images.device
         return {"input_ids": tokens["input_ids"].to(device), "attention_mask": tokens["attention_mask"].to(device),
-                "pixel_values": pixel_values, "image_grid_thw": grid_thw}
+                "pixel_values": pixel_values, "image_grid_thw": grid_thw.to(device)}
+
+    def _check_reward_tokens(self, ids: Any) -> None:
+        """Exactly one `<|Reward|>` token per row (the package would otherwise mix rows up)."""
+        counts = sum((ids == t).sum(1) for t in self.reward_ids)
+        if not bool((counts == 1).all()):
+            raise RuntimeError(f"expected one <|Reward|> token per item, found {counts.tolist()}")
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[dict[str, Any]]:
         torch = self.torch
@@ -206,10 +218,7 @@ class HPSv3Head(HeadModel):
                 batch = self.device_batch(images, prompts)
             else:
                 batch = self.reference_batch(images, prompts)
-            ids = batch["input_ids"]
-            counts = sum((ids == t).sum(1) for t in self.reward_ids)
-            if not bool((counts == 1).all()):
-                raise RuntimeError(f"expected one <|Reward|> token per item, found {counts.tolist()}")
+                self._check_reward_tokens(batch["input_ids"])
             logits = self.inferencer.model(return_dict=True, **batch)["logits"].float().cpu()
         if tuple(logits.shape) != (len(images), 2):
             raise RuntimeError(f"HPSv3 returned logits of shape {tuple(logits.shape)} for {len(images)} images")

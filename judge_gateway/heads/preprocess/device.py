@@ -57,6 +57,29 @@ def resized_size(h: int, w: int, g: Geometry) -> tuple[int, int]:
     return round(h / ratio), round(w / ratio)
 
 
+def host_to_device(images: Sequence[np.ndarray], device: torch.device) -> torch.Tensor:
+    """Same-shape uint8 [H, W, 3] arrays -> one uint8 [n, H, W, 3] tensor on `device`: one copy
+    into a host tensor (pinned on CUDA, so the copy to the device does not block the thread)."""
+    pin = device.type == "cuda"
+    h, w = images[0].shape[:2]
+    host = torch.empty((len(images), h, w, 3), dtype=torch.uint8, pin_memory=pin)
+    # torch copies with the GIL released, so the forward's thread keeps launching kernels (np.stack
+    # held it for ~0.4 ms per 512 px image, which starved the GPU by a quarter on an H100).
+    torch.stack([torch.from_numpy(im) for im in images], out=host)
+    return host.to(device, non_blocking=pin)
+
+
+def resize_uint8_levels(x: torch.Tensor, size: tuple[int, int],
+                        mode: Literal["bicubic", "bilinear"] = "bicubic") -> torch.Tensor:
+    """float [n, 3, h, w] in 0..255 -> [n, 3, *size], resized with antialiasing, rounded and
+    clamped to uint8 levels as the reference transforms hand back uint8 images (kept as float:
+    what follows is arithmetic). The same tensor when the size already matches."""
+    if tuple(x.shape[-2:]) == tuple(size):
+        return x
+    x = F.interpolate(x, size=size, mode=mode, antialias=True, align_corners=False)
+    return x.round_().clamp_(0, 255)
+
+
 def _offset(excess: int, how: str) -> int:
     return int(excess / 2.0) if how == "trunc" else round(excess / 2.0)
 
@@ -85,7 +108,6 @@ class DevicePreprocessor:
         shift = torch.tensor(geometry.mean, dtype=torch.float32) * 255.0
         self._shift = shift.view(1, 3, 1, 1).to(device)
         self._scale = scale.view(1, 3, 1, 1).to(device)
-        self._pin = device.type == "cuda"
 
     def __call__(self, images: Sequence[np.ndarray]) -> torch.Tensor:
         """[n, 3, size, size] in `dtype` on the device, in input order."""
@@ -103,16 +125,8 @@ class DevicePreprocessor:
         return out
 
     def _group(self, images: list[np.ndarray], h: int, w: int) -> torch.Tensor:
-        host = torch.empty((len(images), h, w, 3), dtype=torch.uint8, pin_memory=self._pin)
-        # One copy into the (pinned) host tensor, by torch: it drops the GIL while it copies, so
-        # the forward's thread keeps launching kernels (np.stack held it for ~0.4 ms per 512 px
-        # image, which starved the GPU by a quarter on an H100).
-        torch.stack([torch.from_numpy(im) for im in images], out=host)
-        x = host.to(self.device, non_blocking=True).permute(0, 3, 1, 2).float()
+        x = host_to_device(images, self.device).permute(0, 3, 1, 2).float()
         g = self.geometry
-        rh, rw = resized_size(h, w, g)
-        if (rh, rw) != (h, w):
-            x = F.interpolate(x, size=(rh, rw), mode=g.interpolation, antialias=True, align_corners=False)
-            x = x.round_().clamp_(0, 255)  # the references resize uint8 images into uint8 images
+        x = resize_uint8_levels(x, resized_size(h, w, g), g.interpolation)
         x = _crop_or_pad(x, g)
         return ((x - self._shift) / self._scale).to(self.dtype)

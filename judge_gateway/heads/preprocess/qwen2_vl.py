@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from .device import host_to_device, resize_uint8_levels
 
 
 @dataclass(frozen=True)
 class PatchLayout:
-    """The processor's constants (read from the loaded processor, never assumed)."""
+    """The processor's patch constants and mean / std, read from the loaded processor (what this
+    module assumes of it, a 1 / 255 rescale, the caller checks: `check_processor`)."""
 
     patch_size: int
     merge_size: int
@@ -38,15 +40,6 @@ class PatchLayout:
         p = image_processor
         return cls(int(p.patch_size), int(p.merge_size), int(p.temporal_patch_size),  # type: ignore[attr-defined]
                    tuple(float(v) for v in p.image_mean), tuple(float(v) for v in p.image_std))  # type: ignore[attr-defined]
-
-
-def resize_uint8_levels(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """float [n, 3, h, w] in 0..255 -> [n, 3, *size], bicubic with antialiasing, rounded to uint8
-    levels (kept as float: the next step is arithmetic)."""
-    if tuple(x.shape[-2:]) == size:
-        return x
-    x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
-    return x.round_().clamp_(0, 255)
 
 
 def patchify(x: torch.Tensor, layout: PatchLayout) -> tuple[torch.Tensor, tuple[int, int, int]]:
@@ -75,7 +68,9 @@ class Qwen2VLImages:
 
     def __call__(self, images: Sequence[np.ndarray],
                  sizes: Sequence[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """`sizes[i]`: the (height, width) image i is resized to."""
+        """`sizes[i]`: the (height, width) image i is resized to. -> (pixel_values on the device,
+        image_grid_thw on the host: the text needs it there, and reading it back would wait for
+        the resize kernels)."""
         if len(images) != len(sizes) or not images:
             raise ValueError(f"{len(images)} images, {len(sizes)} sizes")
         groups: dict[tuple[tuple[int, ...], tuple[int, int]], list[int]] = {}
@@ -86,8 +81,7 @@ class Qwen2VLImages:
         parts: list[torch.Tensor | None] = [None] * len(images)
         grids: list[tuple[int, int, int]] = [(0, 0, 0)] * len(images)
         for (_, size), idx in groups.items():
-            host = torch.stack([torch.from_numpy(images[i]) for i in idx])
-            x = host.to(self.device).permute(0, 3, 1, 2).float()
+            x = host_to_device([images[i] for i in idx], self.device).permute(0, 3, 1, 2).float()
             x = resize_uint8_levels(x, (int(size[0]), int(size[1])))
             x = (x - self._mean) / self._std  # = (x / 255 - mean) / std, the processor's rescale + normalise
             patches, grid = patchify(x, self.layout)
@@ -95,7 +89,24 @@ class Qwen2VLImages:
                 parts[i] = rows
                 grids[i] = grid
         pixel_values = torch.cat([p for p in parts if p is not None])
-        return pixel_values, torch.tensor(grids, dtype=torch.int64, device=self.device)
+        return pixel_values, torch.tensor(grids, dtype=torch.int64)
+
+
+def check_processor(image_processor: object, factor: int, pixels: int) -> str | None:
+    """Why the device path would not be the processor's own, or None: it rescales by 1 / 255 and
+    normalises, and its own second resize leaves a `factor`-aligned image of about `pixels` pixels
+    (the caller's smart size: within 2x of it) as it is."""
+    p = image_processor
+    if not (getattr(p, "do_rescale", False) and abs(float(getattr(p, "rescale_factor", 0.0)) * 255.0 - 1.0) < 1e-6):
+        return "the image processor does not rescale by 1/255"
+    if not getattr(p, "do_normalize", False):
+        return "the image processor does not normalise"
+    ps, ms = int(getattr(p, "patch_size", 0)), int(getattr(p, "merge_size", 0))
+    lo, hi = int(getattr(p, "min_pixels", 0)), int(getattr(p, "max_pixels", 0))
+    if ps * ms != factor or not lo <= pixels // 2 or not 2 * pixels <= hi:
+        return (f"the image processor would resize again (patch_size x merge_size {ps * ms}, min/max pixels "
+                f"{lo}..{hi}; the images are {factor}-aligned, {pixels} pixels)")
+    return None
 
 
 def expand_image_pads(texts: Sequence[str], grids: torch.Tensor, merge_size: int,
@@ -118,4 +129,4 @@ def expand_image_pads(texts: Sequence[str], grids: torch.Tensor, merge_size: int
     return out
 
 
-__all__ = ["PatchLayout", "Qwen2VLImages", "expand_image_pads", "patchify", "resize_uint8_levels"]
+__all__ = ["PatchLayout", "Qwen2VLImages", "check_processor", "expand_image_pads", "patchify"]
