@@ -158,6 +158,17 @@ def test_device_preprocessing_is_the_packages_batch_within_the_measured_bounds(f
         assert row["max_abs_delta_mu"] <= 0.01 * row["mu_spread"], row
 
 
+def test_device_preprocessing_refuses_a_processor_it_cannot_reproduce(fidelity):
+    """The device path assumes a 1/255 rescale, normalisation, 28-pixel patches and no second
+    resize by the processor: the loaded one passes, a copy that differs in any is refused (the
+    head then fails to load and says to set preprocess = "reference")."""
+    said = fidelity["check_processor"]
+    assert said["loaded"] is None
+    assert "1/255" in said["rescale_1_127"]
+    assert "normalise" in said["no_normalize"]
+    assert "resize again" in said["max_pixels_small"] and "resize again" in said["patch_16"]
+
+
 async def test_device_preprocessing_through_the_gateway_scores_the_packages_numbers(gw, ref, images):
     resp = await gw.score(RewardRequest(samples=_samples(ref["prompts"], images), judges=["hpsv3", "hpsv3_device"]))
     for r, (mu, log_sigma) in zip(resp.results, ref["package"]):

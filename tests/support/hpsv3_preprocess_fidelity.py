@@ -7,12 +7,14 @@ the photos given and their upscaled crops, the checkpoint's test images; noise),
 whether token ids, attention masks and image grids are identical, the worst pixel difference
 (normalised units), the lowest PSNR of the device resize against the package's PIL resize (uint8
 images), and the worst |delta mu| / |delta log sigma| of the model's outputs on the two batches
-over three prompts, beside the spread of mu over the set (reference batches).
+over three prompts, beside the spread of mu over the set (reference batches). Also what
+`check_processor` says of the loaded processor and of copies it must refuse.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import sys
 from pathlib import Path
@@ -22,7 +24,8 @@ import torch
 from PIL import Image
 
 from judge_gateway.heads.factory import build_head
-from judge_gateway.heads.models.hpsv3 import IMAGE_PIXELS
+from judge_gateway.heads.models.hpsv3 import IMAGE_FACTOR, IMAGE_PIXELS
+from judge_gateway.heads.preprocess.qwen2_vl import check_processor
 from judge_gateway.heads.preprocess.device import resize_uint8_levels
 from tests.support.heads_env import hpsv3_judge
 from tests.support.natural_media import gradients, noise, photos, psnr, rendered_text
@@ -79,6 +82,15 @@ def main(argv: list[str]) -> int:
     with contextlib.redirect_stdout(sys.stderr):  # the package prints while it loads; stdout is the JSON
         facts = [dev.load()["preprocess_mode"], ref.load()["preprocess_mode"]]
     out = {"modes": facts, **{name: compare(dev, ref, imgs) for name, imgs in sets.items()}}
+    processor = ref.inferencer.processor.image_processor
+    refusals = {"loaded": check_processor(processor, IMAGE_FACTOR, IMAGE_PIXELS)}
+    for name, change in (("rescale_1_127", {"rescale_factor": 1 / 127.5}), ("no_normalize", {"do_normalize": False}),
+                         ("max_pixels_small", {"max_pixels": IMAGE_PIXELS // 4}), ("patch_16", {"patch_size": 16})):
+        changed = copy.copy(processor)
+        for key, value in change.items():
+            setattr(changed, key, value)
+        refusals[name] = check_processor(changed, IMAGE_FACTOR, IMAGE_PIXELS)
+    out["check_processor"] = refusals
     print(json.dumps(out, indent=1))
     return 0
 
