@@ -70,6 +70,7 @@ class MediaBudget:
         self.max_waiting = max_waiting
         self.retry_after_s = retry_after_s
         self.in_use = 0
+        self.released_total = 0  # pixels ever given back: the heap trim reads it (server/heap.py)
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property
@@ -127,6 +128,7 @@ class MediaBudget:
     def release(self, pixels: int) -> None:
         if pixels > 0:
             self.in_use -= min(pixels, self.limit)
+            self.released_total += min(pixels, self.limit)
             self._grant()
 
     def _grant(self) -> None:

@@ -126,7 +126,8 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     if keys:
         app.add_middleware(BaseHTTPMiddleware, dispatch=require_api_key)  # innermost: added first
 
-    app.add_middleware(ReleaseMemoryMiddleware)  # freed heap back to the OS after large bodies
+    # freed heap back to the OS after large bodies and decoded media
+    app.add_middleware(ReleaseMemoryMiddleware, budget=gateway.media_budget)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     # Header count, [media] budgets, JSON 500 for a bug: outermost but for the peer check.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,

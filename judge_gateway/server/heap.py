@@ -5,7 +5,9 @@ mmap threshold rises after each large free, so later large buffers come from the
 heap's top is rarely free to trim. Left alone, a gateway's RSS stays at its largest burst (a fuzz
 run: 218 MB -> 619 MB, all of it given back by malloc_trim(0); no object retains it). So:
 - a fixed mmap threshold (1 MiB): buffers at least that large are mmapped and unmapped on free;
-- after a request whose body was large, malloc_trim(0) in a thread, at most once a second.
+- after a request whose body was large, or while which decoded media were given back to the
+  process-wide budget (frames decoded from a small body: their buffers are freed into the heap
+  the same way), malloc_trim(0) in a thread, at most once a second.
 Only on glibc; elsewhere both are no-ops.
 
 And the cyclic GC: the objects of a started gateway (its modules, FastAPI, pydantic, numpy: ~150k
@@ -18,18 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import gc
 import ctypes.util
+import gc
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from ..media.budget import MediaBudget
 
 log = logging.getLogger(__name__)
 
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 1 << 20
 TRIM_AFTER_BODY_BYTES = 1 << 20
+TRIM_AFTER_DECODED_PIXELS = 1 << 19  # ~1.5 MB of RGB
 TRIM_EVERY_S = 1.0
 
 
@@ -68,11 +75,13 @@ def trim() -> None:
 
 
 class ReleaseMemoryMiddleware:
-    """After a response to a request whose body reached TRIM_AFTER_BODY_BYTES, trim the heap
-    (rate-limited; in a worker thread, so the event loop never waits for it)."""
+    """After a response to a request whose body reached TRIM_AFTER_BODY_BYTES, or while which
+    `budget` got TRIM_AFTER_DECODED_PIXELS of decoded media back, trim the heap (rate-limited; in
+    a worker thread, so the event loop never waits for it)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, budget: MediaBudget | None = None) -> None:
         self.app = app
+        self.budget = budget
         self._last = 0.0
         self._pending: asyncio.Task | None = None
         fix_mmap_threshold()
@@ -82,6 +91,7 @@ class ReleaseMemoryMiddleware:
             await self.app(scope, receive, send)
             return
         seen = 0
+        released_before = self.budget.released_total if self.budget is not None else 0
 
         async def counting_receive() -> Message:
             nonlocal seen
@@ -93,7 +103,8 @@ class ReleaseMemoryMiddleware:
         try:
             await self.app(scope, counting_receive, send)
         finally:
-            if seen >= TRIM_AFTER_BODY_BYTES:
+            decoded = self.budget.released_total - released_before if self.budget is not None else 0
+            if seen >= TRIM_AFTER_BODY_BYTES or decoded >= TRIM_AFTER_DECODED_PIXELS:
                 self._schedule()
 
     def _schedule(self) -> None:

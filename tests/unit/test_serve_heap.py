@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli_configs import vlm_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,3 +40,50 @@ def test_serve_freezes_the_started_process_before_it_serves(tmp_path):
     # the gateway's modules and the app: tens of thousands of objects the collector no longer walks
     assert frozen > 50_000, done.stdout
     assert tracked < frozen / 10, done.stdout
+
+
+async def _request(middleware, body: bytes = b"") -> None:
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    await middleware({"type": "http", "method": "POST", "path": "/"}, receive, send)
+    assert sent[0]["status"] == 200
+
+
+async def test_the_heap_is_trimmed_after_decoded_media_not_only_after_large_bodies(monkeypatch):
+    """Frames decoded from a small body are freed into glibc's heap like a large body's buffers:
+    a request during which the media budget got TRIM_AFTER_DECODED_PIXELS back schedules the
+    trim; one that decoded less, with a small body, does not."""
+    import asyncio
+
+    from judge_gateway.media.budget import MediaBudget
+    from judge_gateway.server import heap
+
+    if heap._LIBC is None:
+        pytest.skip("not glibc: trimming is a no-op")
+    trims = []
+    monkeypatch.setattr(heap, "trim", lambda: trims.append(1))
+    budget = MediaBudget(1 << 30)
+    decode = {"pixels": 0}
+
+    async def app(scope, receive, send):
+        await receive()
+        async with budget.reserve(decode["pixels"], wait_s=None):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    middleware = heap.ReleaseMemoryMiddleware(app, budget=budget)
+    decode["pixels"] = heap.TRIM_AFTER_DECODED_PIXELS // 2
+    await _request(middleware)
+    await asyncio.sleep(0.05)
+    assert trims == []
+    decode["pixels"] = heap.TRIM_AFTER_DECODED_PIXELS
+    await _request(middleware)
+    await middleware._pending
+    assert trims == [1]
