@@ -192,9 +192,12 @@ class VideoAlignHead(HeadModel):
         """uint8 [T,H,W,3] -> float [T,3,h,w] at Qwen-VL's smart size (bicubic, antialiased), on
         the preprocessing device. The published pipeline resizes the uint8 tensor (torchvision
         rounds and clamps to 0..255) and then casts to float: the same values here."""
-        from ..preprocess.device import host_to_device, resize_uint8_levels
+        import torch
 
-        t = host_to_device([np.ascontiguousarray(f) for f in frames], self.prep_device).permute(0, 3, 1, 2).float()
+        from ..preprocess.device import resize_uint8_levels
+
+        # one video's frames are one array already: no stacking copy, one copy to the device
+        t = torch.from_numpy(np.ascontiguousarray(frames)).to(self.prep_device).permute(0, 3, 1, 2).float()
         return resize_uint8_levels(t, self.frame_size(t.shape[2], t.shape[3]))
 
     def prepare(self, videos: Sequence[np.ndarray], prompts: Sequence[str]) -> dict[str, Any]:
