@@ -10,6 +10,7 @@
     ray.py           [ray] (no Ray import)
     watch.py         [watch]: shadow judges, windows, alarm thresholds
     launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
+    residency.py     [judges.NAME.residency]: resident, or colocated with a trainer (sleeps, wakes)
     loading.py       reading the TOML and the checks across sections
     cosmos_rl_toml.py  cosmos-rl's own rewards.toml, mapped onto these sections
 
@@ -84,6 +85,7 @@ from .protocols import (
     WanVaeConfig,
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
+from .residency import VLLM_SLEEP_PLATFORMS, ResidencyConfig
 from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
 from .watch import WatchAlarms, WatchConfig
 
@@ -112,4 +114,6 @@ __all__ = [
     "RayConfig", "RayDeploymentConfig", "RayAutoscaling",
     # reward-hacking watch
     "WatchConfig", "WatchAlarms",
+    # judges that share a trainer's GPUs
+    "ResidencyConfig", "VLLM_SLEEP_PLATFORMS",
 ]
