@@ -22,6 +22,7 @@ from .supervisor import HeadError, HeadSupervisor
 
 if TYPE_CHECKING:
     from ..schema import SampleInput
+    from .residency import HeadSleepDriver
 
 
 class HeadJudge(Judge):
@@ -61,6 +62,12 @@ class HeadJudge(Judge):
 
     async def probe(self) -> tuple[bool, str | None]:
         return await self.worker.probe()
+
+    def residency_driver(self) -> "HeadSleepDriver":
+        from .residency import HeadSleepDriver
+
+        assert isinstance(self.worker, HeadSupervisor), "colocated heads run on this machine (not Ray Serve)"
+        return HeadSleepDriver(self.worker)
 
     async def check(self) -> tuple[bool, str | None]:
         try:

@@ -184,6 +184,36 @@ class WorkerSupervisor:
                 pass
         self.fail_pending("closed")
 
+    async def stop(self, reason: str, timeout_s: float = 10.0) -> None:
+        """End the process on purpose and do not restart it (a colocated head put to sleep by its
+        worker exiting): as `aclose`, but the supervisor stays usable: its state is "stopped" and
+        the next `ensure_started` starts a fresh process. Requests still in flight fail."""
+        if self.state == "closed":
+            return
+        self.state, self.reason = "stopped", reason
+        if self._ready is not None:
+            self._ready.clear()
+        runner, self._runner = self._runner, None
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(encode_frame({"op": "shutdown"}))
+                proc.stdin.close()
+            except (ConnectionError, RuntimeError):
+                pass
+            try:
+                await asyncio.wait_for(proc.wait(), timeout_s)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if runner is not None:
+            try:
+                await asyncio.wait_for(runner, timeout_s)  # it returns once it sees "stopped"
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                runner.cancel()
+        self.fail_pending(reason)
+
     # -- requests ------------------------------------------------------------------------------
     def running(self) -> asyncio.subprocess.Process:
         """The live, ready process, or the error saying why there is none."""
@@ -249,7 +279,7 @@ class WorkerSupervisor:
         while self.state != "closed":
             started = time.monotonic()
             outcome = await self._run_once()
-            if self.state == "closed":
+            if self.state in ("closed", "stopped"):  # ended on purpose (aclose, stop)
                 return
             if outcome == "fatal":
                 self.state, self._failed_at = "failed", time.monotonic()
@@ -325,7 +355,7 @@ class WorkerSupervisor:
             self.on_exit()
         code = await proc.wait()
         await stderr_task
-        if self.state == "closed":
+        if self.state in ("closed", "stopped"):
             return "exited"
         self.reason = f"worker exited with code {code}{self._tail()}"
         self.fail_pending(f"{self.crash_why} ({self.reason})", crashed=True)

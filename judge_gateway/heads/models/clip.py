@@ -202,6 +202,28 @@ class ClipFamilyHead(HeadModel):
         model.requires_grad_(False)
         return model
 
+    @abstractmethod
+    def _build_model(self) -> torch.nn.Module:
+        """The model from its files, as its library loads it (before `_finish`): `load` and a
+        colocated head's wake (`reload_weights`) build it the same way."""
+
+    # -- residency (heads/sleeping.py) ---------------------------------------------------------
+    reloads_in_place = True
+
+    def weight_modules(self) -> list[Any]:
+        return [self.model] if getattr(self, "model", None) is not None else []
+
+    def release_weights(self) -> None:
+        # The tokenizer / processor, the image stage and the text cache stay: they hold no weights
+        # (the cached text rows are a few KB per prompt, computed by the same weights a reload gives back).
+        self.model = None
+
+    def reload_weights(self) -> None:
+        self.model = self._finish(self._build_model())
+
+    def device_tensors_to(self, device: Any) -> None:
+        self.text_cache.map_rows(lambda row: row.to(device, non_blocking=True))
+
 
 # ---------------------------------------------------------------------------------------------
 # open_clip (CLIP score via open_clip, HPSv2)
@@ -221,23 +243,36 @@ def _register_model_config(path: str | None) -> None:
 class OpenClipHead(ClipFamilyHead):
     options: ClipOptions | HPSv2Options
 
-    def load(self) -> dict[str, Any]:
+    @property
+    def reloads_in_place(self) -> bool:  # type: ignore[override]
+        """Its weights come from files (a pretrained tag or path, or HPS's checkpoint): a reload
+        gives them back bit for bit. Without either open_clip initialises them at random."""
+        o = self.options
+        return isinstance(o, HPSv2Options) or o.pretrained is not None
+
+    def _build_model(self) -> torch.nn.Module:
         import open_clip
 
         o = self.options
-        _register_model_config(o.model_config_file)
         arch = o.model
         pretrained = o.pretrained if isinstance(o, ClipOptions) else None
         try:
             model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
         except Exception as exc:
             raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
-        facts: dict[str, Any] = {"model": arch, "pretrained": pretrained, "library": "open_clip"}
+        if isinstance(o, HPSv2Options):
+            model.load_state_dict(_hps_state_dict(o.checkpoint))
+        return model
+
+    def load(self) -> dict[str, Any]:
+        o = self.options
+        _register_model_config(o.model_config_file)
+        model = self._build_model()
+        pretrained = o.pretrained if isinstance(o, ClipOptions) else None
+        facts: dict[str, Any] = {"model": o.model, "pretrained": pretrained, "library": "open_clip"}
         self.pp_cfg = dict(model.visual.preprocess_cfg)
         if isinstance(o, HPSv2Options):
-            checkpoint = o.checkpoint
-            model.load_state_dict(_hps_state_dict(checkpoint))
-            facts["checkpoint"] = checkpoint
+            facts["checkpoint"] = o.checkpoint
             # HPSv2's own eval transform: longest side to the input size, pad to square with black.
             self.pp_cfg["resize_mode"] = "longest"
             self.pp_cfg["fill_color"] = 0
@@ -245,7 +280,9 @@ class OpenClipHead(ClipFamilyHead):
         else:
             facts["preprocess"] = "resize_shortest+center_crop"
         self.model = self._finish(model)
-        self.tokenizer = open_clip.get_tokenizer(arch)
+        import open_clip
+
+        self.tokenizer = open_clip.get_tokenizer(o.model)
         return facts | self._start_stage()
 
     def _reference(self) -> TransformSpec:
@@ -300,14 +337,19 @@ def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
 class HFClipHead(ClipFamilyHead):
     options: ClipOptions | PickScoreOptions
 
+    def _build_model(self) -> torch.nn.Module:
+        from transformers import CLIPModel
+
+        return CLIPModel.from_pretrained(self.options.model, attn_implementation="sdpa")
+
     def load(self) -> dict[str, Any]:
-        from transformers import AutoProcessor, CLIPModel
+        from transformers import AutoProcessor
 
         o = self.options
         model_id = o.model
         processor_id = o.processor or model_id
         try:
-            model = CLIPModel.from_pretrained(model_id, attn_implementation="sdpa")
+            model = self._build_model()
             self.processor = AutoProcessor.from_pretrained(processor_id)
         except Exception as exc:
             raise HeadLoadError(
