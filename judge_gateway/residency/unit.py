@@ -264,6 +264,10 @@ class ResidencyUnit:
                 raise SleepRefused(f"{self.driver.label} is not serving ({self.reason}); nothing to put to sleep")
             if not self.verified:
                 await self.verify()
+                if not self.verified:  # a server that was not asked could be one that only pretends to sleep
+                    self.counts.sleeps_refused += 1
+                    raise SleepRefused(f"{self.driver.label}: could not check that its servers can sleep "
+                                       "(unreachable); the judge stays awake")
             started = time.monotonic()
             self._set("draining", f"asked by {trigger}; {self.in_flight} call(s) in flight")
             if not await self._drained(self.cfg.drain_timeout_s):

@@ -16,7 +16,9 @@ at start: "Sleep mode is not supported on current platform"):
   from the model's own files.
 - `GET /is_sleeping` -> {"is_sleeping": bool}.
 - `GET /server_info?config_format=json` (dev mode): the server's config, read at start to refuse
-  a colocated judge whose server runs on the CPU or without sleep mode, with the reason.
+  a colocated judge whose server runs on the CPU or without sleep mode, with the reason. (The CPU
+  build started in dev mode without sleep mode answers `POST /sleep` with 200 "sleeping" all the
+  same: a server that could not be checked is never put to sleep.)
 
 These paths sit at the server's root (not under /v1) and vLLM's --api-key does not guard them:
 launch servers on loopback (`up` does). The gateway sends the backend's key anyway.
@@ -36,7 +38,8 @@ from ..config import VLLM_SLEEP_PLATFORMS
 from .driver import ResidencyUnsupported, SleepBusy, SleepDriver
 
 log = logging.getLogger(__name__)
-VERIFY_TIMEOUT_S = 10.0
+# /server_info collects the server's environment on its first call (vLLM's collect_env: ~8 s here).
+VERIFY_TIMEOUT_S = 60.0
 STATE_TIMEOUT_S = 5.0
 ENABLE = ("set VLLM_SERVER_DEV_MODE=1 and pass --enable-sleep-mode (judge-gateway up does both for a "
           "colocated backend it launches)")
@@ -50,14 +53,15 @@ def server_root(base_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def _device_of(info: dict[str, Any]) -> str | None:
-    """The device a server runs on, from its /server_info (vllm_config.device_config)."""
+def _device_of(info: dict[str, Any]) -> tuple[str, str] | None:
+    """(key, device) a server runs on, from its /server_info's vllm_config.device_config (vLLM
+    0.32.0's CPU build: {"device": "cpu"})."""
     config = info.get("vllm_config")
     device = config.get("device_config") if isinstance(config, dict) else None
     if isinstance(device, dict):
         for key in ("device_type", "device"):
             if isinstance(device.get(key), str) and device[key] not in ("", "auto"):
-                return device[key]
+                return key, device[key]
     return None
 
 
@@ -111,9 +115,9 @@ class VllmSleepDriver(SleepDriver):
                     raise ResidencyUnsupported(f"{where}: GET /server_info answered HTTP {r.status_code}")
                 info = r.json()
                 device = _device_of(info)
-                if device == "cpu":
+                if device is not None and device[1] == "cpu":
                     raise ResidencyUnsupported(
-                        f"{where} is vLLM on the CPU (its /server_info: device_config.device_type = 'cpu'): "
+                        f"{where} is vLLM on the CPU (its /server_info: device_config.{device[0]} = 'cpu'): "
                         f"vLLM's sleep mode works on {VLLM_SLEEP_PLATFORMS} only, so this judge cannot be "
                         "colocated; keep it resident (judges.NAME.residency = \"resident\")")
                 if _sleep_mode_of(info) is False:

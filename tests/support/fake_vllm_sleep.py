@@ -128,8 +128,8 @@ def make_app(served_name: str, faults: dict[str, Any]) -> FastAPI:
         return JSONResponse(None)
 
     async def server_info(request: Request) -> Any:
-        return {"vllm_config": {"device_config": {"device": faults.get("device", "cuda"),
-                                                  "device_type": faults.get("device", "cuda")},
+        # vLLM 0.32.0's /server_info?config_format=json: its CPU build says {"device": "cpu"}
+        return {"vllm_config": {"device_config": {"device": faults.get("device", "cuda")},
                                 "model_config": {"enable_sleep_mode": faults.get("enable_sleep_mode", True)}}}
 
     app.add_api_route("/sleep", dev(sleep), methods=["POST"])
