@@ -7,10 +7,13 @@ bench/residency.py measures a ViT-B/32-sized head."""
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from judge_gateway.schema import RewardRequest
 from tests.conftest import png_bytes
@@ -32,7 +35,10 @@ def gateway(clip_heads):
 
 
 def request(judges: list[str]) -> RewardRequest:
-    samples = [{"prompt": p, "image": png_bytes(i)} for i, p in enumerate(["a red bicycle", "a cat", "a red bicycle"])]
+    """Decoded images: a judge's cells reach its worker in one loop turn, one batch (on the CPU a row's
+    result moves by ~1e-6 with the size of its batch, so both sides must batch alike)."""
+    arrays = [np.asarray(Image.open(io.BytesIO(png_bytes(i))).convert("RGB")) for i in range(3)]
+    samples = [{"prompt": p, "image": a} for p, a in zip(["a red bicycle", "a cat", "a red bicycle"], arrays)]
     return RewardRequest(samples=samples, judges=judges)
 
 
