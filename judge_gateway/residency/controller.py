@@ -144,7 +144,10 @@ class Residency:
         return unit is not None and unit.name.startswith("head:") and unit.state in ("asleep", "sleeping", "draining")
 
     def timeline(self, since: float | None = None) -> list[ResidencyEvent]:
-        return [e for e in self.events if since is None or e.at >= since]
+        """Events at or after `since` (Unix time). Safe from another thread (a watch seal's): the
+        deque is copied in one step first."""
+        events = list(self.events)
+        return [e for e in events if since is None or e.at >= since]
 
     # -- observing the units ----------------------------------------------------------------------
     def _observe(self, unit: ResidencyUnit, event: str, trigger: Trigger, facts: dict[str, Any]) -> None:

@@ -225,3 +225,29 @@ async def test_a_server_that_cannot_sleep_is_refused_at_start(server, faults, re
     async with served(judge_config(server.base_url), start=False) as (gateway, _):
         with pytest.raises(ResidencyUnsupported, match=reason):
             await gateway.residency.start()
+
+
+async def test_the_watch_report_and_its_page_show_the_sleeps_and_wakes_of_a_run(server, tmp_path):
+    from judge_gateway.browse import charts
+    from judge_gateway.browse.watch import watch_context
+    from judge_gateway.watch import RunReport
+
+    data = judge_config(server.base_url)
+    data["backends"]["shadow"] = {"model": "fake-judge", "base_urls": [server.base_url]}
+    data["judges"]["steady"] = {"kind": "yes_no", "backend": "shadow", "template": "image_quality@1",
+                                "default": False}
+    data["watch"] = {"enabled": True, "shadows": {"alignment": ["steady"]}, "sample_rate": 1.0, "folder": str(tmp_path)}
+    async with served(data) as (gateway, client):
+        body = {"samples": [{"prompt": "a red bicycle", "image": IMAGE}], "run": "colocated-run", "step": 1}
+        assert (await client.post("/v1/rewards", json=body)).status_code == 200
+        await client.post("/v1/residency", json={"action": "sleep"})
+        assert (await client.post("/v1/rewards", json={**body, "step": 2})).status_code == 200
+        await client.post("/v1/residency", json={"action": "sleep"})
+        report = (await client.get("/v1/watch")).json()["runs"][0]
+        assert [(e["event"], e["trigger"]) for e in report["residency"]] == [
+            ("sleep", "told"), ("wake", "request"), ("sleep", "told")]
+        run = RunReport.model_validate(report)
+        svg = charts.residency_timeline(run)
+        assert 'id="residency-timeline"' in svg and 'id="residency-wake-0"' in svg and 'id="residency-asleep-0"' in svg
+        page = watch_context(run, "colocated-run", None, 0, lambda i: "", lambda i: "")
+        assert any("residency-timeline" in c for c in page["charts"])
