@@ -5,7 +5,10 @@ heads  One open_clip `clip` and one transformers `pickscore` head sleep and wake
        its worker held and gave back (the RSS read from /proc on the CPU; on a GPU also
        `torch.cuda.mem_get_info` before and after, from the worker's facts), the median sleep and
        wake seconds, and whether the first batch after every wake equals the batch scored before
-       the first sleep, bit for bit.
+       the first sleep, bit for bit. The RSS freed is split into the heap (a model loaded by copy:
+       open_clip's torch.load) and mapped files (transformers maps a safetensors model: of those
+       pages, only the ones resident when it slept count, and the kernel may drop clean file pages
+       of a resident model too under memory pressure).
 grpo   A GRPO-shaped loop through the service's routes (in process, httpx's ASGI transport): per
        step a rollout burst (one request of --groups groups of --group-size images, one prompt per
        group, as a trainer sends its batch), then a "train" pause of --train-s seconds of CPU-bound numpy work in this process,
@@ -55,17 +58,19 @@ from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.schema import RewardRequest  # noqa: E402
 from judge_gateway.server import create_app  # noqa: E402
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1 << 20
 PROMPTS = ["a red bicycle leaning on a brick wall", "a cat asleep on a windowsill", "a lighthouse at dusk",
            "a bowl of ramen, top view", "a sign that says \"open\"", "two dogs running on a beach"]
 
 
-def rss(pid: int | None) -> int | None:
+def rss(pid: int | None) -> dict[str, int]:
+    """A process's resident set and its parts (heap, mapped files), in bytes, from /proc."""
+    keys = {"VmRSS:": "total", "RssAnon:": "anon", "RssFile:": "file"}
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError, TypeError):
-        return None
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except (OSError, TypeError):
+        return {}
+    return {keys[f[0]]: int(f[1]) * 1024 for f in (ln.split() for ln in lines) if f and f[0] in keys}
 
 
 def judges(args: argparse.Namespace, residency: dict[str, Any] | str, batch: int) -> dict[str, Any]:
@@ -104,8 +109,9 @@ async def bench_heads(args: argparse.Namespace) -> None:
     try:
         first = await gw.score(request)
         before = {n: [r.scores[n].raw for r in first.results] for n in names}
-        rows: dict[str, dict[str, list[float]]] = {n: {"sleep": [], "wake": [], "freed": []} for n in names}
-        held: dict[str, int | None] = {}
+        rows: dict[str, dict[str, list[float]]] = {n: {"sleep": [], "wake": [], "freed": [], "anon": [], "file": []}
+                                                    for n in names}
+        held: dict[str, dict[str, int]] = {}
         facts: dict[str, dict[str, Any]] = {}
         identical = True
         for _ in range(args.cycles):
@@ -118,8 +124,10 @@ async def bench_heads(args: argparse.Namespace) -> None:
                 facts[n] = dict(gw.residency.info(n).last)
                 rows[n]["sleep"].append(facts[n]["seconds"])
                 after = rss(pids[n])
-                if held[n] is not None and after is not None:
-                    rows[n]["freed"].append(held[n] - after)
+                if held[n] and after:
+                    rows[n]["freed"].append(held[n]["total"] - after["total"])
+                    rows[n]["anon"].append(held[n]["anon"] - after["anon"])
+                    rows[n]["file"].append(held[n]["file"] - after["file"])
             again = await gw.score(request)  # wakes them: the first batch after the wake
             for n in names:
                 rows[n]["wake"].append(gw.residency.info(n).last_wake_s or float("nan"))
@@ -127,12 +135,16 @@ async def bench_heads(args: argparse.Namespace) -> None:
         print(f"{args.cycles} sleep/wake cycles, device {args.device} ({args.dtype}), size {args.size}, level "
               f"{args.level}, batch of {args.batch} images after each wake")
         print(f"{'head':<10} {'method':<8} {'weights MB':>10} {'RSS held MB':>11} {'RSS freed MB':>12} "
-              f"{'sleep s':>8} {'wake s':>8} {'device freed MB':>15}")
+              f"{'(heap':>6} {'files)':>6} {'sleep s':>8} {'wake s':>8} {'device freed MB':>15}")
+
+        def median(values: list[float]) -> float | None:
+            return statistics.median(values) if values else None
+
         for n in names:
             f, r = facts[n], rows[n]
             device = (f["device_free_after"] - f["device_free_before"]) if "device_free_after" in f else None
-            print(f"{n:<10} {f.get('method', '-'):<8} {mb(f.get('weights_bytes')):>10} {mb(held[n]):>11} "
-                  f"{mb(statistics.median(r['freed']) if r['freed'] else None):>12} "
+            print(f"{n:<10} {f.get('method', '-'):<8} {mb(f.get('weights_bytes')):>10} {mb(held[n].get('total')):>11} "
+                  f"{mb(median(r['freed'])):>12} {mb(median(r['anon'])):>6} {mb(median(r['file'])):>6} "
                   f"{statistics.median(r['sleep']):>8.3f} {statistics.median(r['wake']):>8.3f} {mb(device):>15}")
         print(f"first batch after every wake identical to the batch before the first sleep: {identical}")
     finally:

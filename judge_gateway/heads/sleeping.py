@@ -25,23 +25,29 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import os
 import time
 import weakref
 from typing import Any
 
 from .models.base import HeadModel
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_STATUS_KEYS = {"VmRSS:": "rss", "RssAnon:": "rss_anon", "RssFile:": "rss_file"}
 
 
-def rss_bytes() -> int | None:
-    """This process's resident set (Linux /proc/self/statm), or None elsewhere."""
+def resident(when: str) -> dict[str, int]:
+    """This process's resident set, in bytes, from Linux's /proc/self/status (none elsewhere):
+    `rss_<when>`, and its parts `rss_anon_<when>` (the heap: a model loaded by copy) and
+    `rss_file_<when>` (mapped files: a safetensors model that transformers maps)."""
+    out: dict[str, int] = {}
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
+        with open("/proc/self/status") as f:
+            for line in f:
+                fields = line.split()  # "VmRSS:", "123456", "kB"
+                if fields and fields[0] in _STATUS_KEYS:
+                    out[f"{_STATUS_KEYS[fields[0]]}_{when}"] = int(fields[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return None
+        return {}
+    return out
 
 
 def trim_heap() -> bool:
@@ -151,7 +157,7 @@ class HeadSleeper:
         started = time.perf_counter()
         modules = self.head.weight_modules()
         facts: dict[str, Any] = {"method": method, "level": level, "weights_bytes": tensors_bytes(modules),
-                                 "rss_before": rss_bytes()}
+                                 **resident("before")}
         device = _Device(self.head.options.device)
         device.sync()
         facts |= _prefixed(device.memory(), "before")
@@ -170,8 +176,8 @@ class HeadSleeper:
                 gc.collect()
         device.free_cache()
         trim_heap()
-        facts |= _prefixed(device.memory(), "after") | {"rss_after": rss_bytes(),
-                                                        "seconds": round(time.perf_counter() - started, 4)}
+        facts |= _prefixed(device.memory(), "after") | resident("after") | {
+            "seconds": round(time.perf_counter() - started, 4)}
         self.method = method
         return facts
 
@@ -181,7 +187,7 @@ class HeadSleeper:
             return {"already": True}
         started = time.perf_counter()
         device = _Device(self.head.options.device)
-        facts: dict[str, Any] = {"method": method, "rss_before": rss_bytes()}
+        facts: dict[str, Any] = {"method": method, **resident("before")}
         if method == "offload":
             move_modules(self.head.weight_modules(), device.device, pinned=False)
             self.head.device_tensors_to(device.device)
@@ -190,9 +196,8 @@ class HeadSleeper:
             self.head.reload_weights()
             device.sync()
         self.method = None
-        facts |= _prefixed(device.memory(), "after") | {"rss_after": rss_bytes(),
-                                                        "weights_bytes": tensors_bytes(self.head.weight_modules()),
-                                                        "seconds": round(time.perf_counter() - started, 4)}
+        facts |= _prefixed(device.memory(), "after") | resident("after") | {
+            "weights_bytes": tensors_bytes(self.head.weight_modules()), "seconds": round(time.perf_counter() - started, 4)}
         return facts
 
 

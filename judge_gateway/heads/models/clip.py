@@ -16,10 +16,11 @@ open_clip's towers use torch's MultiheadAttention, whose inference path is SDPA 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import abstractmethod
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -256,12 +257,17 @@ class OpenClipHead(ClipFamilyHead):
         o = self.options
         arch = o.model
         pretrained = o.pretrained if isinstance(o, ClipOptions) else None
-        try:
-            model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
-        except Exception as exc:
-            raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
-        if isinstance(o, HPSv2Options):
-            model.load_state_dict(_hps_state_dict(o.checkpoint))
+        # Weights from files are loaded strictly over every parameter and persistent buffer (open_clip's
+        # load_checkpoint for `pretrained`, load_state_dict for HPS's checkpoint), so the random
+        # initialisation they overwrite is skipped: ~60% of a ViT-B/32's build on a CPU (a colocated
+        # head's wake at level 2 builds it again). A random-weight model keeps its initialisation.
+        with _random_init_skipped(self.reloads_in_place):
+            try:
+                model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
+            except Exception as exc:
+                raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
+            if isinstance(o, HPSv2Options):
+                model.load_state_dict(_hps_state_dict(o.checkpoint), strict=True)
         return model
 
     def load(self) -> dict[str, Any]:
@@ -309,6 +315,30 @@ class OpenClipHead(ClipFamilyHead):
 
     def _encode_text(self, prompts: list[str]) -> torch.Tensor:
         return self.model.encode_text(self.tokenizer(prompts).to(self.device))
+
+
+# torch.nn.init's in-place initialisers: a module's constructor calls them on weights a strict load
+# then overwrites.
+_INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "xavier_uniform_",
+                 "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _random_init_skipped(skip: bool) -> Iterator[None]:
+    """While building a model whose every weight a strict load will overwrite: torch.nn.init's
+    initialisers leave their tensor as it is (uninitialised memory the load fills). Not thread-safe;
+    a worker builds one model at a time."""
+    if not skip:
+        yield
+        return
+    saved = {name: getattr(torch.nn.init, name) for name in _INITIALISERS}
+    for name in _INITIALISERS:
+        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
 
 
 def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
