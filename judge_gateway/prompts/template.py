@@ -42,6 +42,22 @@ class Aspect:
 
 
 @dataclass(frozen=True)
+class ComparativeVerdict:
+    """How a comparative template's reply says which of its two images is better: `read` =
+    "answer" (a generated reply; the text inside the `tag` contains one of the phrases naming
+    the first image, the second, or a tie) or "logprobs" (one token: P(yes) that the image
+    `yes_means` names is the better one, read as the yes/no kind reads its answer, with the
+    template's yes_words / no_words)."""
+
+    read: str
+    tag: str = "answer"
+    first: tuple[str, ...] = ()
+    second: tuple[str, ...] = ()
+    tie: tuple[str, ...] = ()
+    yes_means: str | None = None  # "first" | "second"
+
+
+@dataclass(frozen=True)
 class Template:
     """A loaded, validated template. Build with `load_template`, not directly."""
 
@@ -74,6 +90,8 @@ class Template:
     # critic: the reply's JSON schema and the dotted path of its violations list.
     json_schema: dict[str, Any] | None = None
     violations_field: str | None = None
+    # comparative: how the reply names the better of its two images.
+    verdict: ComparativeVerdict | None = None
 
     @property
     def ref(self) -> str:
@@ -164,8 +182,11 @@ class Template:
 
 def marker_like(text: str) -> list[str]:
     """Every `<name>` in `text` that has a media marker's shape, known or not: a template file
-    that holds one it does not know (a typo such as `<img>`) is refused."""
-    return [match.group(0) for match in _MARKER_LIKE_RE.finditer(text)]
+    that holds one it does not know (a typo such as `<img>`) is refused. A `<name>` whose
+    closing `</name>` is in the text too is a tag the prompt asks the reply to write (`<think>`,
+    `<answer>`), not a marker: a media marker is never closed."""
+    return [match.group(0) for match in _MARKER_LIKE_RE.finditer(text)
+            if f"</{match.group(1)}>" not in text]
 
 
 def split_at_markers(user: str) -> list[tuple[bool, str]]:

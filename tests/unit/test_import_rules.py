@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "exceptions", "_version",  # the exception tree's root and branches; the version string
         "extras",  # the pip extras and the check that names a missing one
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
+        "comparisons",  # comparative judging's arithmetic: schedules, outcomes, aggregations, report
     )),
     ("config, schema", (
         "config", "schema",
