@@ -45,10 +45,11 @@ class StubJudge:
     """`policy(first_value, second_value) -> P(first shown is better)`; `mode`: "answer" draws a
     verdict from it (seeded) and replies `<think>...</think><answer>Image k is better</answer>`,
     "logprobs" replies one token whose P(yes) is P(second is better) (the templates' yes_means).
-    `reply(first, second) -> str | None` overrides the answer text (None: the policy's)."""
+    `reply(first, second, text) -> str | None` (text: the user turn's text) overrides the answer
+    (None: the policy's)."""
 
     def __init__(self, policy: Callable[[int, int], float], *, mode: str = "answer", seed: int = 0,
-                 reply: Callable[[int, int], str | None] | None = None) -> None:
+                 reply: Callable[[int, int, str], str | None] | None = None) -> None:
         self.policy = policy
         self.mode = mode
         self.rng = random.Random(seed)
@@ -69,6 +70,7 @@ class StubJudge:
 
     async def chat(self, *, messages: list[dict], affinity: int | None = None, **params: Any) -> dict[str, Any]:
         images = [p["image_url"]["url"] for p in messages[-1]["content"] if p.get("type") == "image_url"]
+        prompt_text = "".join(p["text"] for p in messages[-1]["content"] if p.get("type") == "text")
         first, second = (self.value(u) for u in images[-2:])
         self.calls.append((first, second))
         self.params.append({**params, "affinity": affinity})
@@ -78,7 +80,7 @@ class StubJudge:
             top = [{"token": "Yes", "logprob": math.log(p_yes)}, {"token": "No", "logprob": math.log(1 - p_yes)}]
             return {"choices": [{"message": {"content": "Yes"}, "finish_reason": "length",
                                  "logprobs": {"content": [{"token": "Yes", "top_logprobs": top}]}}]}
-        text = self.reply(first, second) if self.reply is not None else None
+        text = self.reply(first, second, prompt_text) if self.reply is not None else None
         if text is None:
             winner = 1 if self.rng.random() < p_first else 2
             text = f"<think>\n1. Semantic consistency: ...\n</think>\n<answer>Image {winner} is better</answer>"
