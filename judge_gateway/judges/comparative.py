@@ -95,10 +95,10 @@ class ComparativeJudge(VLMJudge):
 
     # -- a member's cell -------------------------------------------------------------------------------
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
-        members = [s for s in ctx.samples if s.group_id == sample.group_id]
-        index = next((i for i, s in enumerate(members) if s is sample), None)
-        if index is None:  # a sample outside the request's list: a group of its own
-            members, index = [sample], 0
+        groups = ctx.shared.get(("comparative groups", id(self)))
+        if groups is None:  # once per request: each group's members, and each sample's place in its group
+            groups = ctx.shared[("comparative groups", id(self))] = _groups_of(ctx.samples)
+        members, index = groups.get(id(sample), ([sample], 0))  # a sample outside the request: its own group
         key = ("comparative", id(self), sample.group_id)
         shared = ctx.shared.get(key)
         if shared is None:
@@ -253,6 +253,14 @@ class ComparativeJudge(VLMJudge):
             cut = " (the reply was cut by max_tokens)" if choices[0].get("finish_reason") == "length" else ""
             raise JudgeFailure(exc.code, f"{exc}{cut}; reply starts {text[:MAX_REPLY_CHARS][:80]!r}") from None
         return verdict.p_first
+
+
+def _groups_of(samples: Sequence["SampleInput"]) -> dict[int, tuple[list["SampleInput"], int]]:
+    """id(sample) -> (its group's members in request order, its index among them)."""
+    members: dict[str | None, list["SampleInput"]] = {}
+    for sample in samples:
+        members.setdefault(sample.group_id, []).append(sample)
+    return {id(s): (group, i) for group in members.values() for i, s in enumerate(group)}
 
 
 def _to(usable: list[int], i: int) -> int:

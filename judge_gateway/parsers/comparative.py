@@ -10,6 +10,7 @@ tie the judge did not give.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class AnswerVerdict:
         return {"winner": self.winner, "answer": self.answer}
 
 
+@functools.lru_cache(maxsize=64)
 def _tag_pattern(tag: str) -> re.Pattern[str]:
     return re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
 
