@@ -12,6 +12,9 @@ flatter a later one), the groups scored one request at a time:
   reply capped at `--think-tokens` (a real UnifiedReward-Think writes ~300-700 tokens before its
   answer; the tiny model writes noise, so its verdicts are unparsable and its cost is the point).
 
+The group deadline is set out of reach (an hour): the bench measures what a group costs, not
+what a deadline cuts.
+
     .venv/bin/python bench/comparative.py --groups 4 --rounds 2
     .venv/bin/python bench/comparative.py --base-url http://gpu:8005/v1 --model Qwen/Qwen2.5-VL-7B-Instruct
 
@@ -50,7 +53,7 @@ PROMPT = "a fox reading a newspaper in a sunlit kitchen"
 def modes(group_size: int, think_tokens: int) -> dict[str, dict]:
     def comparative(template: str, **options) -> dict:
         return {"kind": "comparative", "backend": "vlm", "template": template,
-                "options": {"budget": 10_000, "max_group_size": group_size, **options}}
+                "options": {"budget": 10_000, "max_group_size": group_size, "group_deadline_s": 3600, **options}}
 
     return {
         "pointwise yes/no": {"kind": "yes_no", "backend": "vlm", "template": "image_quality@1"},
@@ -161,7 +164,7 @@ def main() -> int:
     p.add_argument("--groups", type=int, default=4)
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--think-tokens", type=int, default=64, help="the chain-of-thought reply's cap (max_tokens)")
+    p.add_argument("--think-tokens", type=int, default=32, help="the chain-of-thought reply's cap (max_tokens)")
     p.add_argument("--cpu-block-size", type=int, default=32, help="the CPU vLLM's KV block size (0: vLLM's default)")
     args = p.parse_args()
     from _support import run_on_vllm

@@ -54,19 +54,20 @@ class ComparativeOptions(VLMOptions):
         "schedule's calls for a group of max_group_size (pairs x orders)."
     )
     group_deadline_s: float = Field(
-        300.0, gt=0, description="A group's comparisons stop at this deadline; the calls still out count as "
-        "timed out, and min_coverage decides what is scored."
+        100.0, gt=0, description="A group's comparisons stop at this deadline; the calls still out count as "
+        "timed out, and min_coverage decides what is scored. The default is under the 120 s timeout of "
+        "Flow-Factory's groupwise client, which sends the group again when it times out."
     )
     min_coverage: float = Field(
         0.5, ge=0.0, le=1.0, description="The fraction of a group's planned calls that must return a valid "
         "verdict; below it every sample of the group is invalid (with the calls' main error code)."
     )
-    seed: int = Field(0, description="swap = random: the seed of the orders drawn (with the group's contents).")
+    seed: int = Field(0, description="swap = random: the seed of the orders drawn (mixed with the group's prompt).")
     # read = answer (a generated reply)
     max_tokens: int | None = Field(None, gt=0, description="read = answer: the longest reply (default: the "
                                    "template's, else 2048).")
     temperature: float | None = Field(None, ge=0.0, description="read = answer: sampling temperature (default: "
-                                      "the template's, else the server's).")
+                                      "the template's, else 0).")
     stop: list[str] | None = Field(None, description="read = answer: stop sequences (default: the template's).")
     # read = logprobs (one token)
     top_logprobs: int = Field(20, ge=1, le=20, description="read = logprobs: vLLM's default --max-logprobs is 20.")
