@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..backends import BackendFault, deadline_at
+from ..backends import BackendFault, call_deadline, deadline_at
 from ..comparisons import REFERENCE, Call, orders_of, planned_calls
 from ..config import ComparativeOptions, JudgeConfig
 from ..media import MediaError
@@ -108,6 +108,10 @@ class ComparativeJudge(VLMJudge):
 
     # -- the group ---------------------------------------------------------------------------------------
     async def _score_group(self, members: list["SampleInput"], ctx: ScoreContext) -> "_GroupResult":
+        # The group ends by its deadline, or the request's (a cosmos-rl request's own), if earlier.
+        deadline = time.monotonic() + self.options.group_deadline_s
+        if (request_deadline := call_deadline()) is not None:
+            deadline = min(deadline, request_deadline)
         n = len(members)
         opts = self.options
         plan = GroupPlan(n=n, schedule=self.schedule, swap=opts.swap, swap_disagreement=opts.swap_disagreement,
@@ -120,9 +124,13 @@ class ComparativeJudge(VLMJudge):
             return _GroupResult.all_invalid(n, ErrorCode.bad_input, "the group's samples have different prompts: "
                                             "a comparison judges two samples of one prompt", plan)
         try:
-            media = await self._group_media(members, ctx)
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                media = await self._group_media(members, ctx)
         except JudgeFailure as exc:
             return _GroupResult.all_invalid(n, exc.code, exc.message, plan)
+        except TimeoutError:
+            return _GroupResult.all_invalid(n, ErrorCode.timeout, "the group's images were not ready before its "
+                                            f"deadline (group_deadline_s = {opts.group_deadline_s:g})", plan)
         usable = [i for i in range(n) if i not in media.unusable]
         if self.schedule.needs_siblings and len(usable) < 2:
             result = _GroupResult.all_invalid(n, ErrorCode.not_applicable, f"{len(usable)} of the group's {n} samples "
@@ -139,7 +147,7 @@ class ComparativeJudge(VLMJudge):
             return Call(first, second, call.p_first, call.error, call.message)
 
         seed = self.options.seed ^ zlib.crc32("\0".join(m.prompt for m in members).encode())
-        outcome = await run_group(replace(plan, n=len(usable)), ask, random.Random(seed))
+        outcome = await run_group(replace(plan, n=len(usable)), ask, random.Random(seed), deadline)
         return _GroupResult.of(n, usable, media.unusable, outcome, self)
 
     async def _image(self, member: "SampleInput", ctx: ScoreContext) -> "EncodedImage":

@@ -111,10 +111,9 @@ def _standing(n: int, outcomes: list[PairOutcome]) -> list[float]:
     return [m.reward if m.reward is not None else 0.0 for m in members]
 
 
-async def run_group(plan: GroupPlan, ask: Ask, rng: random.Random) -> GroupOutcome:
-    """Compare a group per `plan`, asking through `ask`; ends by the plan's deadline."""
+async def run_group(plan: GroupPlan, ask: Ask, rng: random.Random, deadline: float) -> GroupOutcome:
+    """Compare a group per `plan`, asking through `ask`; ends by `deadline` (time.monotonic())."""
     started = time.monotonic()
-    deadline = started + plan.deadline_s
     n, schedule = plan.n, plan.schedule
     per_pair = orders_of(plan.swap)
     calls: list[Call] = []

@@ -6,6 +6,7 @@ the Python client carry groups; a group's calls go to one replica."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 
@@ -15,6 +16,7 @@ import pytest
 from judge_gateway.client import AsyncRewardClient, RewardAPIError
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
+from judge_gateway.schema import RewardRequest, SampleInput
 from judge_gateway.server import create_app
 from tests.support.comparative_stub import gray_png
 from tests.support.fake_openai import FakeOpenAIServer
@@ -222,3 +224,25 @@ async def test_a_groups_calls_go_to_one_replica():
         await gateway.aclose()
         for s in servers:
             s.stop()
+
+
+async def test_an_abandoned_request_hangs_up_its_groups_calls(fake_backend):
+    data = config(fake_backend.base_url)
+    data["judges"]["cmp"]["options"]["group_deadline_s"] = 60  # far: the cancel, not the deadline, ends it
+    gateway = Gateway(validate_config(data))
+    hung_up = fake_backend.counters["stall_disconnected"]
+    samples = [SampleInput(prompt="a lamp", image=gray_png(v), group_id="g") for v in (0, 4, 8)]  # 6 calls stall
+    task = asyncio.ensure_future(gateway.score(RewardRequest(samples=samples, judges=["cmp"])))
+    try:
+        deadline = time.monotonic() + 10
+        while fake_backend.counters["inflight"] < 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the fake's counter, in its own thread: nothing to await
+        assert fake_backend.counters["inflight"] >= 6
+        task.cancel()  # the client went away
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while fake_backend.counters["stall_disconnected"] < hung_up + 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert fake_backend.counters["stall_disconnected"] >= hung_up + 6  # every call of the group hung up
+    finally:
+        await gateway.aclose()
