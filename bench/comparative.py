@@ -26,25 +26,20 @@ bench/k_judges.py).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import io
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import httpx
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _support import natural_clip  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+from _support import png_images, vllm_counters  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
-from judge_gateway.media import ImageMedia  # noqa: E402
+from judge_gateway.media import ImageMedia  # noqa: E402  (types)
 from judge_gateway.schema import RewardRequest, SampleInput  # noqa: E402
 
 PROMPT = "a fox reading a newspaper in a sunlit kitchen"
@@ -62,28 +57,6 @@ def modes(group_size: int, think_tokens: int) -> dict[str, dict]:
         "swiss 3 rounds": comparative("pairwise_yes_no@1", schedule="swiss", swiss_rounds=3),
         "all pairs, CoT": comparative("unified_reward_think@1", max_tokens=think_tokens),
     }
-
-
-def images(n: int, size: int, seed: int) -> list[ImageMedia]:
-    out = []
-    for frame in natural_clip(n, size, size, seed=seed):
-        buf = io.BytesIO()
-        Image.fromarray(frame).save(buf, format="PNG")
-        out.append(ImageMedia.validate(buf.getvalue()))
-    return out
-
-
-async def vllm_counters(base_url: str) -> dict[str, float]:
-    """vLLM's counters (`*_total`), summed over their labels."""
-    root = base_url.rsplit("/v1", 1)[0]
-    async with httpx.AsyncClient(timeout=30) as client:
-        text = (await client.get(f"{root}/metrics")).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^(vllm:[a-z_]+_total)(\{[^}]*\})? ([0-9.e+-]+)$", line)
-        if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-    return out
 
 
 def delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
@@ -117,13 +90,13 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
         "judges": table,
     })
     gateway = Gateway(cfg)
-    await run_mode(gateway, "all pairs", [images(args.group_size, args.size, seed=999)])  # warm-up
+    await run_mode(gateway, "all pairs", [png_images(args.group_size, args.size, seed=999)])  # warm-up
     print(f"groups of {args.group_size} images of {args.size}x{args.size}, {args.groups} groups per mode and "
           f"round, one group at a time; model {args.model} at {base_url}")
     rows: dict[str, list[dict]] = {name: [] for name in table}
     for rnd in range(args.rounds):
         for m, name in enumerate(table):
-            groups = [images(args.group_size, args.size, seed=10_000 * rnd + 100 * m + g) for g in range(args.groups)]
+            groups = [png_images(args.group_size, args.size, seed=10_000 * rnd + 100 * m + g) for g in range(args.groups)]
             before = await vllm_counters(base_url)
             walls, invalid, cpu = await run_mode(gateway, name, groups)
             after = await vllm_counters(base_url)

@@ -316,7 +316,7 @@ class _GroupResult:
             elif member.reward is None:
                 code = ErrorCode(outcome.main_code(k))
                 why = ("every comparison of this sample was masked (its two orders disagreed, or one failed)"
-                       if not outcome.codes_by_member[k] else f"no comparison of this sample gave a valid verdict")
+                       if not outcome.codes_by_member[k] else "no comparison of this sample gave a valid verdict")
                 result.failures[i] = (code, why, facts)
             else:
                 result.verdicts[i] = Verdict(raw=member.reward, details=facts)

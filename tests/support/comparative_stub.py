@@ -16,6 +16,7 @@ from typing import Any
 
 from PIL import Image
 
+from judge_gateway.combine import group_transform
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
 
@@ -88,21 +89,10 @@ class StubJudge:
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties); 0 when either side has no spread."""
-    def ranks(values: list[float]) -> list[float]:
-        order = sorted(range(len(values)), key=lambda i: values[i])
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    rx, ry = ranks(xs), ranks(ys)
+    """Spearman's rank correlation: Pearson's of the average ranks (combine's `rank` transform);
+    0 when either side has no spread."""
+    rx = group_transform(xs, ["all"] * len(xs), "rank")
+    ry = group_transform(ys, ["all"] * len(ys), "rank")
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
     num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
     den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
