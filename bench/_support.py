@@ -178,16 +178,18 @@ def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
 
 
-def run_on_vllm(main_async, args, extra: str = "") -> int:
+def run_on_vllm(main_async, args, extra: str = "", wait_timeout: int = 240) -> int:
     """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
-    for the run (served as `args.model`, with `extra` vLLM arguments) when no URL was given."""
+    for the run (served as `args.model`, with `extra` vLLM arguments, healthy within
+    `wait_timeout` seconds) when no URL was given."""
     import asyncio
     import tempfile
 
     if args.base_url:
         asyncio.run(main_async(args, args.base_url))
         return 0
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir, extra=extra) as server:
+    with tempfile.TemporaryDirectory() as run_dir, \
+            CpuVllm([args.model], run_dir, extra=extra, wait_timeout=wait_timeout) as server:
         asyncio.run(main_async(args, server.base_url))
     return 0
 

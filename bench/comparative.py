@@ -139,10 +139,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--think-tokens", type=int, default=32, help="the chain-of-thought reply's cap (max_tokens)")
     p.add_argument("--cpu-block-size", type=int, default=32, help="the CPU vLLM's KV block size (0: vLLM's default)")
+    p.add_argument("--wait-timeout", type=int, default=240, help="seconds the started CPU vLLM may take to be healthy")
     args = p.parse_args()
     from _support import run_on_vllm
 
-    run_on_vllm(main_async, args, extra=f"--block-size {args.cpu_block_size}" if args.cpu_block_size else "")
+    run_on_vllm(main_async, args, extra=f"--block-size {args.cpu_block_size}" if args.cpu_block_size else "",
+                wait_timeout=args.wait_timeout)
     return 0
 
 

@@ -163,17 +163,16 @@ class ComparativeJudge(VLMJudge):
         media = _GroupMedia()
         ref_index = self.options.reference_index
         shown: list[tuple[int, ...]] = []
-        for i, member in enumerate(members):
-            try:
-                media.images.append(await self._image(member, ctx))
-            except JudgeFailure as exc:
+        encoded = await asyncio.gather(*(self._image(m, ctx) for m in members), return_exceptions=True)
+        for i, (member, image) in enumerate(zip(members, encoded)):
+            if isinstance(image, BaseException):
+                if not isinstance(image, (JudgeFailure, MediaError)):
+                    raise image
                 media.images.append(None)
-                media.unusable[i] = exc.message
+                media.unusable[i] = image.message if isinstance(image, JudgeFailure) else \
+                    f"its image cannot be read: {image}"
                 continue
-            except MediaError as exc:
-                media.images.append(None)
-                media.unusable[i] = f"its image cannot be read: {exc}"
-                continue
+            media.images.append(image)
             needed = max(self.shown_conditions, ref_index + 1 if self.schedule.name == "reference" else 0)
             if len(member.condition_images) < needed:
                 what = (f"its reference image, condition_images[{ref_index}]" if self.schedule.name == "reference"

@@ -56,6 +56,7 @@ class StubJudge:
         self.rng = random.Random(seed)
         self.reply = reply
         self.calls: list[tuple[int, int]] = []  # (first value, second value) of each call
+        self.shown: list[list[int]] = []  # every image of each call, in order (a source first)
         self.params: list[dict[str, Any]] = []
         self._values: dict[str, int] = {}
 
@@ -72,7 +73,8 @@ class StubJudge:
     async def chat(self, *, messages: list[dict], affinity: int | None = None, **params: Any) -> dict[str, Any]:
         images = [p["image_url"]["url"] for p in messages[-1]["content"] if p.get("type") == "image_url"]
         prompt_text = "".join(p["text"] for p in messages[-1]["content"] if p.get("type") == "text")
-        first, second = (self.value(u) for u in images[-2:])
+        self.shown.append([self.value(u) for u in images])
+        first, second = self.shown[-1][-2:]
         self.calls.append((first, second))
         self.params.append({**params, "affinity": affinity})
         p_first = self.policy(first, second)
