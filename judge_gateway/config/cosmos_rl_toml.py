@@ -99,6 +99,8 @@ def map_rewards_toml(data: dict[str, Any], *, source: str = "rewards.toml") -> R
     if not enabled:
         raise _error(source, "reward_args", "no entry is enabled: nothing to serve")
     _decoder(source, data, enabled, out)
+    out.lines.append("a pull not ready yet -> 425 (cosmos_rl.pending_status: what cosmos-rl's trainer polls "
+                     "through; the service answers 400, which that trainer gives up on)")
     overlay = data.get(OVERLAY)
     if overlay is not None:
         if not isinstance(overlay, dict):

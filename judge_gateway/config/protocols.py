@@ -338,11 +338,12 @@ class CosmosRLConfig(Strict):
         description="The torch worker that loads torch payloads and decodes Wan latents into pixels.",
     )
     pending_status: Literal[400, 425] = Field(
-        400,
-        description="The status of a pull whose result is not ready: 400, cosmos-rl's (its README's '400 Not "
-        "Ready', which clients written to it check for), or 425 (Too Early), which cosmos-rl's trainer from 0.4.7 "
-        "needs: it fails a fetch on a 400 at once (and its get_results then breaks on the empty batch), where "
-        "it retries a 425 inside the fetch with backoff. The body says `status: pending` either way.",
+        425,
+        description="The status of a pull whose result is not ready. 425 (Too Early, the default): "
+        "cosmos-rl's trainer (0.4.7, make_request_with_retry) retries 408/425/429 inside the fetch with "
+        "backoff and gives up at once on any other 4xx, so 425 is what it polls through; cosmos-rl's example "
+        "clients poll on any non-200. 400: the reward service's README's '400 Not Ready', for clients "
+        "written to that README. The body says `status: pending` either way.",
     )
     default_pull_type: str = Field(
         "dance_grpo", description="The reward a pull without a `type` field asks for (cosmos-rl's default)."

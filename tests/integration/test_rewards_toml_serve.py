@@ -1,8 +1,8 @@
 """cosmos-rl's own rewards.toml, served: `judge-gateway serve --config rewards.toml` (the real
 command, a file in cosmos-rl's format) maps it, starts the Redis it names, and then the
 cosmos-rl's README request shapes (image, latent video with `fps`, GenEval) and cosmos-rl's real
-trainer class (.venv-cosmosrl) are answered: a pull that is not ready is 400 as the README says,
-`/api/reward/pin` is 200. The models are the tests' tiny ones: cosmos-rl's format names them
+trainer class (.venv-cosmosrl) are answered: a pull that is not ready is 425 (what that trainer
+polls through), `/api/reward/pin` is 200. The models are the tests' tiny ones: cosmos-rl's format names them
 through its own fields (model_path, download_path, endpoint_url, decode_args.model_path) and,
 where it has none, the `[judge_gateway]` overlay table."""
 
@@ -211,7 +211,8 @@ def test_readme_image_request(served):
     images = np.random.default_rng(1).integers(0, 256, (2, 48, 40, 3), dtype=np.uint8)
     uid = _enqueue(url, README_IMAGE, images)
     first = httpx.post(f"{url}/api/reward/pull", data={"uuid": uid, "type": "hpsv2"}, timeout=30)
-    assert first.status_code == 400 and first.json()["message"].startswith(f"Not found scores for {uid}")
+    # 425 (cosmos_rl.pending_status's default, which the mapping keeps): what cosmos-rl's trainer polls through
+    assert first.status_code == 425 and first.json()["message"].startswith(f"Not found scores for {uid}")
     for reward, key in (("hpsv2", "hpsv2"), ("pickscore", "pickscore"), ("unified_reward", "unified_reward")):
         body, _ = _pull_until_200(url, uid, reward)
         assert body["valid"] == [True, True], (reward, body["errors"])

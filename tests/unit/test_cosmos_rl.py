@@ -209,8 +209,8 @@ async def test_pending_then_done_and_statuses(make_client):
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    # the README's "400 Not Ready" and cosmos-rl's message (not 425: its clients check for 400)
-    assert r.status_code == 400 and r.json()["status"] == "pending"
+    # 425 by default (cosmos-rl's trainer polls through it), with cosmos-rl's message
+    assert r.status_code == 425 and r.json()["status"] == "pending"
     assert r.json()["message"].startswith(f"Not found scores for {uid}")
     done = await poll(client, uid, "stalled")
     assert done.status_code == 200 and done.json()["valid"] == [False, False]
@@ -224,13 +224,14 @@ async def test_pending_then_done_and_statuses(make_client):
     assert r.status_code == 404 and r.json()["type"] == "dance_grpo" and "send `type`" in r.json()["message"]
 
 
-async def test_pending_status_425_behind_its_option(make_client):
-    client = await make_client(pending_status=425)
+async def test_pending_status_400_behind_its_option(make_client):
+    """The reward service README's "400 Not Ready", for clients written to that README."""
+    client = await make_client(pending_status=400)
     meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    assert r.status_code == 425 and r.json()["status"] == "pending"
+    assert r.status_code == 400 and r.json()["status"] == "pending"
 
 
 async def test_ping_answers_on_the_readmes_pin_path_too(make_client):
