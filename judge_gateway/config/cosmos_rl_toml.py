@@ -49,7 +49,10 @@ VENVS = {"videoalign": ".venv-heads/bin/python", "pickscore": ".venv-heads/bin/p
          "image_reward": ".venv-imagereward/bin/python", "ocr": ".venv-heads/bin/python",
          "gen_eval": ".venv-geneval/bin/python"}
 # Fields each reward's handler in cosmos-rl reads (model/*.py); the others it stores unused.
-USES_DTYPE = ("dance_grpo", "pickscore", "hpsv3", "image_reward")
+USES_DTYPE = ("dance_grpo", "pickscore", "image_reward")
+# cosmos-rl's hpsv3 handler (model/hpsv3.py 84-109) stores `dtype` but never passes it on: the hpsv3
+# package's HPSv3_7B.yaml runs the model in bfloat16 whatever rewards.toml says.
+FIXED_DTYPE = {"hpsv3": "bf16"}
 
 
 class RewardsTomlError(ConfigurationError):
@@ -221,6 +224,11 @@ def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], 
                                     f"{args['dtype']!r} is not one of {', '.join(DTYPES)}")
         options["dtype"] = dtype
         note(f"{where}.dtype = {args['dtype']!r} -> judges.{judge}.options.dtype = {dtype!r}")
+    elif name in FIXED_DTYPE:
+        options["dtype"] = FIXED_DTYPE[name]
+        said = f"{where}.dtype = {args['dtype']!r} -> not used: " if "dtype" in given else f"{where}: "
+        note(f"{said}judges.{judge}.options.dtype = {FIXED_DTYPE[name]!r} (cosmos-rl's {name} never passes its "
+             "dtype on; the hpsv3 package's config runs bfloat16)")
     elif "dtype" in given:
         note(f"{where}.dtype = {args['dtype']!r} -> not used (cosmos-rl's {name} ignores it too)")
     note(f"{where}.device = {args['device']!r} -> judges.{judge}.options.device")
