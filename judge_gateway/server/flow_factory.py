@@ -14,11 +14,18 @@ Status codes follow the real client (`raise_for_status()`, then a truthy `error`
 then `rewards`): any 4xx/5xx is retried, a 200 with `{"error": ...}` fails at once. So bad input
 is a 200 with `error` (retrying cannot fix it) and transient faults (every sample invalid because
 backends are down or timing out) are a 503, which the client retries.
+
+A profile whose judge cannot score at all (a head that failed to load, a VLM backend that does
+not answer) is never answered with filled rewards: `/health` is 503 with the reason (the client
+checks it once at start-up and stops on a status >= 400) and `/compute` is 503 with the reason,
+before anything is scored. A head loading for the first time is not that: `/health` says
+`loading`, and `/compute` waits for the load.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -139,6 +146,28 @@ class FlowFactoryService:
         # Flow-Factory's reward registry matches names without regard to case: so do the paths,
         # where that names one profile.
         self._folded = {low: names[0] for low, names in by_lower.items() if len(names) == 1}
+        self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
+
+    async def readiness(self, profile: FlowFactoryProfile) -> tuple[str | None, list[str]]:
+        """(why the profile cannot score now, or None; the judges still loading for the first time).
+        Probes are kept server.readiness_interval_s."""
+        loading: list[str] = []
+        for name in profile.judges:
+            judge = self.gateway.judges[name]
+            now = time.monotonic()
+            cached = self._readiness.get(name)
+            if cached is None or now - cached[0] > self.gateway.config.server.readiness_interval_s:
+                ok, reason = await judge.probe()
+                cached = self._readiness[name] = (now, ok, reason)
+            _, ok, reason = cached
+            if ok:
+                continue
+            if judge.backend_name is not None:
+                return f"judge {name!r} cannot score: its backend {judge.backend_name!r} is not ready ({reason})", loading
+            if (reason or "").startswith("failed"):
+                return f"judge {name!r} cannot score: {reason}", loading
+            loading.append(name)  # a head's first load: scoring waits for it
+        return None, loading
 
     def profile_name(self, name: str) -> str | None:
         """The configured profile a path segment names: exactly, else ignoring case; None if none."""
@@ -175,6 +204,9 @@ class FlowFactoryService:
         """(status, body) of one /compute: parse, reserve (decoded-media budget, head queues:
         Refused when spent), score, answer; `on_scored` gets the samples and their judge scores."""
         profile = self.cfg.profiles[name]
+        why, _ = await self.readiness(profile)
+        if why is not None:  # never rewards filled for a request that could not be scored at all
+            return 503, {"detail": f"profile {name!r}: {why}", "reason": why}
         unused: list[str] = []
         try:
             samples = await run_in_threadpool(parse_compute, body, profile,
@@ -249,7 +281,13 @@ async def health(profile: str, service: FlowFactoryDep) -> JSONResponse:
     if name is None:
         return _unknown(service, profile)
     profile, p = name, service.cfg.profiles[name]
-    return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
+    why, loading = await service.readiness(p)
+    body: dict[str, Any] = {"profile": profile, "mode": p.mode, "judges": p.judges}
+    if why is not None:  # Flow-Factory's client checks /health once at start-up: a status >= 400 stops it
+        return JSONResponse({"status": "unavailable", "reason": why, **body}, status_code=503)
+    if loading:
+        return JSONResponse({"status": "loading", "loading": loading, **body})
+    return JSONResponse({"status": "ok", **body})
 
 
 @router.post("/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")
