@@ -42,6 +42,8 @@ JUDGE_OF = {"cosmos_reason1": "cosmos_reason1", "dance_grpo": "videoalign", "hps
             "unified_reward": "unified_reward"}
 VIDEO_REWARDS = ("cosmos_reason1", "dance_grpo")  # cosmos-rl's NEEDS_LATENT_DECODER
 VLM_PORTS = {"cosmos_reason1": 8001, "unified_reward": 8004}  # scripts/start_vllm.sh's presets
+# cosmos-rl's unified_reward reads the first match of this (model/unified_reward.py 48-60).
+UNIFIED_REWARD_PATTERN = r"Final Score:\s*([1-5](?:\.\d+)?)"
 GENEVAL_CKPT = "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco_20220504_001756-743b7d99.pth"
 # What each head kind runs under when the file names no usable interpreter (configs/cosmos_rl.toml).
 VENVS = {"videoalign": ".venv-heads/bin/python", "pickscore": ".venv-heads/bin/python",
@@ -188,8 +190,9 @@ def _vlm(source: str, where: str, name: str, args: dict[str, Any], given: set[st
         # cosmos-rl's service sends model="UnifiedReward-7b-v1.5" to its endpoint whatever model_path says
         backend = {"model": "UnifiedReward-7b-v1.5", "base_urls": [url], "timeout_s": 180, "max_concurrency": 32}
         out.data["judges"]["unified_reward"] = {
-            "kind": "final_score", "backend": "unified_reward", "template": "unified_reward@2", "deadline_s": 180,
-            "default": False, "options": {"occurrence": "first"}}
+            "kind": "final_score", "backend": "unified_reward", "template": "unified_reward@3", "deadline_s": 180,
+            "default": False, "image": {"data_url_mime": "image"},
+            "options": {"occurrence": "first", "peer_regex": UNIFIED_REWARD_PATTERN}}
         out.lines.append(f"{where}.endpoint_url = {url!r} -> backends.unified_reward.base_urls, model "
                          "'UnifiedReward-7b-v1.5' (what cosmos-rl's service sends); its question and parse as "
                          "cosmos-rl's")

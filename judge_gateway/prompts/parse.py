@@ -208,7 +208,9 @@ class _GenerativeFile(TemplateFile):
 
     stop: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="stop sequences of the request")
-    max_tokens: int | None = Field(None, gt=0, description="the request's max_tokens")
+    max_tokens: int | None = Field(
+        None, ge=0, description="the request's max_tokens; 0: none is sent (the server's own limit), as a "
+        "peer that sends none")
     temperature: FiniteNumber | None = Field(
         None, ge=0, le=2, description="the request's sampling temperature, in [0, 2]")
 
