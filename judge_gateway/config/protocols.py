@@ -425,6 +425,19 @@ class FlowFactoryProfile(Strict):
     )
     fill_value: float = Field(0.0, description="on_invalid = fill: the reward of such a sample.")
     video_fps: float = Field(16.0, gt=0, description="Frame rate of frame-list videos (the protocol sends none).")
+    peer_source: str | None = Field(
+        None, description="`details.<key>` where the profile's judges record the number Flow-Factory's own "
+        "reward model computes (e.g. `details.peer_reward` of a rubric judge with peer_reading): where "
+        "present it is the judge's reward in `rewards`, valid or not (`valid` and `errors` stay ours), so the "
+        "value follows Flow-Factory wherever its code returns a number (docs: Conformance)."
+    )
+
+    @field_validator("peer_source")
+    @classmethod
+    def _peer_source(cls, v: str | None) -> str | None:
+        if v is not None and not (v.startswith("details.") and _SOURCE_RE.match(v)):
+            raise ValueError(f"{v!r} is not `details.<key>`")
+        return v
 
     @field_validator("judges")
     @classmethod

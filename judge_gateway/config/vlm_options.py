@@ -66,6 +66,12 @@ class RubricOptions(VLMOptions):
     aggregation_profile_sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$", description="Pin the profile file's exact bytes."
     )
+    peer_reading: Literal["flow_factory_rational_rewards_t2i", "flow_factory_rational_rewards_edit"] | None = Field(
+        None, description="Also read the reply as that peer's reward model does (Flow-Factory's "
+        "RationalRewards T2I / Edit parser and aggregation) into details.peer_reward, whether or not our "
+        "parse made the score valid; a Flow-Factory profile with `peer_source = \"details.peer_reward\"` "
+        "reports it (docs: Conformance)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "RubricOptions":

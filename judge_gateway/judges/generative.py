@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import CriticOptions, FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
 from ..parsers import ParseError, parse_final_score, parse_rubric
+from ..parsers.peer_rubric import rational_reward
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
 from .vlm import VLMJudge
@@ -138,6 +139,10 @@ class RubricJudge(_GenerativeJudge):
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
+        if self.options.peer_reading is not None:
+            peer = rational_reward(text, self.options.peer_reading)
+            if peer is not None:  # where the peer reads no aspect it returns a constant (0.0): none here
+                facts["peer_reward"] = peer
         try:
             parsed = parse_rubric(text, self.aspects, scale=self.scale)
         except ParseError as exc:

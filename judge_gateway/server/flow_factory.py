@@ -25,6 +25,7 @@ before anything is scored. A head loading for the first time is not that: `/heal
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -41,9 +42,10 @@ from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
-from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, RewardResponse, SampleInput
+from ..schema import TRANSIENT_ERRORS, ErrorCode, JudgeScore, RewardRequest, RewardResponse, SampleInput
 from ..watch import BadTags
 from .admission import Admission, Refused
+from .cosmos_rl.envelope import source_value
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .ignored import IgnoredFields
 from .metered import metered
@@ -225,9 +227,14 @@ class FlowFactoryService:
             on_scored(samples, response)
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
+        ours: list[float | None] = []  # the judges' own rewards: `valid` says where they are
         problems: list[tuple[int, str, ErrorCode]] = []
         for r in response.results:
             value, _, _ = combine_sample(r.scores, profile.judges, combine)
+            ours.append(value)
+            if profile.peer_source is not None:  # Flow-Factory's own number where the judge recorded it
+                value, _, _ = combine_sample({j: _peer_view(s, profile.peer_source) for j, s in r.scores.items()},
+                                             profile.judges, combine)
             rewards.append(value)
             for judge, s in r.scores.items():
                 if not s.valid and s.error is not None:
@@ -236,8 +243,8 @@ class FlowFactoryService:
             rewards = group_transform(rewards, ["group"] * len(rewards), profile.group_transform)
         valid = [v for v in rewards if v is not None]
         # Flow-Factory's client reads only `rewards`; the flags beside them keep a filled value
-        # from passing as a score for anyone who looks.
-        flags = [v is not None for v in rewards]
+        # (or Flow-Factory's number where our judge calls the sample invalid) from passing as ours.
+        flags = [v is not None for v in ours]
         if problems:
             first = f"sample {problems[0][0]}: {problems[0][1]}"
             if not valid and any(code in TRANSIENT_ERRORS for _, _, code in problems):
@@ -258,6 +265,14 @@ class FlowFactoryService:
                 errors.setdefault(str(index), []).append(message)
             return 200, {"rewards": rewards, "valid": flags, "errors": errors}
         return 200, {"rewards": rewards, "valid": flags}
+
+
+def _peer_view(score: JudgeScore, source: str) -> JudgeScore:
+    """The score with the peer's number (details.<key>) as its reward where the judge recorded one."""
+    value = source_value(score, source)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return score
+    return score.model_copy(update={"reward": float(value), "valid": True, "error": None})
 
 
 async def flow_factory_of(request: Request) -> FlowFactoryService:

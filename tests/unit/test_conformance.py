@@ -493,6 +493,87 @@ async def test_rational_rewards_without_a_number_is_invalid_where_flow_factory_g
     assert not score.valid and score.error.code.value == "parse_error"
 
 
+RATIONAL_LAYOUTS = [
+    T2I.format(a="3.5", b="2.75", c="N/A"),
+    # Flow-Factory's fallback layout: no numbered header lines, the titles with a colon
+    "# Detailed Judgement\nText Faithfulness: good.\nScore: 3.5\nPhysical and Visual Quality: fine\nScore: 2\n"
+    "Text Rendering: none\nScore: N/A\n# Summary: ok",
+    # a bold score: Flow-Factory skips it (the next Score line of the block, else the aspect is absent)
+    T2I.format(a="**3.5**", b="3", c="N/A"),
+    # bold numbered headers: no line starts with "1.", so Flow-Factory cuts at the titles
+    T2I.replace("1. Text Faithfulness:", "**1. Text Faithfulness:**").replace(
+        "2. Physical and Visual Quality:", "**2. Physical and Visual Quality:**").replace(
+        "3. Text Rendering:", "**3. Text Rendering:**").format(a="4", b="1.5", c="2"),
+    T2I.format(a="N/A", b="N/A", c="N/A"),  # no number: Flow-Factory returns 0.0, ours is invalid
+]
+
+
+def _rational_service():
+    """Flow-Factory's own parse_scores_from_detailed_judgement + aggregate_aspect_scores and the
+    model's 0.0 for a reply they cannot read (rational_rewards_t2i.py 59-204, 414-425 at a0b2bc5);
+    else the oracle."""
+    import math
+    import typing
+
+    names = ["SUPPORTED_ASPECTS", "extract_numeric_score", "_extract_score_from_block",
+             "parse_scores_from_detailed_judgement", "aggregate_aspect_scores"]
+    found = peer_source.peer_functions(peer_source.FLOW_FACTORY, f"{peer.FLOW}/rational_rewards_t2i.py", names,
+                                       {"re": re, "math": math, **{n: getattr(typing, n) for n in (
+                                           "Any", "Dict", "List", "Optional", "Sequence", "Tuple", "Union")}})
+    if found is None:
+        return (lambda text: peer.rational_reward(text, peer.RATIONAL_T2I_SECTIONS)), "oracle"
+
+    def reward(text: str) -> float:
+        try:
+            return found["aggregate_aspect_scores"](found["parse_scores_from_detailed_judgement"](text),
+                                                   found["SUPPORTED_ASPECTS"])
+        except (TypeError, ValueError):
+            return 0.0
+    return reward, "peer"
+
+
+async def test_rational_rewards_t2i_profile_answers_flow_factorys_own_reading():
+    """configs/flow_factory.toml's rational_rewards_t2i profile over HTTP: its `rewards` are
+    Flow-Factory's own reading of the reply wherever that reads a number (also where our rubric
+    parser reads the layout otherwise, or calls it invalid: `valid` says so); where Flow-Factory
+    returns its 0.0 for a reply it cannot read, ours is invalid and the profile's policy fills."""
+    from judge_gateway.server import create_app
+    import httpx
+
+    service, which = _rational_service()
+    print(f"Flow-Factory's reading: {which}")
+    gateway = Gateway(load_config(str(ROOT / "configs" / "flow_factory.toml")))
+    judge = gateway.judges["rational_rewards_t2i"]
+    replies = iter(RATIONAL_LAYOUTS)
+
+    async def chat(**_: Any) -> dict[str, Any]:
+        return {"choices": [{"message": {"role": "assistant", "content": next(replies)}, "finish_reason": "stop"}]}
+
+    async def ready() -> tuple[bool, None]:
+        return True, None
+
+    judge.pool.chat = chat  # type: ignore[method-assign]
+    judge.probe = ready  # type: ignore[method-assign]
+    png = base64.b64encode(png_bytes(3)).decode()
+    app = create_app(gateway)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            for reply in RATIONAL_LAYOUTS:
+                r = await client.post("/flow-factory/rational_rewards_t2i/compute", json={
+                    "prompt": ["a red car"], "image": [png], "video": None, "condition_images": None,
+                    "condition_videos": None})
+                body = r.json()
+                assert r.status_code == 200, body
+                theirs = service(reply)
+                assert theirs == pytest.approx(peer.rational_reward(reply, peer.RATIONAL_T2I_SECTIONS), rel=REL)
+                if reply is RATIONAL_LAYOUTS[-1]:
+                    assert theirs == 0.0 and body["valid"] == [False] and body["rewards"] == [0.0]  # fill_value
+                else:
+                    assert body["rewards"] == [pytest.approx(theirs, rel=REL)], reply
+    finally:
+        await gateway.aclose()
+
+
 # ---- Flow-Factory PickScore_Rank ---------------------------------------------------------------
 
 
