@@ -184,6 +184,18 @@ class ClipOptions(ClipFamilyOptions):
     model_config_file: str | None = Field(
         None, description="open_clip: a JSON model config to register first (a custom architecture)."
     )
+    cosine_dtype: Literal["float32", "model"] = Field(
+        "float32",
+        description="Where the cosine is computed: float32 (the embeddings cast first), or `model`: in the "
+        "model's dtype, as Flow-Factory's CLIP reward computes it (transformers: CLIPModel's own "
+        "normalisation, F.normalize, then the dot product, all in `dtype`; bf16 by default there).",
+    )
+
+    @model_validator(mode="after")
+    def _cosine_dtype(self) -> "ClipOptions":
+        if self.cosine_dtype == "model" and self.library != "transformers":
+            raise ValueError("cosine_dtype = 'model' is Flow-Factory's CLIPModel arithmetic: library = 'transformers'")
+        return self
 
 
 class PickScoreOptions(ClipFamilyOptions):

@@ -402,3 +402,13 @@ def test_a_failing_transform_fails_its_batch_and_the_pool_keeps_serving():
         assert pool.pids and os.getpid() not in pool.pids
     finally:
         pool.close()
+
+
+def test_cosine_in_the_model_dtype_is_flow_factorys_transformers_arithmetic():
+    from pydantic import ValidationError
+
+    from judge_gateway.config.head_options import ClipOptions
+
+    assert ClipOptions(dtype="bf16", cosine_dtype="model").cosine_dtype == "model"
+    with pytest.raises(ValidationError, match="library = 'transformers'"):
+        ClipOptions(library="open_clip", model="ViT-L-14", cosine_dtype="model")
