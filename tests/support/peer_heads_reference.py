@@ -155,6 +155,7 @@ def main() -> int:
             "ff_clip": ff_clip(model, processor, prompts, images).tolist(),
             "ff_clip_video": ff_clip(model, processor, spec["video_prompts"], [v[0] for v in videos]).tolist(),
             "cosmos_pickscore": cosmos_pickscore(model, processor, prompts, images).tolist(),
+            "logit_scale_exp": float(model.logit_scale.exp()),
             "cosmos_hpsv2": cosmos_hpsv2(spec["openclip"], prompts, [np.asarray(i) for i in images]).tolist(),
         }
     out["cosmos_hpsv2_on_our_embeddings"] = hpsv2_on_our_embeddings(spec["hpsv2_options"], prompts,
