@@ -39,11 +39,11 @@ class _GenerativeJudge(VLMJudge):
     def _request_params(self) -> dict[str, Any]:
         opts = self.options
         params: dict[str, Any] = {"temperature": self.temperature}
-        # The option, else the template's (0: send none, the server's limit, as cosmos-rl's
-        # unified_reward sends none), else DEFAULT_MAX_TOKENS.
+        # The option, else the template's, else DEFAULT_MAX_TOKENS; none where the template says
+        # send_max_tokens = false (the server's limit, as cosmos-rl's unified_reward sends none).
         if opts.max_tokens:
             params["max_tokens"] = opts.max_tokens
-        elif self.template.max_tokens != 0:
+        elif self.template.send_max_tokens:
             params["max_tokens"] = self.template.max_tokens or DEFAULT_MAX_TOKENS
         stop = opts.stop if opts.stop is not None else list(self.template.stop)
         if stop:

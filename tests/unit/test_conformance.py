@@ -609,7 +609,7 @@ def test_unified_reward_at_2_and_3_send_the_services_question(version):
     rendered = load_template(f"unified_reward@{version}").render("a red car", {"image": [IMG]})
     assert rendered == [{"role": "user", "content": [IMG, {"type": "text",
                                                             "text": peer.UNIFIED_REWARD_QUESTION.format(prompt="a red car")}]}]
-    assert load_template("unified_reward@3").max_tokens == 0  # none sent
+    assert not load_template("unified_reward@3").send_max_tokens  # none sent
     assert load_config(ROOT / "configs" / "cosmos_rl.toml").judges["unified_reward"].template == "unified_reward@3"
 
 
