@@ -93,6 +93,13 @@ class StoreConfig(Strict):
 _SOURCE_RE = re.compile(r"^(reward|raw|details\.[A-Za-z0-9_.-]+)$")
 
 
+def details_path(v: str | None) -> str | None:
+    """A `details.<key>` path (a peer_source), or None."""
+    if v is not None and not (v.startswith("details.") and _SOURCE_RE.match(v)):
+        raise ValueError(f"{v!r} is not `details.<key>`")
+    return v
+
+
 class TagSplit(Strict):
     """A per-tag legacy key: one list per tag; a sample's value goes in its own tag's list."""
 
@@ -147,9 +154,7 @@ class LegacyKey(Strict):
     @field_validator("peer_source")
     @classmethod
     def _peer_source(cls, v: str | None) -> str | None:
-        if v is not None and not (v.startswith("details.") and _SOURCE_RE.match(v)):
-            raise ValueError(f"{v!r} is not `details.<key>`")
-        return v
+        return details_path(v)
 
     @model_validator(mode="after")
     def _one_shape(self) -> LegacyKey:
@@ -435,9 +440,7 @@ class FlowFactoryProfile(Strict):
     @field_validator("peer_source")
     @classmethod
     def _peer_source(cls, v: str | None) -> str | None:
-        if v is not None and not (v.startswith("details.") and _SOURCE_RE.match(v)):
-            raise ValueError(f"{v!r} is not `details.<key>`")
-        return v
+        return details_path(v)
 
     @field_validator("judges")
     @classmethod

@@ -133,44 +133,28 @@ def parse_yes_no(
     lp_yes = _logsumexp([lp for _, lp in yes_entries])
     lp_no = _logsumexp([lp for _, lp in no_entries])
     answer_mass = math.exp(lp_yes) + math.exp(lp_no)
-    if answer_mass > 0.0 and answer_mass < min_answer_mass and yes_entries and no_entries:
-        # Below the floor the model did not answer the question: invalid. The two-way numbers
-        # still go into the details (a peer that reads the pair whatever its mass, such as
-        # cosmos-rl's softmax over the "Yes"/"No" logits, reports them: its legacy keys do).
-        pair = _two_way(lp_yes, lp_no, positive_word, counting)
-        raise ParseError(
-            f"yes/no answer mass {answer_mass:.4g} is below the floor {min_answer_mass:.4g} "
-            f"among {len(candidates)} candidates (p_yes={math.exp(lp_yes):.4g}, "
-            f"p_no={math.exp(lp_no):.4g}, counting={counting})",
-            code=ANSWER_MISSING,
-            details={
-                "p_yes": math.exp(lp_yes),
-                "p_no": math.exp(lp_no),
-                "answer_mass": answer_mass,
-                "min_answer_mass": float(min_answer_mass),
-                "p_positive": pair,
-                "logprob_yes": lp_yes,
-                "logprob_no": lp_no,
-                "matched": matched,
-                "counting": counting,
-                "top_tokens": [token for token, _ in candidates[:5]],
-            },
-        )
     if answer_mass <= 0.0 or answer_mass < min_answer_mass:
+        details: dict[str, Any] = {
+            "p_yes": math.exp(lp_yes),
+            "p_no": math.exp(lp_no),
+            "answer_mass": answer_mass,
+            "min_answer_mass": float(min_answer_mass),
+            "matched": matched,
+            "counting": counting,
+            "top_tokens": [token for token, _ in candidates[:5]],
+        }
+        if yes_entries and no_entries:
+            # The model did not answer the question: invalid. The two-way numbers still go into
+            # the details: a peer that reads the pair whatever its mass (cosmos-rl's softmax over
+            # the "Yes"/"No" logits) reports them, and so do its legacy keys.
+            details |= {"p_positive": _two_way(lp_yes, lp_no, positive_word, counting),
+                        "logprob_yes": lp_yes, "logprob_no": lp_no}
         raise ParseError(
             f"yes/no answer mass {answer_mass:.4g} is below the floor {min_answer_mass:.4g} "
             f"among {len(candidates)} candidates (p_yes={math.exp(lp_yes):.4g}, "
             f"p_no={math.exp(lp_no):.4g}, counting={counting})",
             code=ANSWER_MISSING,
-            details={
-                "p_yes": math.exp(lp_yes),
-                "p_no": math.exp(lp_no),
-                "answer_mass": answer_mass,
-                "min_answer_mass": float(min_answer_mass),
-                "matched": matched,
-                "counting": counting,
-                "top_tokens": [token for token, _ in candidates[:5]],
-            },
+            details=details,
         )
 
     bounded: str | None = None
