@@ -15,10 +15,11 @@ then `rewards`): any 4xx/5xx is retried, a 200 with `{"error": ...}` fails at on
 is a 200 with `error` (retrying cannot fix it) and transient faults (every sample invalid because
 backends are down or timing out) are a 503, which the client retries.
 
-A profile whose judge cannot score at all (a head that failed to load, a VLM backend that does
-not answer) is never answered with filled rewards: `/health` is 503 with the reason (the client
-checks it once at start-up and stops on a status >= 400) and `/compute` is 503 with the reason,
-before anything is scored. A head loading for the first time is not that: `/health` says
+A profile whose judge cannot score at all is never answered with filled rewards: `/health` is
+503 with the reason when a head failed to load or a VLM backend does not answer (the client checks
+it once at start-up and stops on a status >= 400); `/compute` is 503 with the reason before
+anything is scored when a head cannot load, and after scoring when no sample could be scored
+because a backend was down. A head loading for the first time is not that: `/health` says
 `loading`, and `/compute` waits for the load.
 """
 
@@ -150,12 +151,16 @@ class FlowFactoryService:
         self._folded = {low: names[0] for low, names in by_lower.items() if len(names) == 1}
         self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
 
-    async def readiness(self, profile: FlowFactoryProfile) -> tuple[str | None, list[str]]:
+    async def readiness(self, profile: FlowFactoryProfile, *, backends: bool = True) -> tuple[str | None, list[str]]:
         """(why the profile cannot score now, or None; the judges still loading for the first time).
-        Probes are kept server.readiness_interval_s."""
+        Probes are kept server.readiness_interval_s. `backends = False` (a /compute): VLM judges are
+        not probed (a slow backend is the scoring's to report: the 503 of a request none of whose
+        samples could be scored); only heads that cannot load are."""
         loading: list[str] = []
         for name in profile.judges:
             judge = self.gateway.judges[name]
+            if not backends and judge.backend_name is not None:
+                continue
             now = time.monotonic()
             cached = self._readiness.get(name)
             if cached is None or now - cached[0] > self.gateway.config.server.readiness_interval_s:
@@ -206,7 +211,7 @@ class FlowFactoryService:
         """(status, body) of one /compute: parse, reserve (decoded-media budget, head queues:
         Refused when spent), score, answer; `on_scored` gets the samples and their judge scores."""
         profile = self.cfg.profiles[name]
-        why, _ = await self.readiness(profile)
+        why, _ = await self.readiness(profile, backends=False)
         if why is not None:  # never rewards filled for a request that could not be scored at all
             return 503, {"detail": f"profile {name!r}: {why}", "reason": why}
         unused: list[str] = []

@@ -143,10 +143,10 @@ async def test_not_json_is_an_error(client):
 
 
 async def test_backends_down_is_503_so_the_client_retries(client):
-    """A profile whose judge's backend does not answer: 503 with the reason before anything is
-    scored (never rewards filled for it), and /health not ok."""
+    """A profile whose judge's backend does not answer: 503 (never rewards filled for it), and
+    /health not ok."""
     r = await client.post("/flow-factory/down/compute", json=build_payload(["a"], image=pil_images(1)))
-    assert r.status_code == 503 and "backend 'down' is not ready" in r.json()["detail"]
+    assert r.status_code == 503 and "backend_unavailable" in r.json()["detail"]
     assert "rewards" not in r.json()
     h = await client.get("/flow-factory/down/health")
     assert h.status_code == 503 and h.json()["status"] == "unavailable" and "cannot connect" in h.json()["reason"]
