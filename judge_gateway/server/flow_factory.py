@@ -25,6 +25,7 @@ because a backend was down. A head loading for the first time is not that: `/hea
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -150,6 +151,7 @@ class FlowFactoryService:
         # where that names one profile.
         self._folded = {low: names[0] for low, names in by_lower.items() if len(names) == 1}
         self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
+        self._refreshing: dict[str, asyncio.Task[Any]] = {}  # judges whose probe runs in the background
 
     async def readiness(self, profile: FlowFactoryProfile, *, backends: bool = True) -> tuple[str | None, list[str]]:
         """(why the profile cannot score now, or None; the judges still loading for the first time).
@@ -161,11 +163,11 @@ class FlowFactoryService:
             judge = self.gateway.judges[name]
             if not backends and judge.backend_name is not None:
                 continue
-            now = time.monotonic()
             cached = self._readiness.get(name)
-            if cached is None or now - cached[0] > self.gateway.config.server.readiness_interval_s:
-                ok, reason = await judge.probe()
-                cached = self._readiness[name] = (now, ok, reason)
+            if cached is None:  # the first look waits for the probe (the client's start-up check)
+                cached = await self._probe(name)
+            elif time.monotonic() - cached[0] > self.gateway.config.server.readiness_interval_s:
+                self._refresh(name)  # in the background: /health never waits on a busy backend
             _, ok, reason = cached
             if ok:
                 continue
@@ -204,6 +206,17 @@ class FlowFactoryService:
                         need = " or ".join(f"`{MEDIA_FIELD.get(m, m)}`" for m in options)
                         raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
+
+    async def _probe(self, name: str) -> tuple[float, bool, str | None]:
+        ok, reason = await self.gateway.judges[name].probe()
+        self._readiness[name] = (time.monotonic(), ok, reason)
+        return self._readiness[name]
+
+    def _refresh(self, name: str) -> None:
+        if name in self._refreshing:
+            return
+        task = self._refreshing[name] = asyncio.get_running_loop().create_task(self._probe(name))
+        task.add_done_callback(lambda _: self._refreshing.pop(name, None))
 
     async def compute(self, name: str, body: bytes, admission: Admission,
                       on_scored: Callable[[list[SampleInput], RewardResponse], None] | None = None
