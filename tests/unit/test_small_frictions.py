@@ -62,3 +62,27 @@ def test_flag_help_shows_each_default_that_exists():
     assert "uvicorn's log level (critical, error, warning, info, debug) (default: info)" in _help("serve")
     # Help that already names its default is left as written (no second "default").
     assert _help("up").count("default run/up") == 1 and "(default: run/up)" not in _help("up")
+
+
+# --- prompts lock with nothing new --------------------------------------------------------------
+
+def test_prompts_lock_says_when_there_is_nothing_new_to_lock(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from judge_gateway.prompts import registry
+
+    root = tmp_path / "prompts"
+    shutil.copytree(registry.TEMPLATES_DIR, root, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    monkeypatch.setattr(registry, "TEMPLATES_DIR", root)
+    monkeypatch.setattr(registry, "LOCK_PATH", root / "templates.lock")
+    (root / "image_quality" / "9.toml").write_text(
+        (root / "image_quality" / "1.toml").read_text().replace('version = "1"', 'version = "9"'))
+    assert cli_main(["prompts", "lock"]) == 0
+    assert capsys.readouterr().out == "locked image_quality@9\n"
+    assert cli_main(["prompts", "lock"]) == 0
+    assert capsys.readouterr().out == ("nothing new to lock: every template version in the package's templates "
+                                       "is already in its lock file\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert cli_main(["prompts", "lock", "--dir", str(mine)]) == 0
+    assert f"every template version in {mine} is already" in capsys.readouterr().out
