@@ -189,13 +189,14 @@ def _run_identity(infos: list[Any], config_doc: dict[str, Any] | None) -> dict[s
     }
 
 
-async def _judges_ready(client: Any, chosen: list[str], cfg: Any) -> list[Any]:
+async def _judges_ready(client: Any, chosen: list[str], cfg: Any, config_ref: str | None) -> list[Any]:
     """The chosen judges' infos, once they were checked (in-process: only these are probed and
     their heads loaded). Says once which cannot score here and how to start them; none that
     can score ends the command before anything is written."""
     from .. import preflight
 
-    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr))
+    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr),
+                                          config_ref=config_ref)
     text = preflight.report(checks, other_heads=preflight.local_heads(cfg, chosen) if cfg is not None else ())
     if text:
         if not any(c.can_score for c in checks):
@@ -275,7 +276,8 @@ async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namesp
     client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
               else AsyncRewardClient(config=cfg))
     try:
-        identity = _run_identity(await _judges_ready(client, judges, cfg), config_doc)
+        ready = await _judges_ready(client, judges, cfg, None if args.server else args.config)
+        identity = _run_identity(ready, config_doc)
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.check_identity(identity)
         resumed = folder.resume([line for _, line in samples])

@@ -86,3 +86,46 @@ def test_prompts_lock_says_when_there_is_nothing_new_to_lock(tmp_path, monkeypat
     mine.mkdir()
     assert cli_main(["prompts", "lock", "--dir", str(mine)]) == 0
     assert f"every template version in {mine} is already" in capsys.readouterr().out
+
+
+# --- a head that is not ready says how to make it ready ------------------------------------------
+
+def test_a_head_that_cannot_load_gets_a_fix_hint_as_vlm_judges_do(tmp_path, capsys):
+    """A head whose interpreter is missing: `prepare` builds it; a head with no interpreter of its
+    own whose libraries the gateway's lacks: the extra to install here, or its kind's environment."""
+    config = write_config(tmp_path, {"judges": {
+        "ocr": {"kind": "ocr", "options": {"python": str(tmp_path / "nowhere" / "bin" / "python")}},
+        "clip": {"kind": "clip"}}})
+    assert cli_main(["judges", "ocr", "clip", "--config", config]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"-> `judge-gateway prepare --config {config} --judges ocr` builds its environment ({tmp_path}" in out
+    assert "No module named 'torch'" in out  # the reason, then the remedy
+    assert (f"-> install its libraries here (`{sys.executable} -m pip install 'judge-gateway[heads]'`), or give it "
+            "the environment of its kind: `judge-gateway env build heads` (makes .venv-heads), set "
+            '[judges.clip.options] python = ".venv-heads/bin/python"; then `judge-gateway prepare --config '
+            f"{config} --judges clip` fetches its weights and probes it") in out
+
+
+def test_score_names_the_head_fix_before_it_scores_nothing(tmp_path, capsys):
+    from tests.support.media_files import write_image
+
+    media = tmp_path / "media"
+    media.mkdir()
+    write_image(media / "a.png", seed=0)
+    (media / "a.txt").write_text('a sign that says "hi"')
+    config = write_config(tmp_path, {"judges": {
+        "ocr": {"kind": "ocr", "options": {"python": str(tmp_path / "nowhere" / "bin" / "python")}}}})
+    assert cli_main(["score", str(media), "-o", str(tmp_path / "run"), "--config", config, "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"-> `judge-gateway prepare --config {config} --judges ocr` builds its environment" in err
+
+
+def test_a_services_head_hint_points_at_the_services_machine():
+    from judge_gateway.preflight import classify
+    from judge_gateway.schema import JudgeInfo
+
+    info = JudgeInfo(name="pick", kind="pickscore", weight=1.0, ready=False, ready_reason="failed: no weights")
+    check = classify(info, None)
+    assert check.state == "unavailable"
+    assert check.hint == ("on the service's machine, `judge-gateway prepare --config <its config> --judges pick` "
+                          "builds the head's environment, fetches its weights and says what is missing")
