@@ -129,3 +129,44 @@ def test_a_services_head_hint_points_at_the_services_machine():
     assert check.state == "unavailable"
     assert check.hint == ("on the service's machine, `judge-gateway prepare --config <its config> --judges pick` "
                           "builds the head's environment, fetches its weights and says what is missing")
+
+
+# --- score: the progress bar moves per sample ---------------------------------------------------
+
+class _RecordingBar:
+    """tqdm's surface as `score` uses it, keeping each update."""
+
+    made: list["_RecordingBar"] = []
+
+    def __init__(self, *, total: int, initial: int, **_: object) -> None:
+        self.total, self.n, self.updates = total, initial, []
+        _RecordingBar.made.append(self)
+
+    def update(self, n: int) -> None:
+        self.updates.append(n)
+        self.n += n
+
+    def close(self) -> None:
+        pass
+
+
+def test_score_in_process_moves_its_progress_bar_as_each_sample_finishes(tmp_path, fake_backend, monkeypatch):
+    import tqdm
+
+    from tests.support.cli_configs import vlm_config
+    from tests.support.media_files import write_image
+
+    monkeypatch.setattr(tqdm, "tqdm", _RecordingBar)
+    _RecordingBar.made = []
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(5):
+        write_image(media / f"img{i}.png", seed=i)
+        (media / f"img{i}.txt").write_text(f"a photo of cat {i}")
+    (media / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    config = write_config(tmp_path, vlm_config(fake_backend.base_url, "fake-yes", {"quality": "image_quality@1"}))
+    rc = cli_main(["score", str(media), "-o", str(tmp_path / "run"), "--config", config, "--batch-size", "16"])
+    assert rc == 1  # the broken image is bad_input
+    (bar,) = _RecordingBar.made
+    # One batch of 6: the bad input at once, then each sample as it is scored (not one update of 6).
+    assert bar.updates == [1, 1, 1, 1, 1, 1] and bar.n == bar.total == 6
