@@ -170,3 +170,42 @@ def test_score_in_process_moves_its_progress_bar_as_each_sample_finishes(tmp_pat
     (bar,) = _RecordingBar.made
     # One batch of 6: the bad input at once, then each sample as it is scored (not one update of 6).
     assert bar.updates == [1, 1, 1, 1, 1, 1] and bar.n == bar.total == 6
+
+
+# --- the client: a config by path or name; a stopped gateway named by its URL -------------------
+
+def test_the_in_process_client_takes_a_config_file_or_a_shipped_config_by_name(tmp_path, fake_backend, monkeypatch):
+    from judge_gateway import RewardClient
+    from tests.conftest import png_bytes
+    from tests.support.cli_configs import vlm_config
+
+    path = Path(write_config(tmp_path, vlm_config(fake_backend.base_url, "fake-yes", {"quality": "image_quality@1"}),
+                             name="judges.toml"))
+    for config in (path, str(path)):
+        with RewardClient(config=config) as client:
+            result = client.rewards.create(samples=[{"prompt": "a cat", "image": png_bytes(1)}])
+        assert result.judges == ["quality"] and result.results[0].valid
+    monkeypatch.chdir(tmp_path)  # outside a checkout: no configs/ folder here
+    with RewardClient(config="default") as client:
+        assert "ocr" in [j.name for j in client.judges.list()]
+    with pytest.raises(ValueError, match=r"not an http:// or https:// URL; to score in-process with a config "
+                                         r"file or a shipped config, pass config='judges.toml'"):
+        RewardClient("judges.toml")
+
+
+def test_the_client_against_a_stopped_gateway_names_its_url(tmp_path):
+    import httpx
+
+    from judge_gateway import JudgeGatewayError, RewardClient, RewardConnectionError, Unavailable
+    from tests.conftest import png_bytes
+    from tests.support.fake_openai import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with RewardClient(url, max_retries=1) as client:
+        with pytest.raises(RewardConnectionError) as err:
+            client.rewards.create(samples=[{"prompt": "a cat", "image": png_bytes(1)}])
+    assert str(err.value) == (f"cannot reach the judge-gateway service at {url}/v1/rewards (2 attempts): "
+                              f"{type(err.value.__cause__).__name__}: {err.value.__cause__}; is `judge-gateway "
+                              "serve` running there, and is the URL right?")
+    assert isinstance(err.value.__cause__, httpx.ConnectError) and err.value.url == f"{url}/v1/rewards"
+    assert isinstance(err.value, (Unavailable, JudgeGatewayError, httpx.TransportError))
