@@ -410,3 +410,21 @@ def test_an_ab_of_runs_with_no_common_sample_says_so_instead_of_a_table_of_nan(t
     out = tmp_path / "report.html"
     assert cli_main(["browse", str(tmp_path / "a"), str(tmp_path / "b"), "--export", str(out)]) == 0
     assert 'id="ab-no-pairs"' in out.read_text() and "nan" not in out.read_text()
+
+
+def test_the_sample_page_shows_the_text_ocr_recognised(tmp_path):
+    """OCR's target and recognised text are the reason for its number: shown with the score, not
+    only in the collapsed details (a video's, per frame)."""
+    ocr = {"judge": "ocr", "reward": 0.8, "valid": True,
+           "details": {"target": "Hello World", "recognized": "HelloWorId", "edit_distance": 1}}
+    video_ocr = {**ocr, "reward": 0.5, "details": {"target": "OPEN", "recognized": ["OPEN", "0PEN"], "frames": 2}}
+    lines = [{"index": 0, "source": "0.png", "key": "k0", "prompt": 'a sign "Hello World"', "scores": {"ocr": ocr},
+              "reward": 0.8, "valid": True},
+             {"index": 1, "source": "1.png", "key": "k1", "prompt": 'a sign "OPEN"', "scores": {"ocr": video_ocr},
+              "reward": 0.5, "valid": True}]
+    client = _local(load_runs([str(_write_run(tmp_path / "a", lines))]))
+    page = client.get("/run/0/sample/0").text
+    shown = page.split("<details>")[0]  # before anything collapsed
+    assert ('<p class="ocr-text"><b>target:</b> Hello World · <b>recognised:</b> HelloWorId · '
+            "<b>edit distance</b> 1</p>") in shown
+    assert "<b>recognised:</b> OPEN | 0PEN" in client.get("/run/0/sample/1").text.split("<details>")[0]
