@@ -209,3 +209,32 @@ def test_the_client_against_a_stopped_gateway_names_its_url(tmp_path):
                               "serve` running there, and is the URL right?")
     assert isinstance(err.value.__cause__, httpx.ConnectError) and err.value.url == f"{url}/v1/rewards"
     assert isinstance(err.value, (Unavailable, JudgeGatewayError, httpx.TransportError))
+
+
+# --- serve: a port in use is said before anything starts ----------------------------------------
+
+def test_serve_on_a_port_in_use_exits_before_anything_starts(tmp_path, monkeypatch, capsys):
+    import socket
+
+    import uvicorn
+
+    from judge_gateway.cli.serve import port_in_use
+
+    from judge_gateway.server import heap
+
+    started = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: started.append("uvicorn"))
+    monkeypatch.setattr(heap, "freeze_startup_objects", lambda: None)  # not this test process's heap
+    config = write_config(tmp_path, {"judges": {"ocr": {"kind": "ocr"}}})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli_main(["serve", "--config", config, "--port", str(port), "--log-level", "warning"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot listen on 127.0.0.1:{port}: the port is already in use (")
+        assert "choose another port with --port or server.port" in err and started == []
+    assert port_in_use("127.0.0.1", port) is None  # released: free again
+    assert port_in_use("127.0.0.1", 0) is None
+    assert cli_main(["serve", "--config", config, "--port", str(port), "--log-level", "warning"]) == 0
+    assert started == ["uvicorn"]
