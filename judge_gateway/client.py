@@ -11,7 +11,6 @@ Both work against a server URL or in-process (a Gateway in this process, no HTTP
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .config import GatewayConfig, load_config
+from .env_vars import getenv
 from .exceptions import JudgeGatewayError, Unavailable
 from .gateway import Gateway
 from .schema import JudgeInfo, RewardRequest, RewardResponse, SampleInput
@@ -198,15 +198,15 @@ class AsyncRewardClient:
         self._gateway = _resolve_gateway(gateway, config)
         self._owns_gateway = gateway is None and self._gateway is not None
         if self._gateway is None:
-            base_url = base_url or os.environ.get("JUDGE_GATEWAY_URL")
+            base_url = base_url or getenv("JG_URL")
             if not base_url:
-                raise ValueError("give base_url (or JUDGE_GATEWAY_URL) for HTTP, or config/gateway for in-process")
+                raise ValueError("give base_url (or JG_URL) for HTTP, or config/gateway for in-process")
             if urlsplit(base_url).scheme not in ("http", "https"):
                 # A config path given where the URL goes (the first argument) would fail at the
                 # first call with a transport error: say how to run in-process instead.
                 raise ValueError(f"base_url {base_url!r} is not an http:// or https:// URL; to score in-process "
                                  f"with a config file or a shipped config, pass config={base_url!r}")
-            api_key = api_key or os.environ.get("JUDGE_GATEWAY_API_KEY")
+            api_key = api_key or getenv("JG_API_KEY")
             headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
             self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
                                            timeout=httpx.Timeout(timeout, connect=10.0))

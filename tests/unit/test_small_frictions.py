@@ -238,3 +238,63 @@ def test_serve_on_a_port_in_use_exits_before_anything_starts(tmp_path, monkeypat
     assert port_in_use("127.0.0.1", 0) is None
     assert cli_main(["serve", "--config", config, "--port", str(port), "--log-level", "warning"]) == 0
     assert started == ["uvicorn"]
+
+
+# --- one prefix of environment variables: JG_, the old JUDGE_GATEWAY_ names still read ----------
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    from judge_gateway import env_vars
+
+    monkeypatch.setattr(env_vars, "_warned", set())
+    for name in ("URL", "API_KEY", "API_KEYS", "REDIS_URL"):
+        monkeypatch.delenv(f"JG_{name}", raising=False)
+        monkeypatch.delenv(f"JUDGE_GATEWAY_{name}", raising=False)
+
+
+def test_the_jg_names_are_read_and_the_old_ones_still_work_with_a_warning(monkeypatch, fresh_warnings):
+    import warnings
+
+    from judge_gateway import RewardClient
+    from judge_gateway.config import validate_config
+    from judge_gateway.env_vars import getenv
+
+    monkeypatch.setenv("JG_API_KEYS", "a,b")
+    monkeypatch.setenv("JUDGE_GATEWAY_API_KEYS", "old")
+    cfg = validate_config({"judges": {"ocr": {"kind": "ocr"}}, "store": {"url": "redis://file:6379/0"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the JG_ name set: the old one is not looked at
+        assert cfg.server.resolved_api_keys() == ["a", "b"]
+    monkeypatch.delenv("JG_API_KEYS")
+    with pytest.warns(FutureWarning, match="JUDGE_GATEWAY_API_KEYS is deprecated: set JG_API_KEYS instead"):
+        assert cfg.server.resolved_api_keys() == ["old"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per variable and process
+        assert cfg.server.resolved_api_keys() == ["old"]
+    assert cfg.store.resolved_url() == "redis://file:6379/0"
+    monkeypatch.setenv("JUDGE_GATEWAY_REDIS_URL", "redis://old:6379/0")
+    with pytest.warns(FutureWarning, match="set JG_REDIS_URL instead"):
+        assert cfg.store.resolved_url() == "redis://old:6379/0"
+    monkeypatch.setenv("JG_REDIS_URL", "redis://new:6379/0")
+    assert cfg.store.resolved_url() == "redis://new:6379/0"
+    monkeypatch.setenv("JUDGE_GATEWAY_URL", "http://127.0.0.1:1")
+    with pytest.warns(FutureWarning, match="set JG_URL instead"):
+        RewardClient().close()
+    monkeypatch.setenv("JG_URL", "http://127.0.0.1:2")
+    client = RewardClient()
+    assert str(client._async._http.base_url) == "http://127.0.0.1:2"
+    client.close()
+    monkeypatch.setenv("MY_KEYS", "mine")  # a name of the config's own is read as it is
+    assert validate_config({"server": {"api_keys_env": "MY_KEYS"}}).server.resolved_api_keys() == ["mine"]
+    assert getenv("OTHER_UNSET", "d") == "d"
+
+
+def test_the_package_reads_no_judge_gateway_variable_but_through_the_alias():
+    """Only env_vars.py names the old prefix (and config descriptions that say it is deprecated)."""
+    hits = []
+    for path in [*(ROOT / "judge_gateway").rglob("*.py"), *(ROOT / "configs").glob("*.toml"),
+                 *(ROOT / "scripts").glob("*.sh")]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "JUDGE_GATEWAY_" in line and path.name != "env_vars.py" and "deprecated JUDGE_GATEWAY_" not in line:
+                hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not hits, "\n".join(hits)
