@@ -20,6 +20,7 @@ from .info import register_configs, register_judges, register_schema
 from .parser import CommandParser
 from .prepare import register_prepare
 from .prompts import register_prompts
+from .samples import register_samples
 from .score import register_score
 from .serve import register_serve
 from .tune import register_tune
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_prompts(sub)
     register_tune(sub)
     register_judges(sub)
+    register_samples(sub)
     register_score(sub)
     register_browse(sub)
     register_eval(sub)

@@ -298,3 +298,29 @@ def test_the_package_reads_no_judge_gateway_variable_but_through_the_alias():
             if "JUDGE_GATEWAY_" in line and path.name != "env_vars.py" and "deprecated JUDGE_GATEWAY_" not in line:
                 hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not hits, "\n".join(hits)
+
+
+# --- a sample folder for the quickstart's `score ./samples/` ---------------------------------
+
+def test_samples_writes_a_folder_that_score_reads(tmp_path, monkeypatch, capsys):
+    """What `samples` writes is a folder `score` reads, each prompt quoting the text the OCR judge
+    looks for; the real OCR reads it in tests/integration/test_serve_default_ocr.py."""
+    from judge_gateway.cli.samples import SAMPLES
+    from judge_gateway.heads.ocr_text import extract_target_text
+    from judge_gateway.inputs import read_inputs
+
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["samples"]) == 0  # default folder: ./samples
+    assert "score them: judge-gateway score samples -o runs/first --judges ocr" in capsys.readouterr().err
+    scan = read_inputs(Path("samples"))
+    assert not scan.unsupported and not scan.no_prompt
+    by_stem = {stem: (prompt, drawn) for stem, prompt, drawn in SAMPLES}
+    assert sorted(item.image.stem for item in scan.items) == sorted(by_stem)
+    for item in scan.items:
+        prompt, drawn = by_stem[item.image.stem]
+        assert item.prompt == prompt and extract_target_text(prompt)
+    misspelt = [stem for stem, (prompt, drawn) in by_stem.items() if extract_target_text(prompt) != drawn]
+    assert sorted(misspelt) == ["main_street", "summer_sale"]  # the quickstart page says two
+    assert cli_main(["samples", "samples"]) == 2  # never over files that are there
+    assert "samples already holds 12 of the files this writes (open_sign.png, open_sign.txt, hello_world.png, ...)" \
+        in capsys.readouterr().err
