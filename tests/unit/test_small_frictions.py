@@ -2,16 +2,17 @@
 test: `--version`, a help that lists every command and shows the flags' defaults, `prompts lock`
 with nothing new, a fix hint for a head that is not ready, `score`'s progress per sample, the
 client's config by path or name and its error naming the URL of a stopped gateway, one prefix of
-environment variables, a sample folder to score, a port already in use, and the A/B page's
-interval and empty pairing."""
+environment variables, a sample folder to score, and a port already in use. (The browser's A/B
+interval, empty pairing and OCR text are tested in test_browse.py; the README's snippet in
+test_readme.py.)"""
 
 from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -136,7 +137,7 @@ def test_a_services_head_hint_points_at_the_services_machine():
 class _RecordingBar:
     """tqdm's surface as `score` uses it, keeping each update."""
 
-    made: list["_RecordingBar"] = []
+    made: ClassVar[list[_RecordingBar]] = []
 
     def __init__(self, *, total: int, initial: int, **_: object) -> None:
         self.total, self.n, self.updates = total, initial, []
@@ -196,14 +197,18 @@ def test_the_in_process_client_takes_a_config_file_or_a_shipped_config_by_name(t
 def test_the_client_against_a_stopped_gateway_names_its_url(tmp_path):
     import httpx
 
-    from judge_gateway import JudgeGatewayError, RewardClient, RewardConnectionError, Unavailable
+    from judge_gateway import (
+        JudgeGatewayError,
+        RewardClient,
+        RewardConnectionError,
+        Unavailable,
+    )
     from tests.conftest import png_bytes
     from tests.support.fake_openai import free_port
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    with RewardClient(url, max_retries=1) as client:
-        with pytest.raises(RewardConnectionError) as err:
-            client.rewards.create(samples=[{"prompt": "a cat", "image": png_bytes(1)}])
+    with RewardClient(url, max_retries=1) as client, pytest.raises(RewardConnectionError) as err:
+        client.rewards.create(samples=[{"prompt": "a cat", "image": png_bytes(1)}])
     assert str(err.value) == (f"cannot reach the judge-gateway service at {url}/v1/rewards (2 attempts): "
                               f"{type(err.value.__cause__).__name__}: {err.value.__cause__}; is `judge-gateway "
                               "serve` running there, and is the URL right?")
@@ -219,7 +224,6 @@ def test_serve_on_a_port_in_use_exits_before_anything_starts(tmp_path, monkeypat
     import uvicorn
 
     from judge_gateway.cli.serve import port_in_use
-
     from judge_gateway.server import heap
 
     started = []
@@ -317,7 +321,7 @@ def test_samples_writes_a_folder_that_score_reads(tmp_path, monkeypatch, capsys)
     by_stem = {stem: (prompt, drawn) for stem, prompt, drawn in SAMPLES}
     assert sorted(item.image.stem for item in scan.items) == sorted(by_stem)
     for item in scan.items:
-        prompt, drawn = by_stem[item.image.stem]
+        prompt, _ = by_stem[item.image.stem]
         assert item.prompt == prompt and extract_target_text(prompt)
     misspelt = [stem for stem, (prompt, drawn) in by_stem.items() if extract_target_text(prompt) != drawn]
     assert sorted(misspelt) == ["main_street", "summer_sale"]  # the quickstart page says two
