@@ -69,16 +69,9 @@ def test_flag_help_shows_each_default_that_exists():
 # --- prompts lock with nothing new --------------------------------------------------------------
 
 def test_prompts_lock_says_when_there_is_nothing_new_to_lock(tmp_path, monkeypatch, capsys):
-    import shutil
+    from tests.support.template_copy import templates_with_an_unlocked_version
 
-    from judge_gateway.prompts import registry
-
-    root = tmp_path / "prompts"
-    shutil.copytree(registry.TEMPLATES_DIR, root, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    monkeypatch.setattr(registry, "TEMPLATES_DIR", root)
-    monkeypatch.setattr(registry, "LOCK_PATH", root / "templates.lock")
-    (root / "image_quality" / "9.toml").write_text(
-        (root / "image_quality" / "1.toml").read_text().replace('version = "1"', 'version = "9"'))
+    templates_with_an_unlocked_version(tmp_path, monkeypatch)
     assert cli_main(["prompts", "lock"]) == 0
     assert capsys.readouterr().out == "locked image_quality@9\n"
     assert cli_main(["prompts", "lock"]) == 0
