@@ -86,19 +86,28 @@ def test_prompts_lock_says_when_there_is_nothing_new_to_lock(tmp_path, monkeypat
 # --- a head that is not ready says how to make it ready ------------------------------------------
 
 def test_a_head_that_cannot_load_gets_a_fix_hint_as_vlm_judges_do(tmp_path, capsys):
-    """A head whose interpreter is missing: `prepare` builds it; a head with no interpreter of its
-    own whose libraries the gateway's lacks: the extra to install here, or its kind's environment."""
+    """A head whose interpreter is missing: `prepare` builds it (`judges` loads it and says so);
+    a head with no interpreter of its own whose libraries the gateway's lacks: the extra to install
+    here, or its kind's environment."""
+    from judge_gateway.config import load_config
+    from judge_gateway.preflight import classify
+    from judge_gateway.schema import JudgeInfo
+
     config = write_config(tmp_path, {"judges": {
         "ocr": {"kind": "ocr", "options": {"python": str(tmp_path / "nowhere" / "bin" / "python")}},
         "clip": {"kind": "clip"}}})
-    assert cli_main(["judges", "ocr", "clip", "--config", config]) == 0
+    assert cli_main(["judges", "ocr", "--config", config]) == 0
     out = " ".join(capsys.readouterr().out.split())
+    assert "NOT READY (head 'ocr' is failed: cannot start head 'ocr'" in out  # the reason, then the remedy
     assert f"-> `judge-gateway prepare --config {config} --judges ocr` builds its environment ({tmp_path}" in out
-    assert "No module named 'torch'" in out  # the reason, then the remedy
-    assert (f"-> install its libraries here (`{sys.executable} -m pip install 'judge-gateway[heads]'`), or give it "
-            "the environment of its kind: `judge-gateway env build heads` (makes .venv-heads), set "
-            '[judges.clip.options] python = ".venv-heads/bin/python"; then `judge-gateway prepare --config '
-            f"{config} --judges clip` fetches its weights and probes it") in out
+    # What a clip worker under the gateway's own interpreter (no torch) reports:
+    info = JudgeInfo(name="clip", kind="clip", weight=1.0, ready=False,
+                     ready_reason="failed: ModuleNotFoundError: No module named 'torch'")
+    assert classify(info, load_config(config), config).hint == (
+        f"install its libraries here (`{sys.executable} -m pip install 'judge-gateway[heads]'`), or give it "
+        "the environment of its kind: `judge-gateway env build heads` (makes .venv-heads), set "
+        '[judges.clip.options] python = ".venv-heads/bin/python"; then `judge-gateway prepare --config '
+        f"{config} --judges clip` fetches its weights and probes it")
 
 
 def test_score_names_the_head_fix_before_it_scores_nothing(tmp_path, capsys):
