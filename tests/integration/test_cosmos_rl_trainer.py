@@ -224,7 +224,7 @@ def test_the_trainer_against_the_shipped_cosmos_rl_config(trainer_python, tmp_pa
 
     port = free_port()
     log = tmp_path / "serve.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "JUDGE_GATEWAY_API_KEYS": ""}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "JG_API_KEYS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", "cosmos_rl",
                              "--port", str(port)], cwd=ROOT, env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT)
