@@ -197,8 +197,13 @@ class ComparativeJudge(VLMJudge):
         if self.verdict.read == "logprobs":
             return {"max_completion_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": opts.top_logprobs}
         temperature = opts.temperature if opts.temperature is not None else self.template.temperature
-        params: dict[str, Any] = {"max_tokens": opts.max_tokens or self.template.max_tokens or DEFAULT_MAX_TOKENS,
-                                  "temperature": temperature if temperature is not None else 0.0}
+        params: dict[str, Any] = {"temperature": temperature if temperature is not None else 0.0}
+        # as the other generative kinds: the option, else the template's, else the default; none
+        # where the template says send_max_tokens = false
+        if opts.max_tokens:
+            params["max_tokens"] = opts.max_tokens
+        elif self.template.send_max_tokens:
+            params["max_tokens"] = self.template.max_tokens or DEFAULT_MAX_TOKENS
         stop = opts.stop if opts.stop is not None else list(self.template.stop)
         if stop:
             params["stop"] = stop

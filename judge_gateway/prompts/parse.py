@@ -214,12 +214,21 @@ class _GenerativeFile(TemplateFile):
     stop: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="stop sequences of the request")
     max_tokens: int | None = Field(None, gt=0, description="the request's max_tokens")
+    send_max_tokens: bool = Field(
+        True, description="false: the request carries no max_tokens unless the judge's options set one "
+        "(the server's own limit), as a peer that sends none")
     temperature: FiniteNumber | None = Field(
         None, ge=0, le=2, description="the request's sampling temperature, in [0, 2]")
 
+    @model_validator(mode="after")
+    def _one_limit(self) -> "_GenerativeFile":
+        if not self.send_max_tokens and self.max_tokens is not None:
+            raise ValueError("max_tokens with send_max_tokens = false: keep one")
+        return self
+
     def _template(self, path: Path, sha256: str, **kind_fields: Any) -> Template:
         return super()._template(path, sha256, stop=tuple(self.stop), max_tokens=self.max_tokens,
-                                 temperature=self.temperature, **kind_fields)
+                                 send_max_tokens=self.send_max_tokens, temperature=self.temperature, **kind_fields)
 
 
 class _ScoredFile(_GenerativeFile):
@@ -386,7 +395,7 @@ class ComparativeFile(_GenerativeFile):
             raise _KeyProblem("user", f"a comparative template compares images: no <{other[0]}> marker")
         text = "".join(value for is_media, value in split_at_markers(self.user) if not is_media)
         if self.verdict.read == "logprobs":
-            for key in ("stop", "max_tokens", "temperature"):
+            for key in ("stop", "max_tokens", "send_max_tokens", "temperature"):
                 if key in self.model_fields_set:
                     raise _KeyProblem(key, "a logprobs verdict is one token at temperature 0: no request defaults")
             if text.count("?") != 1:
