@@ -85,6 +85,8 @@ class Judge(ABC):
     _nonfinite_code: ErrorCode = ErrorCode.backend_error  # a NaN / inf verdict: whose fault it is
     # The bounded queue its work waits in (heads: one worker each); None: no queue of its own.
     queue: JudgeQueue | None = None
+    # How many samples `prepare`'s probe scores at once (a comparative judge needs a group).
+    probe_group_size: int = 1
 
     def demand(self, sample: "SampleInput") -> tuple[int, int]:
         """(items, pixels) scoring `sample` adds to this judge's queue (judges with a queue)."""

@@ -62,6 +62,8 @@ class _GroupMedia:
 
 
 class ComparativeJudge(VLMJudge):
+    probe_group_size = 2  # a sibling schedule compares two samples at least
+
     def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
         super().__init__(name, cfg, pool)
         assert isinstance(cfg.options, ComparativeOptions)  # typed at config load (config.kinds)

@@ -85,3 +85,21 @@ async def test_each_schedule_asks_the_calls_it_plans():
         if options.get("schedule") != "reference":
             rewards = [s.reward for s in scores]
             assert rewards.index(max(rewards)) == 7 and rewards.index(min(rewards)) == 0
+
+
+async def test_prepare_probes_a_comparative_judge_with_a_group_of_two():
+    from judge_gateway.prepare.probe import check_judge
+
+    gateway = comparative_gateway("pairwise_yes_no@1")
+    stub = StubJudge(brighter, mode="logprobs").install(gateway)
+
+    async def serving() -> tuple[bool, None]:
+        return True, None
+
+    gateway.judges["cmp"].probe = serving  # the backend's model list: not what is tested here
+    try:
+        result = await check_judge(gateway, "cmp")
+    finally:
+        await gateway.aclose()
+    assert result.ok and result.probe.startswith("ok (reward"), result  # a group of one would be not_applicable
+    assert len(stub.calls) == 2
