@@ -176,6 +176,9 @@ def _check_comparative(key: str, name: str, judge: JudgeConfig, opts: Comparativ
     if opts.schedule == "reference" and opts.reference_index < shown:
         problems.append(f"{key}.options.reference_index: condition_images[{opts.reference_index}] is shown by "
                         f"{judge.template} as a source image (its first {shown}); the reference must be another one")
+    if name in cfg.watch.shadow_judges:
+        problems.append(f"watch.shadows: judge {name!r} compares whole groups; the watch scores a sampled share "
+                        "of samples, not whole groups, so it cannot be a shadow judge")
     for profile_name, profile in cfg.flow_factory.profiles.items():
         if name in profile.judges and profile.mode != "groupwise":
             problems.append(f"flow_factory.profiles.{profile_name}.mode: judge {name!r} compares a group's samples; "

@@ -118,7 +118,7 @@ def test_the_budget_is_checked_at_config_load_against_the_group_size():
         validate_config(_config())  # the budget is required: nobody compares without one
 
 
-def test_config_load_refuses_a_reference_shown_as_the_source_and_a_pointwise_flow_factory_profile():
+def test_config_load_refuses_a_reference_shown_as_the_source_a_pointwise_profile_and_a_shadow_use():
     data = {"backends": VLM, "judges": {"cmp": {"kind": "comparative", "backend": "vlm",
                                                 "template": "edit_pairwise_yes_no@1",
                                                 "options": {"budget": 32, "schedule": "reference"}}}}
@@ -131,6 +131,10 @@ def test_config_load_refuses_a_reference_shown_as_the_source_and_a_pointwise_flo
         validate_config(data)
     data["flow_factory"]["profiles"]["cmp"]["mode"] = "groupwise"
     validate_config(data)
+    data["judges"]["q"] = {"kind": "yes_no", "backend": "vlm", "template": "image_quality@1"}
+    data["watch"] = {"enabled": True, "shadows": {"q": ["cmp"]}}
+    with pytest.raises(ConfigError, match="watch.shadows: judge 'cmp' compares whole groups"):
+        validate_config(data)
 
 
 # -- one outcome per pair ----------------------------------------------------------------------------
