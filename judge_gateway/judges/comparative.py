@@ -41,7 +41,7 @@ from ..parsers import ParseError, parse_answer_verdict, parse_yes_no
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, SharedTask, Verdict
 from .comparative_group import GroupOutcome, GroupPlan, run_group
-from .generative import DEFAULT_MAX_TOKENS, MAX_REPLY_CHARS
+from .generative import MAX_REPLY_CHARS, generation_params
 from .vlm import VLMJudge
 
 if TYPE_CHECKING:
@@ -198,18 +198,7 @@ class ComparativeJudge(VLMJudge):
         opts = self.options
         if self.verdict.read == "logprobs":
             return {"max_completion_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": opts.top_logprobs}
-        temperature = opts.temperature if opts.temperature is not None else self.template.temperature
-        params: dict[str, Any] = {"temperature": temperature if temperature is not None else 0.0}
-        # as the other generative kinds: the option, else the template's, else the default; none
-        # where the template says send_max_tokens = false
-        if opts.max_tokens:
-            params["max_tokens"] = opts.max_tokens
-        elif self.template.send_max_tokens:
-            params["max_tokens"] = self.template.max_tokens or DEFAULT_MAX_TOKENS
-        stop = opts.stop if opts.stop is not None else list(self.template.stop)
-        if stop:
-            params["stop"] = stop
-        return params
+        return generation_params(opts, self.template)
 
     async def _ask(self, members: list["SampleInput"], media: _GroupMedia, first: int, second: int,
                    affinity: int | None) -> Call:
