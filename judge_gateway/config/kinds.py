@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .comparative_options import ComparativeOptions
 from .custom_heads import CosmosRLHandlerOptions, CustomHeadOptions, FlowFactoryModelOptions
 from .head_options import (
     ClipOptions,
@@ -76,6 +77,8 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
     _vlm("rubric", RubricOptions, "judges.generative:RubricJudge"),
     _vlm("final_score", FinalScoreOptions, "judges.generative:FinalScoreJudge"),
     _vlm("critic", CriticOptions, "judges.critic:CriticJudge"),
+    # A group judged by comparing its samples (docs/judges/comparative.md).
+    _vlm("comparative", ComparativeOptions, "judges.comparative:ComparativeJudge"),
     _head("clip", ClipOptions, _CLIP_FAMILY),
     _head("pickscore", PickScoreOptions, _CLIP_FAMILY),
     _head("hpsv2", HPSv2Options, _CLIP_FAMILY),
