@@ -49,6 +49,26 @@ class ScoreContext:
     shared: dict[Hashable, Any] = field(default_factory=dict)
 
 
+class SharedTask:
+    """A task several cells await (a group scored once for all its members): cancelled only
+    when every one of them has given up."""
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+        self.waiting = 0
+
+    async def wait(self) -> Any:
+        self.waiting += 1
+        try:
+            return await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            if self.waiting == 1:
+                self.task.cancel()
+            raise
+        finally:
+            self.waiting -= 1
+
+
 @dataclass
 class Verdict:
     """What a judge kind computes for one sample before the shared bookkeeping."""
@@ -77,10 +97,17 @@ class Judge(ABC):
         """What puts this judge's own model to sleep (a head's worker); None: a VLM judge, whose
         backend's servers sleep (the gateway gives the backend one driver for all its judges)."""
         return None
+    # How many samples `prepare`'s probe scores at once (a comparative judge needs a group).
+    probe_group_size: int = 1
 
     def demand(self, sample: "SampleInput") -> tuple[int, int]:
         """(items, pixels) scoring `sample` adds to this judge's queue (judges with a queue)."""
         return 0, 0
+
+    def refusal(self, samples: Sequence["SampleInput"]) -> str | None:
+        """Why this judge can never score these samples as one request (a group over its budget),
+        checked before anything is scored; None when it can."""
+        return None
 
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         self.name = name
