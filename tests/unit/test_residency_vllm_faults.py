@@ -251,3 +251,13 @@ async def test_the_watch_report_and_its_page_show_the_sleeps_and_wakes_of_a_run(
         assert 'id="residency-timeline"' in svg and 'id="residency-wake-0"' in svg and 'id="residency-asleep-0"' in svg
         page = watch_context(run, "colocated-run", None, 0, lambda i: "", lambda i: "")
         assert any("residency-timeline" in c for c in page["charts"])
+
+
+async def test_the_python_client_puts_judges_to_sleep_and_wakes_them(server):
+    from judge_gateway.client import AsyncRewardClient
+
+    async with served(judge_config(server.base_url)) as (gateway, _):
+        client = AsyncRewardClient(gateway=gateway)
+        assert (await client.residency.sleep())["alignment"]["state"] == "asleep" and server.stats()["sleeping"]
+        assert (await client.residency.wake(["alignment"]))["alignment"]["outcome"] == "done"
+        assert not server.stats()["sleeping"]
