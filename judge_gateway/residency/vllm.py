@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -124,8 +125,19 @@ class VllmSleepDriver(SleepDriver):
                     raise ResidencyUnsupported(f"{where} was started without --enable-sleep-mode: {ENABLE}")
         return checked
 
-    async def _each(self, call: Any) -> list[Any]:
-        return await asyncio.gather(*(call(i, root) for i, root in enumerate(self.roots)), return_exceptions=True)
+    # -- replicas out of rotation ---------------------------------------------------------------
+    # A replica that could not be reached by a sleep, or that did not wake, may be asleep: a call
+    # sent to it would wait unscheduled. It is ejected from the pool until a later wake brings it
+    # back (the pool's own ejection, with no end), while the others serve.
+    def _out(self, i: int, why: str) -> None:
+        self.states[i] = f"failed: {why}"
+        self.pool.replicas[i].ejected_until = math.inf
+        log.warning("%s: out of rotation until it wakes (%s)", self._where(i), why)
+
+    def _back(self, i: int) -> None:
+        self.states[i] = "awake"
+        if self.pool.replicas[i].ejected_until == math.inf:
+            self.pool.replicas[i].ejected_until = 0.0
 
     async def sleep(self, level: int) -> dict[str, Any]:
         async with self._client(None) as http:  # the unit bounds it (sleep_timeout_s)
@@ -140,26 +152,37 @@ class VllmSleepDriver(SleepDriver):
                 self.states[i] = f"asleep (level {level})"
                 return loop.time() - started
 
-            results = await self._each(one)
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
-            # Some may be asleep now: wake those, so the backend is one thing again (awake).
+            results = await asyncio.gather(*(one(i, root) for i, root in enumerate(self.roots)),
+                                           return_exceptions=True)
+        busy = [r for r in results if isinstance(r, SleepBusy)]
+        unreachable = [i for i, r in enumerate(results) if isinstance(r, httpx.TransportError)]
+        slept = [r for r in results if not isinstance(r, BaseException)]
+        if busy or not slept or len(slept) + len(unreachable) < len(results):
+            # refused (busy), or a server answered with an error, or none slept: every replica
+            # asleep now is woken again, so the backend is one thing (awake)
             await self._wake_asleep(level)
-            busy = [r for r in failed if isinstance(r, SleepBusy)]
-            raise busy[0] if len(busy) == len(failed) else failed[0]
-        return {"method": f"vllm level {level}", "replicas": len(self.roots),
-                "slowest_replica_s": round(max(results), 4) if results else 0.0}
+            failure = busy[0] if busy else next(r for r in results if isinstance(r, BaseException))
+            raise failure
+        for i in unreachable:  # it may come back asleep or awake: out of rotation until a wake
+            self._out(i, f"unreachable at the sleep ({type(results[i]).__name__})")
+        return {"method": f"vllm level {level}", "replicas": len(slept), "unreachable": len(unreachable),
+                "slowest_replica_s": round(max(slept), 4)}
 
     async def _wake_asleep(self, level: int) -> None:
         asleep = [i for i, s in enumerate(self.states) if s.startswith("asleep")]
         if asleep:
             log.warning("%s: a sleep failed on some replicas; waking the others again", self.label)
-            await self._wake_replicas(asleep, level)
+            try:
+                await self._wake_replicas(asleep, level)
+            except Exception:  # noqa: BLE001 - the ones that did not wake are out of rotation
+                log.exception("%s: waking the replicas again failed", self.label)
 
     async def wake(self, level: int) -> dict[str, Any]:
         return await self._wake_replicas(list(range(len(self.roots))), level)
 
     async def _wake_replicas(self, which: list[int], level: int) -> dict[str, Any]:
+        """Wake the replicas `which`; those that do not wake go out of rotation (they may be asleep)
+        and the wake fails only when none of them is awake."""
         async with self._client(None) as http:  # the unit bounds it (wake_timeout_s)
             async def one(i: int) -> float:
                 root = self.roots[i]
@@ -167,29 +190,28 @@ class VllmSleepDriver(SleepDriver):
                 started = loop.time()
                 state = await http.get(f"{root}/is_sleeping")
                 if state.status_code == 200 and state.json().get("is_sleeping") is False:
-                    self.states[i] = "awake"  # awake already (a fresh server after a restart)
+                    self._back(i)  # awake already (a fresh server after a restart)
                     return 0.0
                 self.states[i] = "waking"
                 r = await http.post(f"{root}/wake_up")
                 if r.status_code != 200 or r.json().get("status") != "awake":
-                    self.states[i] = f"failed: /wake_up answered HTTP {r.status_code}"
                     raise RuntimeError(f"{self._where(i)}: POST /wake_up answered HTTP {r.status_code} {r.text[:200]}")
                 if level == 2:  # vLLM's level 2 discarded the weights: load them again from the model's files
                     rr = await http.post(f"{root}/collective_rpc", json={"method": "reload_weights"})
                     if rr.status_code != 200:
-                        self.states[i] = f"failed: reload_weights answered HTTP {rr.status_code}"
                         raise RuntimeError(f"{self._where(i)}: reload_weights answered HTTP {rr.status_code}")
-                self.states[i] = "awake"
+                self._back(i)
                 return loop.time() - started
 
             results = await asyncio.gather(*(one(i) for i in which), return_exceptions=True)
-        for i, r in zip(which, results):
-            if isinstance(r, BaseException) and not self.states[i].startswith("failed"):
-                self.states[i] = f"failed: {type(r).__name__}"
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
-            raise failed[0]
-        return {"replicas": len(which), "slowest_replica_s": round(max(results), 4) if results else 0.0}
+        woke = [r for r in results if not isinstance(r, BaseException)]
+        failed = [(i, r) for i, r in zip(which, results) if isinstance(r, BaseException)]
+        for i, r in failed:
+            self._out(i, f"{type(r).__name__}: {r}"[:300])
+        if failed and not woke and not any(s == "awake" for s in self.states):
+            raise failed[0][1]
+        return {"replicas": len(woke), "out_of_rotation": len(failed),
+                "slowest_replica_s": round(max(woke), 4) if woke else 0.0}
 
     async def is_asleep(self) -> bool | None:
         try:

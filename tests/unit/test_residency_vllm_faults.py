@@ -28,12 +28,12 @@ IMAGE = "data:image/png;base64," + base64.b64encode(png_bytes(1)).decode()
 DEADLINE_S = 1.0
 
 
-def judge_config(base_url: str, **residency: Any) -> dict:
+def judge_config(base_url: str, deadline_s: float = DEADLINE_S, **residency: Any) -> dict:
     table = {"mode": "colocated", "idle_sleep_s": None, **residency}
     return {"backends": {"vlm": {"model": "fake-judge", "base_urls": [base_url], "max_retries": 0,
                                  "retry_for_s": 1}},
             "judges": {"alignment": {"kind": "yes_no", "backend": "vlm", "template": "vqa_alignment@1",
-                                     "deadline_s": DEADLINE_S, "residency": table}}}
+                                     "deadline_s": deadline_s, "residency": table}}}
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +138,8 @@ async def test_a_server_that_dies_during_its_wake_fails_requests_with_the_reason
 
 
 async def test_a_sleep_waits_for_work_in_flight_and_is_refused_when_it_cannot_drain(server):
-    server.faults(chat_delay_s=0.6)
-    async with served(judge_config(server.base_url, drain_timeout_s=0.2)) as (gateway, client):
+    server.faults(chat_delay_s=2.0)  # in flight longer than the drain, however loaded the machine
+    async with served(judge_config(server.base_url, deadline_s=10, drain_timeout_s=0.2)) as (gateway, client):
         scoring = asyncio.create_task(score(client))
         unit = gateway.residency.by_judge["alignment"]
         while unit.in_flight == 0:
@@ -153,8 +153,8 @@ async def test_a_sleep_waits_for_work_in_flight_and_is_refused_when_it_cannot_dr
 
 
 async def test_a_server_that_refuses_to_sleep_while_busy_leaves_the_judge_awake(server):
-    server.faults(chat_delay_s=0.6, refuse_sleep_while_busy=True)
-    async with served(judge_config(server.base_url)) as (gateway, client):
+    server.faults(chat_delay_s=2.0, refuse_sleep_while_busy=True)
+    async with served(judge_config(server.base_url, deadline_s=10)) as (gateway, client):
         async with httpx.AsyncClient(timeout=10) as direct:  # another client keeps the server busy
             busy = asyncio.create_task(direct.post(f"{server.base_url}/chat/completions",
                                                    json={"model": "fake-judge", "messages": []}))
@@ -261,3 +261,30 @@ async def test_the_python_client_puts_judges_to_sleep_and_wakes_them(server):
         assert (await client.residency.sleep())["alignment"]["state"] == "asleep" and server.stats()["sleeping"]
         assert (await client.residency.wake(["alignment"]))["alignment"]["outcome"] == "done"
         assert not server.stats()["sleeping"]
+
+
+async def test_a_replica_that_does_not_wake_leaves_the_rotation_and_the_others_serve(server):
+    second = FakeSleepingVllm(free_port())
+    try:
+        data = judge_config(server.base_url)
+        data["backends"]["vlm"]["base_urls"].append(second.base_url)
+        async with served(data) as (gateway, client):
+            assert (await client.post("/v1/residency", json={"action": "sleep"})).status_code == 200
+            assert server.stats()["sleeping"] and second.stats()["sleeping"]
+            second.faults(die_on_wake=True)
+            cells = [cell for cell, _ in await asyncio.gather(*(score(client) for _ in range(4)))]
+            assert all(c["valid"] for c in cells), cells  # replica 1 woke and serves them all
+            replicas = gateway.residency.info("alignment").replicas
+            assert replicas[0]["state"] == "awake" and replicas[1]["state"].startswith("failed: ")
+            assert server.stats()["calls_while_asleep"] == 0
+            second.proc.wait(10)
+            port = second.port
+            second.stop()
+            second = FakeSleepingVllm(port)  # restarted (awake): back in rotation at the next wake
+            await client.post("/v1/residency", json={"action": "sleep"})
+            cell, _ = await score(client)
+            assert cell["valid"]
+            assert [r["state"] for r in gateway.residency.info("alignment").replicas] == ["awake", "awake"]
+            assert gateway.pools["vlm"].replicas[1].ejected_until == 0.0
+    finally:
+        second.stop()
