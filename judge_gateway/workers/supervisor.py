@@ -163,19 +163,7 @@ class WorkerSupervisor:
         if self._ready is not None:
             self._ready.set()
         runner, self._runner = self._runner, None
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.write(encode_frame({"op": "shutdown"}))
-                proc.stdin.close()  # end of stdin ends the worker
-            except (ConnectionError, RuntimeError):
-                pass
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await self._end_process(timeout_s)
         if runner is not None:
             runner.cancel()
             try:
@@ -183,6 +171,24 @@ class WorkerSupervisor:
             except (asyncio.CancelledError, Exception):
                 pass
         self.fail_pending("closed")
+
+    async def _end_process(self, timeout_s: float) -> None:
+        """Ask the running worker to exit (a `shutdown` frame, then end of its stdin), kill it if it
+        has not within `timeout_s`."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(encode_frame({"op": "shutdown"}))
+            proc.stdin.close()  # end of stdin ends the worker
+        except (ConnectionError, RuntimeError):
+            pass
+        try:
+            await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
 
     async def stop(self, reason: str, timeout_s: float = 10.0) -> None:
         """End the process on purpose and do not restart it (a colocated head put to sleep by its
@@ -194,19 +200,7 @@ class WorkerSupervisor:
         if self._ready is not None:
             self._ready.clear()
         runner, self._runner = self._runner, None
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.write(encode_frame({"op": "shutdown"}))
-                proc.stdin.close()
-            except (ConnectionError, RuntimeError):
-                pass
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await self._end_process(timeout_s)
         if runner is not None:
             try:
                 await asyncio.wait_for(runner, timeout_s)  # it returns once it sees "stopped"

@@ -29,6 +29,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+
+from tests.support.health import wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,17 +171,14 @@ class FakeSleepingVllm:
         for key, value in faults.items():
             args += ["--fault", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-        self.proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the fake vLLM did not start: {self.proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.05)
+        # its output to a file (a pipe nobody reads could fill and block it)
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", self.proc, timeout_s=60, poll_s=0.05, path="/health")
+        except RuntimeError as err:
+            self.log.seek(0)
+            raise RuntimeError(f"{err}\n{self.log.read().decode(errors='replace')[-2000:]}") from None
 
     @property
     def base_url(self) -> str:
@@ -204,8 +204,7 @@ class FakeSleepingVllm:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        self.log.close()
 
 
 def _value(text: str) -> Any:

@@ -266,14 +266,14 @@ async def test_the_python_client_puts_judges_to_sleep_and_wakes_them(server):
 async def test_a_replica_that_does_not_wake_leaves_the_rotation_and_the_others_serve(server):
     second = FakeSleepingVllm(free_port())
     try:
-        data = judge_config(server.base_url)
+        data = judge_config(server.base_url, deadline_s=10)
         data["backends"]["vlm"]["base_urls"].append(second.base_url)
         async with served(data) as (gateway, client):
             assert (await client.post("/v1/residency", json={"action": "sleep"})).status_code == 200
             assert server.stats()["sleeping"] and second.stats()["sleeping"]
             second.faults(die_on_wake=True)
             cells = [cell for cell, _ in await asyncio.gather(*(score(client) for _ in range(4)))]
-            assert all(c["valid"] for c in cells), cells  # replica 1 woke and serves them all
+            assert all(c["valid"] for c in cells), [c["error"] for c in cells]  # replica 1 woke and serves them all
             replicas = gateway.residency.info("alignment").replicas
             assert replicas[0]["state"] == "awake" and replicas[1]["state"].startswith("failed: ")
             assert server.stats()["calls_while_asleep"] == 0
