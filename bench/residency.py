@@ -14,7 +14,8 @@ grpo   A GRPO-shaped loop through the service's routes (in process, httpx's ASGI
        group, as a trainer sends its batch), then a "train" pause of --train-s seconds of CPU-bound numpy work in this process,
        before which the colocated run tells the gateway to sleep (POST /v1/residency, waited for:
        the trainer needs its memory back before it trains); the next burst wakes the judge. The
-       same loop with the judge resident is the reference, measured in the same run. Prints each
+       same loop with the judge resident is the reference, in the same run (a step of each in turn,
+       so the machine's load drifts alike for both). Prints each
        mode's mean step time and their ratio, and whether every score is identical (a burst is one
        batch: see `judges`).
 
@@ -159,64 +160,86 @@ def busy(seconds: float) -> None:
         a = np.tanh(a @ a.T / 384.0)
 
 
-async def grpo_run(args: argparse.Namespace, mode: str) -> dict[str, Any]:
-    residency: dict[str, Any] | str = "resident" if mode == "resident" else {
-        "mode": "colocated", "idle_sleep_s": None, "level": args.level}
-    gw = Gateway(validate_config({"judges": judges(args, residency, args.groups * args.group_size)}))
-    app = create_app(gw)
-    steps, scores = [], []
-    try:
-        await gw.residency.start()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
-                                     timeout=600) as http:
-            async def rollout(step: int) -> list[float]:
-                samples = []
-                for g in range(args.groups):
-                    for img in images(args.group_size, args.image_size, seed=1000 * (step + 1) + g):
-                        samples.append({"prompt": PROMPTS[g % len(PROMPTS)], "group_id": f"{step}-{g}",
-                                        "image": "data:image/png;base64," + base64.b64encode(img).decode()})
-                r = await http.post("/v1/rewards", json={"samples": samples, "group_transform": "zscore"})
-                r.raise_for_status()
-                return [s["scores"][n]["raw"] for s in r.json()["results"] for n in sorted(s["scores"])]
+class Trainer:
+    """One GRPO-shaped loop's side of the service: a gateway (resident or colocated judges) behind
+    its routes, in process."""
 
-            await rollout(-1)  # loads the models
-            for step in range(args.steps):
-                t0 = time.monotonic()
-                got = await rollout(step)
-                t1 = time.monotonic()
-                if mode == "colocated":
-                    r = await http.post("/v1/residency", json={"action": "sleep"})
-                    if r.status_code != 200:
-                        raise SystemExit(f"the sleep was not done: {r.status_code} {r.text}")
-                t2 = time.monotonic()
-                busy(args.train_s)
-                t3 = time.monotonic()
-                steps.append({"rollout": t1 - t0, "sleep": t2 - t1, "train": t3 - t2, "step": t3 - t0})
-                scores.append(got)
-        wakes = [gw.residency.info(n).last_wake_s for n in gw.residency.by_judge]
-    finally:
-        await app.state.cosmos_rl.aclose()
-        await gw.aclose()
-    return {"steps": steps[1:] if len(steps) > 1 else steps, "scores": scores, "wakes": wakes}
+    def __init__(self, args: argparse.Namespace, mode: str) -> None:
+        self.args, self.mode = args, mode
+        residency: dict[str, Any] | str = "resident" if mode == "resident" else {
+            "mode": "colocated", "idle_sleep_s": None, "level": args.level}
+        self.gw = Gateway(validate_config({"judges": judges(args, residency, args.groups * args.group_size)}))
+        self.app = create_app(self.gw)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway",
+                                      timeout=600)
+        self.steps: list[dict[str, float]] = []
+        self.scores: list[list[float]] = []
+
+    async def rollout(self, step: int) -> list[float]:
+        """One request of the step's groups (one prompt per group), its raw scores in order."""
+        args, samples = self.args, []
+        for g in range(args.groups):
+            for img in images(args.group_size, args.image_size, seed=1000 * (step + 1) + g):
+                samples.append({"prompt": PROMPTS[g % len(PROMPTS)], "group_id": f"{step}-{g}",
+                                "image": "data:image/png;base64," + base64.b64encode(img).decode()})
+        r = await self.http.post("/v1/rewards", json={"samples": samples, "group_transform": "zscore"})
+        r.raise_for_status()
+        return [s["scores"][n]["raw"] for s in r.json()["results"] for n in sorted(s["scores"])]
+
+    async def step(self, step: int) -> None:
+        t0 = time.monotonic()
+        got = await self.rollout(step)  # a colocated judge wakes at its first image
+        t1 = time.monotonic()
+        if self.mode == "colocated":  # the trainer's one call: its memory back before the update
+            r = await self.http.post("/v1/residency", json={"action": "sleep"})
+            if r.status_code != 200:
+                raise SystemExit(f"the sleep was not done: {r.status_code} {r.text}")
+        t2 = time.monotonic()
+        busy(self.args.train_s)
+        t3 = time.monotonic()
+        self.steps.append({"rollout": t1 - t0, "sleep": t2 - t1, "train": t3 - t2, "step": t3 - t0})
+        self.scores.append(got)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        await self.app.state.cosmos_rl.aclose()
+        await self.gw.aclose()
 
 
 async def bench_grpo(args: argparse.Namespace) -> None:
-    runs = {mode: await grpo_run(args, mode) for mode in ("resident", "colocated")}
+    """Both loops side by side, a step of each in turn (the order alternating), so a change of the
+    machine's load hits both alike."""
+    trainers = {mode: Trainer(args, mode) for mode in ("resident", "colocated")}
+    try:
+        for t in trainers.values():
+            await t.gw.residency.start()
+            await t.rollout(-1)  # loads the models
+        for step in range(args.steps):
+            order = list(trainers.values()) if step % 2 == 0 else list(trainers.values())[::-1]
+            for t in order:
+                await t.step(step)
+    finally:
+        for t in trainers.values():
+            await t.aclose()
     print(f"GRPO-shaped loop: {args.steps} steps of {args.groups} groups x {args.group_size} images "
           f"({args.image_size} px) on clip + pickscore, then {args.train_s:g} s of training; device "
-          f"{args.device} ({args.dtype}), size {args.size}, level {args.level}; means over steps 2..{args.steps}")
+          f"{args.device} ({args.dtype}), size {args.size}, level {args.level}; the two loops' steps in turn; "
+          f"means over steps 2..{args.steps}")
     print(f"{'mode':<10} {'rollout s':>9} {'sleep s':>8} {'train s':>8} {'step s':>8}")
-    for mode, run in runs.items():
-        s = run["steps"]
+    means = {}
+    for mode, t in trainers.items():
+        kept = t.steps[1:] if len(t.steps) > 1 else t.steps
 
         def mean(key: str) -> float:
-            return statistics.fmean(x[key] for x in s)
+            return statistics.fmean(x[key] for x in kept)
 
+        means[mode] = mean("step")
         print(f"{mode:<10} {mean('rollout'):>9.3f} {mean('sleep'):>8.3f} {mean('train'):>8.3f} {mean('step'):>8.3f}")
-    ratio = statistics.fmean(x["step"] for x in runs["colocated"]["steps"]) / \
-        statistics.fmean(x["step"] for x in runs["resident"]["steps"])
-    print(f"step time colocated / resident: {ratio:.3f}")
-    print(f"scores identical in every step: {runs['colocated']['scores'] == runs['resident']['scores']}")
+    colocated = trainers["colocated"].gw
+    wakes = [colocated.residency.info(n).last_wake_s for n in colocated.residency.by_judge]
+    print(f"step time colocated / resident: {means['colocated'] / means['resident']:.3f} (last wakes: "
+          + ", ".join(f"{w:.3f} s" for w in wakes if w is not None) + ")")
+    print(f"scores identical in every step: {trainers['colocated'].scores == trainers['resident'].scores}")
 
 
 def main() -> int:
