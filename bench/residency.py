@@ -230,7 +230,7 @@ async def bench_grpo(args: argparse.Namespace) -> None:
     for mode, t in trainers.items():
         kept = t.steps[1:] if len(t.steps) > 1 else t.steps
 
-        def mean(key: str) -> float:
+        def mean(key: str, kept: list[dict[str, float]] = kept) -> float:
             return statistics.fmean(x[key] for x in kept)
 
         means[mode] = mean("step")
