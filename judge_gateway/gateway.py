@@ -232,6 +232,21 @@ class Gateway:
 
         return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
 
+    async def unscorable(self, names: Sequence[str]) -> dict[str, str]:
+        """Of the named judges, those that cannot score now, each with the reason (what a
+        protocol's health answer says): a VLM judge whose backend does not answer or serve its
+        model, a head whose model failed to load. A head still loading is not listed: requests
+        for it wait for the load. Probed now (probe_judges)."""
+        probed = await self.probe_judges(list(dict.fromkeys(names)))
+        out = {}
+        for name, (ok, reason) in probed.items():
+            if ok:
+                continue
+            loading = self.judges[name].backend_name is None and not (reason or "").startswith(("failed", "closed"))
+            if not loading:
+                out[name] = reason or "not ready"
+        return out
+
     async def judge_infos(self, names: Sequence[str] | None = None, *, wait: bool = False) -> list[JudgeInfo]:
         """Every judge with its readiness (the cached probe of all of them), or only the named
         ones, probed now (see `probe_judges`)."""

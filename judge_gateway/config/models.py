@@ -262,6 +262,12 @@ class BackendConfig(Strict):
                                        "exponential back-off from 0.1 s).")
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
     eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
+    down_after_s: float = Field(
+        10.0, ge=0, description="A replica that refuses connections (or fails its readiness probe) and has not "
+        "answered for this long is down; while every replica is down, calls fail at once with backend_unavailable "
+        "and the reason (one readiness check a second looks for its return; the first answer ends it). A fault "
+        "sooner after an answer is transient: retried until the call's deadline."
+    )
     launch: LaunchConfig | None = Field(
         None, description="How `judge-gateway up` starts this backend's vLLM servers here (one per base_urls "
         "entry); absent: an external server, never started by judge-gateway.")

@@ -1,6 +1,7 @@
 """Flow-Factory remote reward server protocol, one path per reward profile, over Gateway.score.
 
-    GET  {prefix}/{profile}/health     liveness (answers while /compute requests run)
+    GET  {prefix}/{profile}/health     200 when every judge of the profile can score, else 503 with
+                                       `not_ready` (judge -> why); answers while /compute runs
     POST {prefix}/{profile}/compute    {prompt, image, video, condition_images, condition_videos}
                                        -> {"rewards": [float, ...]}
                                        (condition_videos go to judges with a <condition_video>
@@ -243,13 +244,22 @@ def _unknown(service: FlowFactoryService, profile: str) -> JSONResponse:
     return JSONResponse({"error": f"no Flow-Factory profile {profile!r} (profiles: {known})"}, status_code=404)
 
 
-@router.get("/{profile}/health", summary="Flow-Factory: health of a reward profile")
+@router.get("/{profile}/health", summary="Flow-Factory: health of a reward profile (503 while a judge of it cannot score)")
 async def health(profile: str, service: FlowFactoryDep) -> JSONResponse:
+    """200 `ok` when every judge of the profile can score; 503 `unavailable` with `not_ready`
+    (judge -> why) while one cannot (its backend down, its model failed to load): Flow-Factory's
+    client checks `/health` when the trainer builds the reward model and stops there with "Cannot
+    connect to reward server", rather than training through minutes of failed /compute calls."""
     name = service.profile_name(profile)
     if name is None:
         return _unknown(service, profile)
     profile, p = name, service.cfg.profiles[name]
-    return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
+    not_ready = await service.gateway.unscorable(list(p.judges))
+    body: dict[str, Any] = {"status": "unavailable" if not_ready else "ok", "profile": profile, "mode": p.mode,
+                            "judges": p.judges}
+    if not_ready:
+        body["not_ready"] = not_ready
+    return JSONResponse(body, status_code=503 if not_ready else 200)
 
 
 @router.post("/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")
