@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from .config import StoreConfig
 from .exceptions import Unavailable
+from .extras import install_command
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ class RedisStore:
         try:
             import redis.asyncio as aioredis
         except ImportError:  # pragma: no cover - depends on the install
-            raise StoreError("store.kind = 'redis' needs the `redis` package: pip install 'judge-gateway[redis]'") from None
+            raise StoreError(f"store.kind = 'redis' needs the `redis` package: {install_command('redis')}") from None
         self._redis = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
         self.prefix = prefix
         self.ttl_s = ttl_s

@@ -287,7 +287,8 @@ class BackendConfig(Strict):
                 parsed = urlsplit(url)
                 if parsed.hostname not in (*LOOPBACK_HOSTS, "0.0.0.0") or parsed.port is None:
                     raise ValueError(f"launch starts servers on this machine: base_urls entry {url!r} must name "
-                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1)")
+                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1); a server on another "
+                                     "host has no launch table: drop it")
         return self
 
     def api_key(self) -> str:
