@@ -36,6 +36,8 @@ def _examples() -> list[tuple[str, str]]:
     for page in sorted(DOCS.rglob("*.md")):
         for block in re.findall(r"```toml\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
             name = str(page.relative_to(DOCS))
+            if block.strip().startswith("--8<--"):  # a whole file shown (pymdownx.snippets): loaded on its own
+                continue
             if (name, block.splitlines()[0].split("#")[0].strip()) not in FRAGMENTS:
                 out.append((name, block))
     return out
