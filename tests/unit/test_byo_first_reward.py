@@ -35,3 +35,5 @@ def test_the_first_reward_serves_and_scores_from_the_clone(tmp_path):
     found = dict(re.findall(r"^(sharp|blurred) +valid=True raw=([0-9.]+) ", done.stdout, re.M))
     assert set(found) == {"sharp", "blurred"}, done.stdout
     assert float(found["sharp"]) > float(found["blurred"]) > 0, done.stdout
+    guide = (ROOT / "docs" / "guides" / "add-a-reward.md").read_text()
+    assert done.stdout.strip() in guide, f"the guide shows other numbers than try_it.py prints:\n{done.stdout}"
