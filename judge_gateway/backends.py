@@ -10,11 +10,12 @@ when it has none. A fault shorter than the deadline is waited out, not turned in
 score.
 
 A backend that is down fails fast instead (the circuit, `BackendPool.down`): a replica that
-refuses connections (or fails its readiness probe) and has not answered for `down_after_s` is
-down; while every replica is, calls raise BackendUnavailable at once with the reason, each
-waiting at most for one shared readiness check (at most one a second, bounded at
-RECHECK_TIMEOUT_S), and the first answer, to a call or to a check, closes the circuit. A connect
-failure sooner after an answer (a blip, a server restarting) is still retried until the deadline.
+cannot be connected to (refused, unreachable, connect timeout), by a call or by its readiness
+probe, and has not answered for `down_after_s` is down; while every replica is, calls raise
+BackendUnavailable at once with the reason, each waiting at most for one shared readiness check
+(at most one a second, bounded at RECHECK_TIMEOUT_S), and the first answer, to a call or to a
+check, closes the circuit. A connect failure sooner after an answer (a blip, a server
+restarting) is still retried until the deadline; a probe that is only slow marks nothing.
 
 Fault messages reach clients in scores: they name the backend and the replica's index, never its
 URL, and never echo the backend's error body (both go to the log).
@@ -340,7 +341,7 @@ class BackendPool:
         call: the judge's deadline_s, a cosmos-rl request's timeout, which fails it as a whole).
         `affinity` (a medium's key, MediaCache.affinity) routes the first attempt to that
         medium's replica; retries go to the least loaded. While the backend is down (every
-        replica refused or failed its probe, none answered for down_after_s) it raises
+        replica could not be connected to, none answered for down_after_s) it raises
         BackendUnavailable with the reason at once: no retries, no wait beyond one shared check."""
         if self.down() and not await self._back_up():
             raise BackendUnavailable(self.down_message())
@@ -404,7 +405,8 @@ class BackendPool:
             except asyncio.TimeoutError:
                 if time.monotonic() - replica.answered_at <= BUSY_COUNTS_AS_READY_S:
                     return True, None
-                replica.mark_down(f"no answer to its readiness probe within {timeout_s:g} s")
+                # Slow, not known to be gone: a loaded server may list its models late (its calls
+                # are still tried; a replica already down stays down until it answers).
                 reasons.append(f"{where}: no answer within {timeout_s:g}s")
                 continue
             except Exception as exc:  # any failure means "not ready", with the reason

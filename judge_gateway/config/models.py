@@ -263,7 +263,7 @@ class BackendConfig(Strict):
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
     eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
     down_after_s: float = Field(
-        10.0, ge=0, description="A replica that refuses connections (or fails its readiness probe) and has not "
+        10.0, ge=0, description="A replica that cannot be connected to (refused, unreachable), by a call or its readiness probe, and has not "
         "answered for this long is down; while every replica is down, calls fail at once with backend_unavailable "
         "and the reason (one readiness check a second looks for its return; the first answer ends it). A fault "
         "sooner after an answer is transient: retried until the call's deadline."
