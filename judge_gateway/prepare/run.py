@@ -164,7 +164,7 @@ def check_all_weights(cfg: GatewayConfig, names: list[str], rows: dict[str, Row]
         return seen[ref]
 
     for name in [*names, *([LATENTS] if LATENTS in rows else [])]:
-        rows[name].weights = [check(r) for r in _weight_refs(cfg, name, opts)]
+        rows[name].weights = [check(r) for r in _weight_refs(cfg, name)]
     for row in rows.values():
         row.problems += [f"weights: {w.detail}" for w in row.weights if not w.ok]
 
@@ -241,7 +241,7 @@ def _rows(cfg: GatewayConfig, opts: Options) -> dict[str, Row]:
     return rows
 
 
-def _weight_refs(cfg: GatewayConfig, name: str, opts: Options) -> list[WeightRef]:
+def _weight_refs(cfg: GatewayConfig, name: str) -> list[WeightRef]:
     if name == LATENTS:
         return latent_weights(cfg)
     jc = cfg.judges[name]
@@ -266,7 +266,7 @@ def plan_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, o
         lines += [f"  {line}" for line in builder.plan(builder.specs.env(need.spec), need.venv)]
     fetch = "check the local paths and caches, fetch nothing (--offline)" if opts.offline else "fetch what is missing"
     for name, row in rows.items():
-        refs = _weight_refs(cfg, name, opts)
+        refs = _weight_refs(cfg, name)
         weights = (", ".join(f"{r.option}={r.ref} ({r.form})" for r in refs) + f": {fetch}") if refs else \
             "none to fetch"
         if name == LATENTS:
