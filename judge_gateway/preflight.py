@@ -54,6 +54,9 @@ def start_hint(info: JudgeInfo, cfg: GatewayConfig | None) -> str | None:
     # A hub id is served under its own name; any other name must be given as the served name.
     serve = (f"vllm serve {model}{port_arg}" if "/" in model
              else f"vllm serve <weights of {model}> --served-model-name {model}{port_arg}")
+    if backend is not None and backend.launch is not None:  # the config says how: `up` starts it
+        return (f"`judge-gateway up` with this config starts it (its launch table, [backends.{info.backend}.launch]); "
+                f"or start vLLM yourself: `{serve}`")
     return (f"start vLLM for it: `{serve}` (guides: vLLM backends), or point "
             f"[backends.{info.backend}] base_urls at a running server")
 

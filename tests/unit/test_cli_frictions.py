@@ -268,9 +268,9 @@ def test_shipped_configs_load_by_name_from_any_directory(tmp_path, monkeypatch, 
 
 def test_up_hands_serve_the_shipped_config_it_was_named(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")  # its two vLLM servers (launch tables), then the gateway
     assert cli_main(["up", "--config", "cosmos_rl", "--dry-run"]) == 0
-    cmd = next(line for line in capsys.readouterr().out.splitlines() if "serve" in line and "cmd:" in line)
+    cmd = next(line for line in capsys.readouterr().out.splitlines() if "judge_gateway.cli serve" in line)
     assert cmd.endswith(f"--config {DEFAULT_CONFIG_PATH.parent / 'cosmos_rl.toml'}"), cmd
 
 
