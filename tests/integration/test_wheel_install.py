@@ -3,9 +3,10 @@ in a fresh venv in a temporary folder, the clone being a copy of this checkout):
 '.[ocr]'` in the clone, then the wheel built there with its `ocr` extra (dependencies from the
 package index / pip cache). From that wheel: serve from another folder with no PYTHONPATH, score
 the README's OCR quickstart, load a shipped config by name, name a missing extra, and the OCR
-worker imports the installed package, not this checkout; and `prepare` builds `.venv-heads` and
-the vLLM venv there (issue 33: from a wheel it asked the index for `judge-gateway==<version>`),
-each with the running judge-gateway, after which `serve` scores a CLIP-family head through them."""
+worker imports the installed package, not this checkout; and `prepare` runs every step of
+`.venv-heads`' and the vLLM venv's specs there (issue 33: from a wheel it asked the index for
+`judge-gateway==<version>`), the heads venv getting the running judge-gateway, after which `serve`
+scores a CLIP-family head through it."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from judge_gateway.envs.builder import CONSTRAINTS, STAMP
 from judge_gateway.launch import descendants
 from tests.support.fake_openai import free_port
 from tests.support.health import wait_healthy
-from tests.support.heads_env import head_judges, text_image_png
+from tests.support.heads_env import head_judges, heads_python, text_image_png
 from tests.support.install_text import install_commands
 from tests.support.toml_text import to_toml
+from tests.support.vllm_server import vllm_python
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,15 +175,30 @@ def test_the_wheel_installs_serves_and_scores_outside_the_repository(installed, 
 
 
 
+def _seed(session_venv: Path, venv: Path) -> None:
+    """A copy of one of the session's venvs whose files are hard links (no bytes copied), for
+    `prepare --rebuild` to run every step of its spec on: pip finds torch, vLLM, open_clip ...
+    already there, so the test pays for the steps, the wheel's install among them, and not for
+    downloading and unpacking gigabytes again (a build from nothing, measured once: bench/RESULTS.md).
+    pip replaces a file by unlinking it first, so the session's venv is never written through a
+    link; the two files the builder rewrites in place are the copy's own."""
+    _run(["cp", "-al", f"{session_venv.resolve()}/.", str(venv)])
+    for name in (STAMP, CONSTRAINTS):
+        (venv / name).unlink(missing_ok=True)
+
+
 def test_from_the_wheel_prepare_builds_the_heads_and_vllm_venvs_and_serve_scores_through_them(
         installed, tiny_heads, tiny_model_dir, tmp_path):
-    """`prepare` from the wheel, in a folder outside the repository, on a config with a CLIP-family
-    head in `.venv-heads` and a VLM judge whose launch table serves vLLM's CPU build from
-    `.venv-vllm`: both venvs built (the torch files shared between them), each holding the running
-    judge-gateway (a wheel rebuilt from its installed files, never the index's); then `serve` scores
-    the CLIP head through its venv. (--no-start: the vLLM server itself is started in test_up.py.)"""
+    """`prepare --rebuild` from the wheel, in a folder outside the repository, on a config with a
+    CLIP-family head in `.venv-heads` and a VLM judge whose launch table serves vLLM's CPU build from
+    `.venv-vllm`: every step of both specs runs (on copies of the session's venvs, see _seed), the
+    heads venv gets the running judge-gateway (a wheel rebuilt from its installed files, never the
+    index's: judge-gateway==<version> is not published); then `serve` scores the CLIP head through
+    that venv. (--no-start: the vLLM server itself is started in test_up.py.)"""
     node = tmp_path / "node"
     node.mkdir()
+    _seed(heads_python().parent.parent, node / ".venv-heads")
+    _seed(vllm_python().parent.parent, node / ".venv-vllm")
     clip = head_judges(tiny_heads)["clip"]
     clip["options"] |= {"python": ".venv-heads/bin/python", "device": "cpu"}
     config = {
@@ -193,7 +211,8 @@ def test_from_the_wheel_prepare_builds_the_heads_and_vllm_venvs_and_serve_scores
     env = _clean_env(JG_WHEEL_CACHE=str(tmp_path / "wheels"), TRANSFORMERS_OFFLINE="1")
     started = time.monotonic()
     done = subprocess.run([installed["cli"], "prepare", "--config", "node.toml", "--torch", "cpu", "--offline",
-                           "--no-start"], cwd=node, env=env, capture_output=True, text=True, timeout=3000, check=False)
+                           "--no-start", "--rebuild"], cwd=node, env=env, capture_output=True, text=True, timeout=1800,
+                          check=False)
     prepare_s = time.monotonic() - started
     out = done.stdout
     assert done.returncode == 0, out + done.stderr[-6000:]
@@ -232,5 +251,5 @@ def test_from_the_wheel_prepare_builds_the_heads_and_vllm_venvs_and_serve_scores
     assert any(w.endswith(".venv-heads/bin/python") for w in workers), workers  # the head ran under the built venv
     sizes = {v: sum(f.stat().st_size for f in (node / v).rglob("*") if f.is_file() and f.stat().st_nlink == 1)
              for v in (".venv-heads", ".venv-vllm")}
-    print(f"[wheel prepare] heads + vllm venvs built in {prepare_s:.0f} s; files of their own (not hard links): "
-          + ", ".join(f"{v} {b / 1e9:.2f} GB" for v, b in sizes.items()))
+    print(f"[wheel prepare] every step of the heads and vllm specs run in {prepare_s:.0f} s; files of their own "
+          "(not hard links): " + ", ".join(f"{v} {b / 1e9:.2f} GB" for v, b in sizes.items()))
