@@ -33,6 +33,9 @@ from .schema import (
 )
 
 log = logging.getLogger(__name__)
+# How a head's readiness reason begins while its worker loads (workers/supervisor.py; preflight.py reads
+# the same): it will score.
+LOADING_STATES = ("starting:", "restarting:")
 MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
 
 
@@ -242,7 +245,7 @@ class Gateway:
         for name, (ok, reason) in probed.items():
             if ok:
                 continue
-            loading = self.judges[name].backend_name is None and not (reason or "").startswith(("failed", "closed"))
+            loading = self.judges[name].backend_name is None and (reason or "").startswith(LOADING_STATES)
             if not loading:
                 out[name] = reason or "not ready"
         return out

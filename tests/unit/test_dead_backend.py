@@ -198,3 +198,29 @@ async def test_down_after_s_zero_counts_any_refusal_as_down():
     finally:
         await pool.aclose()
     assert isinstance(got, BackendUnavailable) and took < FAST_S, (took, got)
+
+
+async def test_what_cannot_score_is_one_list_for_every_protocol_dead_backends_and_failed_heads():
+    """Gateway.unscorable, behind Flow-Factory's per-profile /health and the cosmos-rl ping: a VLM
+    judge whose backend is down and a head whose worker cannot start are listed with the reason; a
+    head still loading is not (its requests wait for the load)."""
+    from judge_gateway.config import validate_config
+    from judge_gateway.gateway import Gateway
+
+    gw = Gateway(validate_config({
+        "backends": {"dead": {"model": "m", "base_urls": [f"http://127.0.0.1:{free_port()}/v1"]}},
+        "judges": {"vlm": {"kind": "yes_no", "backend": "dead", "template": "image_quality@1"},
+                   "broken": {"kind": "ocr", "options": {"python": "/nonexistent/bin/python"}},
+                   "loading": {"kind": "ocr"}}}))
+    try:
+        first = await gw.unscorable(["vlm", "broken", "loading"])
+        assert set(first) <= {"vlm", "broken"} and "cannot connect (ConnectionRefusedError)" in first["vlm"]
+        for _ in range(100):  # the broken head's start fails within moments
+            later = await gw.unscorable(["vlm", "broken", "loading"])
+            if "broken" in later:
+                break
+            await asyncio.sleep(0.1)
+        assert later["broken"].startswith("failed: cannot start head 'broken'"), later
+        assert "loading" not in later
+    finally:
+        await gw.aclose()
