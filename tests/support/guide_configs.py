@@ -55,24 +55,26 @@ def shipped(name: str) -> dict[str, Any]:
     return tomllib.loads((ROOT / "configs" / f"{name}.toml").read_text(encoding="utf-8"))
 
 
-def _tiny_heads() -> dict[str, dict]:
-    models = build_tiny_heads("tiny")
-    clip = head_judges(models)
-    return {
-        "pickscore": clip["pickscore"], "hpsv2": clip["hpsv2"],
-        "clip": clip["clip_hf"],  # Flow-Factory's CLIP is transformers' CLIPModel
-        "ocr": {"kind": "ocr", "options": {"python": str(heads_python())}},
-        "hpsv3": hpsv3_judge(build_tiny_hpsv3()),
-        "image_reward": image_reward_judge(build_tiny_image_reward()),
-        "videoalign": videoalign_judge(build_tiny_videoalign()),
-        "gen_eval": geneval_judge(build_random_geneval(), models),
-    }
+def _clip_family(kind: str) -> dict:
+    return head_judges(build_tiny_heads("tiny"))[kind]
 
 
-def on_this_machine(name: str, vllm_url: str, heads: dict[str, dict] | None = None) -> dict[str, Any]:
+# Per head kind, its judge entry on this machine's tiny model of that kind (built on first use).
+TINY_HEADS = {
+    "pickscore": lambda: _clip_family("pickscore"),
+    "hpsv2": lambda: _clip_family("hpsv2"),
+    "clip": lambda: _clip_family("clip_hf"),  # Flow-Factory's CLIP is transformers' CLIPModel
+    "ocr": lambda: {"kind": "ocr", "options": {"python": str(heads_python())}},
+    "hpsv3": lambda: hpsv3_judge(build_tiny_hpsv3()),
+    "image_reward": lambda: image_reward_judge(build_tiny_image_reward()),
+    "videoalign": lambda: videoalign_judge(build_tiny_videoalign()),
+    "gen_eval": lambda: geneval_judge(build_random_geneval(), build_tiny_heads("tiny")),
+}
+
+
+def on_this_machine(name: str, vllm_url: str) -> dict[str, Any]:
     """The shipped config `name`, its weights and devices swapped for this machine's (see above)."""
     data = shipped(name)
-    heads = heads if heads is not None else _tiny_heads()
     for backend in data.get("backends", {}).values():
         backend["base_urls"] = [vllm_url]  # its launch table stays: `serve` never reads it
         backend["timeout_s"] = 300
@@ -83,7 +85,7 @@ def on_this_machine(name: str, vllm_url: str, heads: dict[str, dict] | None = No
             if shape:
                 options.update(shape)
             continue
-        tiny = heads[judge["kind"] if judge["kind"] != "clip" else "clip"]
+        tiny = TINY_HEADS[judge["kind"]]()
         kept = {k: v for k, v in options.items() if k not in MACHINE_OPTIONS}
         judge["options"] = {**tiny["options"], **kept, "device": "cpu"}
     data.get("cosmos_rl", {}).pop("latents", None)  # decodes cosmos-rl latents: tests/integration/test_latents.py
