@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from .. import runs
 from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, read_inputs, sample_key
+from ..config.kinds import KINDS
 from ..runs import RunFolder, ScoreLine
 from ..schema import ErrorCode, RewardResponse, SampleInput
 
@@ -104,32 +105,70 @@ def _result_lines(ok: list[tuple[ScoreLine, SampleInput]], resp: RewardResponse)
     return lines
 
 
+def request_units(todo: Todo, batch_size: int, per_sample: bool) -> list[Todo]:
+    """The samples of each request, in input order. A group (the samples sharing a group_id) is
+    one request, whatever its size: a judge that compares a group's samples, and a group
+    transform, see it whole, never split across requests. Ungrouped samples go `batch_size` to a
+    request, or one each where `per_sample`."""
+    units: list[Todo] = []
+    by_group: dict[str, Todo] = {}
+    loose: Todo = []
+    for entry in todo:
+        group = entry[0].group_id
+        if group is None:
+            loose.append(entry)
+            if len(loose) == (1 if per_sample else batch_size):
+                units.append(loose)
+                loose = []
+        elif group in by_group:
+            by_group[group].append(entry)
+        else:
+            by_group[group] = [entry]
+            units.append(by_group[group])
+    if loose:
+        units.append(loose)
+    return units
+
+
 async def _score(todo: Todo, client: Any, *, judges: list[str] | None,
                  batch_size: int, concurrency: int, fps: float | None, out: TextIO,
-                 progress: bool, total: int, done: int) -> list[ScoreLine]:
+                 progress: bool, total: int, done: int, per_sample: bool) -> list[ScoreLine]:
+    """Score `todo`, `concurrency` batches at a time, appending each line to `out` as it is
+    known. A batch is a group, or `batch_size` ungrouped samples (`request_units`). `per_sample`
+    (in-process, no judge that scores groups): each ungrouped sample is its own call, so a line
+    (and the progress bar) moves as each sample finishes, not once per batch; through a server
+    a batch is one request, which the service answers whole."""
     from tqdm import tqdm
 
-    sem = asyncio.Semaphore(concurrency)
+    # In-process, one sample a call: batch_size x concurrency samples in flight, as in batches.
+    sem = asyncio.Semaphore(concurrency * (batch_size if per_sample else 1))
     written: list[ScoreLine] = []
     bar = tqdm(total=total, initial=done, unit="sample", desc="scoring", disable=not progress,
                file=sys.stderr)
 
-    async def run_batch(batch: Todo) -> None:
-        async with sem:
-            ok, lines = await asyncio.to_thread(_prepare, batch, fps)
-            if ok:
-                try:
-                    resp: RewardResponse = await client.rewards.create(samples=[s for _, s in ok], judges=judges)
-                except Exception as exc:  # noqa: BLE001 - the batch is reported (and resumable), never dropped
-                    lines += [_request_error_line(base, f"{type(exc).__name__}: {exc}") for base, _ in ok]
-                else:
-                    lines += _result_lines(ok, resp)
+    def record(lines: list[ScoreLine]) -> None:
         RunFolder.append_to(out, lines)
         written.extend(lines)
-        bar.update(len(batch))
+        bar.update(len(lines))
+
+    async def request(part: list[tuple[ScoreLine, SampleInput]]) -> None:
+        try:
+            resp: RewardResponse = await client.rewards.create(samples=[s for _, s in part], judges=judges)
+        except Exception as exc:  # noqa: BLE001 - the samples are reported (and resumable), never dropped
+            record([_request_error_line(base, f"{type(exc).__name__}: {exc}") for base, _ in part])
+        else:
+            record(_result_lines(part, resp))
+
+    async def run_batch(batch: Todo) -> None:
+        async with sem:
+            ok, bad = await asyncio.to_thread(_prepare, batch, fps)
+            if bad:
+                record(bad)
+            if ok:
+                await request(ok)
 
     try:
-        await asyncio.gather(*(run_batch(todo[i:i + batch_size]) for i in range(0, len(todo), batch_size)))
+        await asyncio.gather(*(run_batch(unit) for unit in request_units(todo, batch_size, per_sample)))
     finally:
         bar.close()
     return written
@@ -176,6 +215,11 @@ def print_summary(lines: list[ScoreLine], judges: list[str], summary: dict[str, 
     console.print(table)
 
 
+def _scores_groups(kinds: Any) -> bool:
+    """Whether one of these judge kinds scores a request's samples together (comparative)."""
+    return any(KINDS[kind].scores_groups for kind in kinds if kind in KINDS)
+
+
 def _run_identity(infos: list[Any], config_doc: dict[str, Any] | None) -> dict[str, Any]:
     """What the scores depend on: the judges, their templates (by hash) and models, the config."""
     return {
@@ -189,13 +233,14 @@ def _run_identity(infos: list[Any], config_doc: dict[str, Any] | None) -> dict[s
     }
 
 
-async def _judges_ready(client: Any, chosen: list[str], cfg: Any) -> list[Any]:
+async def _judges_ready(client: Any, chosen: list[str], cfg: Any, config_ref: str | None) -> list[Any]:
     """The chosen judges' infos, once they were checked (in-process: only these are probed and
     their heads loaded). Says once which cannot score here and how to start them; none that
     can score ends the command before anything is written."""
     from .. import preflight
 
-    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr))
+    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr),
+                                          config_ref=config_ref)
     text = preflight.report(checks, other_heads=preflight.local_heads(cfg, chosen) if cfg is not None else ())
     if text:
         if not any(c.can_score for c in checks):
@@ -275,7 +320,8 @@ async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namesp
     client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
               else AsyncRewardClient(config=cfg))
     try:
-        identity = _run_identity(await _judges_ready(client, judges, cfg), config_doc)
+        ready = await _judges_ready(client, judges, cfg, None if args.server else args.config)
+        identity = _run_identity(ready, config_doc)
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.check_identity(identity)
         resumed = folder.resume([line for _, line in samples])
@@ -296,7 +342,8 @@ async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namesp
             new = await _score([samples[i] for i in resumed.todo], client, judges=identity["judges"],
                                batch_size=args.batch_size, concurrency=args.concurrency, fps=args.fps, out=out,
                                progress=not args.no_progress, total=len(samples),
-                               done=len(samples) - len(resumed.todo))
+                               done=len(samples) - len(resumed.todo),
+                               per_sample=not args.server and not _scores_groups(identity["kinds"].values()))
         return identity, resumed.kept + new
     finally:
         await client.close()
@@ -316,8 +363,12 @@ def register_score(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--server", help="score through a running service at this URL")
     s.add_argument("--api-key", help="Bearer token for --server")
     s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")
-    s.add_argument("--batch-size", type=int, default=16, help="samples per request")
-    s.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    s.add_argument("--batch-size", type=int, default=16,
+                   help="ungrouped samples per request to --server; in-process, each is its own call "
+                        "(batch-size x concurrency in flight) unless a judge compares a request's samples; "
+                        "a group (samples sharing a group_id) is always one request")
+    s.add_argument("--concurrency", type=int, default=4, help="batches in flight")
     s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar (stderr)")
+    s.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (stderr; it moves as each sample finishes, with --server as each request returns)")
     s.set_defaults(func=run_score_command)

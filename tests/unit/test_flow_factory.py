@@ -50,12 +50,16 @@ def ff_config(base_url: str) -> dict:
     data["judges"]["final"]["weight"] = 1.0
     data["judges"]["edit"] = {"kind": "rubric", "backend": "rubric", "template": "rational_rewards_edit@1"}
     data["judges"]["video_q"] = {"kind": "yes_no", "backend": "yes", "template": "cosmos_reason1@1"}
+    # a head whose weights are a local folder that does not exist: it can never load
+    data["judges"]["no_weights"] = {"kind": "pickscore", "default": False,
+                                    "options": {"model": "/nonexistent/PickScore_v1"}}
     data["flow_factory"] = {"profiles": {
         "t2i": {"judges": {"quality": 1.0, "final": 0.5}},
         "group": {"judges": {"quality": 1.0, "final": 1.0}, "mode": "groupwise", "group_transform": "rank"},
         "edit": {"judges": {"edit": 1.0}},
         "video": {"judges": {"video_q": 1.0}, "video_fps": 8},
         "down": {"judges": {"down": 1.0}},
+        "no_weights": {"judges": {"no_weights": 1.0}},
         "mixed_mean": {"judges": {"quality": 1.0, "no_answer": 1.0}, "on_invalid": "mean"},
         "mixed_fill": {"judges": {"quality": 1.0, "no_answer": 1.0}, "on_invalid": "fill", "fill_value": -3.0},
         "mixed_error": {"judges": {"quality": 1.0, "no_answer": 1.0}, "on_invalid": "error"},
@@ -139,8 +143,25 @@ async def test_not_json_is_an_error(client):
 
 
 async def test_backends_down_is_503_so_the_client_retries(client):
+    """A profile whose judge's backend does not answer: 503 (never rewards filled for it), and
+    /health not ok."""
     r = await client.post("/flow-factory/down/compute", json=build_payload(["a"], image=pil_images(1)))
     assert r.status_code == 503 and "backend_unavailable" in r.json()["detail"]
+    assert "rewards" not in r.json()
+    h = await client.get("/flow-factory/down/health")
+    assert h.status_code == 503 and h.json()["status"] == "unavailable" and "cannot connect" in h.json()["reason"]
+
+
+async def test_a_judge_that_cannot_load_is_503_with_the_reason_and_health_not_ok(client):
+    """Never `rewards` filled for a request that could not be scored at all: the stock client
+    checks /health once at start-up (a status >= 400 stops it) and retries a 503 /compute, then
+    raises with it."""
+    h = await client.get("/flow-factory/no_weights/health")
+    assert h.status_code == 503 and h.json()["status"] == "unavailable"
+    assert "'/nonexistent/PickScore_v1' does not exist" in h.json()["reason"]
+    r = await client.post("/flow-factory/no_weights/compute", json=build_payload(["a"], image=pil_images(1)))
+    assert r.status_code == 503 and "rewards" not in r.json()
+    assert "'/nonexistent/PickScore_v1' does not exist" in r.json()["detail"]
 
 
 async def test_invalid_sample_policies(client):
@@ -161,19 +182,6 @@ def test_profile_config_errors_name_the_key():
         validate_config({"flow_factory": {"profiles": {"p": {"judges": {"nope": 1.0}}}}})
     with pytest.raises(ConfigError, match=r"flow_factory\.profiles\.p\.mode"):
         validate_config({"flow_factory": {"profiles": {"p": {"judges": {"x": 1.0}, "mode": "pairwise"}}}})
-
-
-async def test_health_names_the_judge_that_cannot_score_and_why(client):
-    """Flow-Factory's client checks /health when the trainer builds its reward model: a profile
-    whose backend is dead is not "ok" (503 with the judge and the reason), others stay 200."""
-    r = await client.get("/flow-factory/down/health")
-    assert r.status_code == 503, r.text
-    body = r.json()
-    assert body["status"] == "unavailable" and set(body["not_ready"]) == {"down"}
-    assert "replica 1 of 1: cannot connect (ConnectionRefusedError)" in body["not_ready"]["down"], body
-    assert "127.0.0.1" not in r.text
-    assert (await client.get("/flow-factory/t2i/health")).json() == {
-        "status": "ok", "profile": "t2i", "mode": "pointwise", "judges": {"quality": 1.0, "final": 0.5}}
 
 
 async def test_a_dead_backend_answers_compute_at_once_not_after_the_deadline(client):

@@ -200,7 +200,7 @@ def test_the_gpu_node_guides_configs_are_the_shipped_ones_quoted_as_they_are():
         assert block in (ROOT / path).read_text(), f"the guide's quote of {path} is not in the file:\n{block}"
     joined = "\n".join(block for _, block in quotes)
     assert 'template = "cosmos_reason1@2"' in joined and "total_pixels = 14450688" in joined
-    assert 'options = { occurrence = "first" }' in joined
+    assert 'options = { occurrence = "first"' in joined
 
 
 def test_the_gpu_node_guides_plans_are_what_up_prints(tmp_path, monkeypatch, capsys):
