@@ -34,6 +34,10 @@ from .schema import (
 
 log = logging.getLogger(__name__)
 MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
+# Cells started per turn of the event loop: each takes its first step (media identified, encoded
+# inline when small) in the turn after it starts, so a request of 4,096 samples started at once
+# held every other request for over a second; in groups of this many, the others run in between.
+CELLS_PER_TURN = 256
 
 
 class UnknownJudgeError(InvalidInput):
@@ -142,12 +146,13 @@ class Gateway:
             self._observe(score)
             return score
 
-        with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
-            tasks = [
-                [asyncio.ensure_future(cell(i, name)) for name in names]
-                for i in range(len(request.samples))
-            ]
+        tasks: list[list[asyncio.Future[JudgeScore]]] = []
         try:
+            with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
+                for i in range(len(request.samples)):
+                    tasks.append([asyncio.ensure_future(cell(i, name)) for name in names])
+                    if (i + 1) % max(1, CELLS_PER_TURN // len(names)) == 0:
+                        await asyncio.sleep(0)  # these cells take their first steps before more start
             await asyncio.gather(*(t for row in tasks for t in row))
         except BaseException:
             for row in tasks:
