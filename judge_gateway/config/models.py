@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -100,6 +101,22 @@ class ServerConfig(Strict):
         "trusted). Satisfies the guard on a non-loopback host as API keys do: for trainers whose client "
         "sends no key (Flow-Factory's). Empty: every peer.",
     )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or CIDR networks of the reverse proxies in front of the gateway: only a request "
+        "whose TCP peer is one of them has its X-Forwarded-For (and X-Forwarded-Proto) read for the client's "
+        "address (allow_networks then checks that address). Empty (the default): no proxy header is trusted "
+        "from anyone (Forwarded and X-Real-IP never are). Applied by the HTTP server `serve` runs "
+        "(uvicorn's forwarded_allow_ips).",
+    )
+    allowed_hosts: list[str] | None = Field(
+        None,
+        description="Without API keys: the Host header values the gateway answers (names, compared without the "
+        "port; `*` answers any). Any other Host gets 403, so a web page whose DNS name is rebound to this "
+        "machine reaches nothing. Unset: localhost, this machine's host name and fully qualified name, and any "
+        "IP address (a browser sends an IP as Host only to a page served from that IP, never after a rebinding). "
+        "With API keys the check is off: a web page cannot send the key.",
+    )
     # Slow or oversized clients (docs/guides/limits.md): enforced by the HTTP protocol the CLI runs.
     header_timeout_s: float = Field(
         10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
@@ -128,6 +145,35 @@ class ServerConfig(Strict):
             except ValueError as err:
                 raise ValueError(f"allow_networks[{i}] = {text!r} is not a network in CIDR form "
                                  f"(e.g. 10.0.0.0/8 or 192.168.1.7/32): {err}") from None
+        return out
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, proxies: list[str]) -> list[str]:
+        out = []
+        for i, text in enumerate(proxies):
+            try:
+                out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+            except ValueError as err:
+                raise ValueError(f"trusted_proxies[{i}] = {text!r} is not an address or CIDR network "
+                                 f"(e.g. 10.0.0.7 or 10.0.0.0/24): {err}") from None
+        return out
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[str] | None) -> list[str] | None:
+        if hosts is None:
+            return None
+        out = []
+        for i, text in enumerate(hosts):
+            name = text.strip().lower().rstrip(".").removeprefix("[").removesuffix("]")
+            try:
+                name = str(ipaddress.ip_address(name))
+            except ValueError:
+                if name != "*" and not re.fullmatch(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*", name):
+                    raise ValueError(f"allowed_hosts[{i}] = {text!r} is not a host name or address (no scheme, "
+                                     "port or path; `*.example.org` for its subdomains, `*` for any)") from None
+            out.append(name)
         return out
 
     def public_bind_ok(self, api_keys: list[str]) -> bool:

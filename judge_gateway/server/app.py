@@ -25,6 +25,7 @@ from .errors import error_response, request_validation_error
 from .guards import RequestGuardMiddleware
 from .heap import ReleaseMemoryMiddleware
 from .networks import PeerNetworksMiddleware
+from .origin import OriginPolicy
 
 
 class BodyLimitMiddleware:
@@ -130,8 +131,14 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     app.add_middleware(ReleaseMemoryMiddleware, budget=gateway.media_budget)
     app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
     # Header count, [media] budgets, JSON 500 for a bug: outermost but for the peer check.
+    # Without API keys a web page in the user's browser can reach the port: foreign Host names,
+    # cross-site state changes and non-JSON bodies on JSON routes are refused there (origin.py).
+    ff = gateway.config.flow_factory
+    origin = None if keys else OriginPolicy(
+        cfg.allowed_hosts, json_paths=("/v1/rewards",),
+        json_suffix_under=(ff.path_prefix + "/", "/compute") if ff.enabled else None)
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
-                       media_limits=gateway.config.media.limits())
+                       media_limits=gateway.config.media.limits(), origin=origin)
     if cfg.allow_networks:  # outermost: a refused peer reaches nothing else
         app.add_middleware(PeerNetworksMiddleware, networks=cfg.allow_networks)
     app.add_exception_handler(RequestValidationError, request_validation_error)
