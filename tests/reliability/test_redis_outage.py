@@ -46,7 +46,7 @@ async def test_pending_requests_survive_a_redis_outage(slow_backend, tmp_path, q
     app = create_app(gw)
     try:
         async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30) as client:
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30) as client:
             uids = await enqueue(client, PENDING)
             await asyncio.sleep(0.5)  # scoring has started (the backend answers after 3 s)
             redis.stop()
@@ -82,7 +82,7 @@ async def test_the_store_answers_503_with_retry_after_while_redis_is_down(slow_b
     app = create_app(gw)
     redis.stop()
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30) as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30) as client:
             r = await enqueue_once(client)
     finally:
         await gw.aclose()

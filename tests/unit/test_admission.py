@@ -64,7 +64,7 @@ async def test_beyond_the_bound_is_refused_at_once_with_retry_after(slow_backend
     app = create_app(gw)
     n = 10 * CAPACITY
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             t0 = time.monotonic()
             results = await _burst(client, n, send)
@@ -103,7 +103,7 @@ async def test_a_request_waiting_past_max_wait_s_is_refused(slow_backend):
     gw = Gateway(validate_config(slow_config(slow_backend.base_url, max_active=1, max_waiting=10, max_wait_s=0.2)))
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             results = await _burst(client, 3, _native)
     finally:
@@ -162,7 +162,7 @@ async def test_default_bounds_come_from_the_judges_capacity(slow_backend):
     app = create_app(gw)
     n = 10 * CAPACITY
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             results = await _burst(client, n, _native)
             ready = (await client.get("/readyz")).json()

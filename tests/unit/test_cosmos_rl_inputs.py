@@ -37,7 +37,7 @@ async def serve(fake_backend):
         data["server"] = server or {}
         gw = Gateway(validate_config(data))
         app = create_app(gw)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         made.append((client, app, gw))
         return client, app.state.cosmos_rl
 

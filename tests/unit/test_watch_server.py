@@ -45,7 +45,7 @@ async def make_app(fake_backend, tmp_path):
     async def make(**watch):
         gw = Gateway(validate_config(watch_config(fake_backend.base_url, tmp_path / "watch", **watch)))
         app = create_app(gw)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         made.append((client, app, gw))
         return client, app.state.watch
 
@@ -237,7 +237,7 @@ async def test_watch_off_ignores_the_headers_and_says_it_is_off(fake_backend, tm
     data["watch"]["enabled"] = False
     gw = Gateway(validate_config(data))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         r = await client.post("/v1/rewards", json=native_body(0), headers={"X-Judge-Gateway-Step": "x"})
         assert r.status_code == 200
         assert (await client.get("/v1/watch")).json() == {"enabled": False, "sample_rate": None, "shadows": {},
