@@ -295,7 +295,10 @@ def test_run_folders_on_disk_are_bounded_by_count_and_age(tmp_path):
 
 
 async def test_a_thumbnail_index_too_large_for_any_record_is_a_422(make_app):
-    client, _ = await make_app()
+    client, watch = await make_app()
+    for step in range(2):  # a later step seals step 0's window: the run has a record on disk
+        assert (await client.post("/v1/rewards", json=native_body(step))).status_code == 200
+    await until(lambda: any(r.windows for r in watch.report().runs))
     r = await client.get("/v1/watch/thumbnail", params={"run": "exp-1", "index": "9" * 301})
     assert r.status_code == 422 and "index" in r.text  # was a 500: a file name too long for the OS
     r = await client.get("/v1/watch/thumbnail", params={"run": "exp-1", "index": 2**53})
