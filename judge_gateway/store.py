@@ -31,6 +31,7 @@ from .exceptions import Unavailable
 log = logging.getLogger(__name__)
 
 DAY_S = 86400.0
+PERSISTENCE_RECHECK_S = 10.0  # how long an accept trusts the last look at Redis's persistence
 T = TypeVar("T")
 
 
@@ -77,6 +78,11 @@ class ResultStore(Protocol):
     async def check_persistence(self, policy: str) -> str | None:
         """Whether stored entries survive a restart of the store: None when they do, else why not
         (logged under policy = warn, StoreError under refuse)."""
+        ...
+
+    async def accept_refusal(self, policy: str) -> str | None:
+        """Why accepted work must not be given a uuid now (under policy = refuse, the store does
+        not persist what it is told as it stands), else None."""
         ...
 
     async def consumed(self, key: str) -> None:
@@ -138,6 +144,9 @@ class MemoryStore:
 
     async def check_persistence(self, policy: str) -> str | None:
         return None  # results live as long as the process: nothing to configure
+
+    async def accept_refusal(self, policy: str) -> str | None:
+        return None
 
     async def get(self, key: str) -> dict[str, Any] | None:
         entry = self._data.get(key)
@@ -285,6 +294,8 @@ class RedisStore:
             url, max_connections=max_connections, timeout=pool_wait_s, socket_connect_timeout=5, socket_timeout=10)
         self._redis = aioredis.Redis.from_pool(pool)
         self.max_connections = max_connections
+        self._gap: str | None = None  # why Redis would lose acknowledged writes (None: AOF is on)
+        self._gap_checked_at = -PERSISTENCE_RECHECK_S
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.pulled_ttl_s = min(pulled_ttl_s if pulled_ttl_s is not None else ttl_s, ttl_s)
@@ -355,25 +366,56 @@ return redis.call('ZCARD', KEYS[4])
                                                   f"{self.max_entries})", px=int(self.forget_after_s * 1000))
                     await pipe.execute()
 
+    async def _persistence_gap(self) -> str | None:
+        """Why what Redis acknowledges would not survive a Redis kill (None: AOF is on); raises when
+        CONFIG GET fails. Accepted work needs AOF: Redis appends a write to its AOF before it
+        replies, so an acknowledged write outlives a killed Redis (appendfsync always: also a lost
+        machine; everysec: all but the last second or so). RDB snapshots lose everything written
+        since the last one (a Redis SIGKILL lost 3 of 194 accepted requests)."""
+        conf = await self._redis.config_get("appendonly")
+        conf.update(await self._redis.config_get("save"))
+        aof, save = conf.get("appendonly"), (conf.get("save") or "").strip()
+        if aof == "yes":
+            return None
+        fix = ("set `appendonly yes` (at run time: `redis-cli CONFIG SET appendonly yes`; docs: "
+               "integrations/cosmos-rl.md, \"Redis in production\")")
+        if save:
+            return (f"Redis persists by RDB snapshots only (save = '{save}', appendonly = no): a Redis kill loses "
+                    f"every request accepted and result stored since the last snapshot; {fix}")
+        return ("Redis has neither AOF (appendonly = no) nor RDB snapshots (save = ''): a Redis restart loses every "
+                f"stored result and accepted request; {fix}")
+
     async def check_persistence(self, policy: str) -> str | None:
         if policy == "off":
             return None
         try:
-            aof = (await self._redis.config_get("appendonly")).get("appendonly")
-            save = (await self._redis.config_get("save")).get("save")
+            why = await self._persistence_gap()
         except Exception as err:  # managed Redis often renames CONFIG: say we could not tell
             why = (f"cannot check Redis persistence (CONFIG GET failed: {type(err).__name__}: {err}); make sure "
-                   "it has AOF (appendonly yes) or RDB snapshots (save ...)")
+                   "it has AOF (appendonly yes)")
             log.warning("store.persistence = %s: %s", policy, why)
             return why
-        if aof == "yes" or (save or "").strip():
+        self._gap, self._gap_checked_at = why, time.monotonic()
+        if why is None:
             return None
-        why = ("Redis has neither AOF (appendonly = no) nor RDB snapshots (save = ''): a Redis restart loses every "
-               "stored result and pending request; set `appendonly yes` (docs: integrations/cosmos-rl.md, \"Redis in production\")")
         if policy == "refuse":
             raise StoreError(f"store.persistence = refuse: {why}")
         log.warning("store.persistence = warn: %s", why)
         return why
+
+    async def accept_refusal(self, policy: str) -> str | None:
+        """Under refuse, looked up again every PERSISTENCE_RECHECK_S (Redis may have been restarted
+        with another configuration since start-up); a Redis whose CONFIG cannot be read is not
+        refused (start-up warned about it)."""
+        if policy != "refuse":
+            return None
+        if time.monotonic() - self._gap_checked_at >= PERSISTENCE_RECHECK_S:
+            try:
+                self._gap = await self._persistence_gap()
+            except Exception:
+                self._gap = None
+            self._gap_checked_at = time.monotonic()
+        return f"store.persistence = refuse: {self._gap}" if self._gap else None
 
     async def get(self, key: str) -> dict[str, Any] | None:
         try:

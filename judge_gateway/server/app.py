@@ -97,11 +97,12 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
     queue = make_work_queue(result_store, gateway.config.store.queue, instance)
     watch = Watch(gateway)  # [watch]: shadow judges over what the routes below score
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch)
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch,
+                                       persistence=gateway.config.store.persistence)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        # A Redis without AOF/RDB loses every result on restart: refuse or warn (store.persistence).
+        # A Redis without AOF loses accepted work when it is killed: refuse or warn (store.persistence).
         await result_store.check_persistence(gateway.config.store.persistence)
         if gateway.config.cosmos_rl.enabled:
             await cosmos.start()
