@@ -94,6 +94,32 @@ class Gateway:
                 out[f"head:{name}"] = int(getattr(judge.cfg.options, "max_batch_size", 1))
         return out
 
+    def backend_slots(self) -> dict[str, int]:
+        """Per VLM backend a configured judge uses: its replicas x max_concurrency."""
+        out: dict[str, int] = {}
+        for judge in self.judges.values():
+            backend = judge.backend_name
+            if backend is not None and backend in self.config.backends:
+                b = self.config.backends[backend]
+                out[backend] = len(b.base_urls) * b.max_concurrency
+        return out
+
+    def backend_demand(self, request: RewardRequest) -> dict[str, int]:
+        """Backend -> the calls scoring `request` sends it (a sample per VLM judge, two with a
+        shadow template); {} when its judges are unknown (score() says so)."""
+        try:
+            names = self.resolve_judges(request.judges)
+        except UnknownJudgeError:
+            return {}
+        out: dict[str, int] = {}
+        for name in names:
+            judge = self.judges[name]
+            backend = judge.backend_name
+            if backend is not None:
+                calls = 2 if getattr(judge, "shadow", None) is not None else 1
+                out[backend] = out.get(backend, 0) + calls * len(request.samples)
+        return out
+
     def default_judges(self) -> list[str]:
         return [name for name, j in self.config.judges.items() if j.default]
 

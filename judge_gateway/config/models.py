@@ -63,6 +63,10 @@ class AdmissionConfig(Strict):
     max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot (or for room in the decoded-media "
                               "budget); then refused.")
     retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
+    waiting_per_slot: float = Field(
+        1.0, ge=0, description="Each VLM backend takes an admitted request's calls into its slots (replicas x "
+        "max_concurrency) and lets calls of this many times its slots wait for them (first come, first served, "
+        "at most max_wait_s); a request that finds no room is refused at once with Retry-After. 0: none wait.")
 
     def bounds(self, capacity: int) -> tuple[int, int]:
         """(max_active, max_waiting): as set, else derived from the judges' capacity."""

@@ -145,7 +145,8 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     app.add_exception_handler(RequestValidationError, request_validation_error)
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
     app.state.admission = Admission(cfg.admission, gateway.metrics, capacity=gateway.capacity(),
-                                    budget=gateway.media_budget, busy=gateway.media_backlog)
+                                    backend_slots=gateway.backend_slots(), budget=gateway.media_budget,
+                                    busy=gateway.media_backlog)
     app.state.cosmos_rl = cosmos
     app.state.watch = watch
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)

@@ -173,6 +173,47 @@ async def test_default_bounds_come_from_the_judges_capacity(slow_backend):
     assert ready["admission"] | {"capacity": None} == {
         "max_active": CAPACITY, "max_waiting": CAPACITY, "max_wait_s": 5.0, "retry_after_s": 3, "active": 0,
         "waiting": 0, "derived": ["max_active", "max_waiting"], "capacity": None,
+        "backends": {"slow": {"slots": CAPACITY, "in_use": 0, "waiting": 0, "max_waiting": CAPACITY}},
         "media_budget_pixels": ready["admission"]["media_budget_pixels"]}
     assert ready["admission"]["capacity"] == {"backend:slow": CAPACITY}
     assert ready["admission"]["media_budget_pixels"]["in_use"] == 0
+
+
+async def test_backend_lanes_hold_calls_first_come_first_served():
+    """A VLM backend's lane (server/lanes.py): calls up to its slots at once, the rest wait in
+    arrival order up to waiting_per_slot x slots, beyond which a request is refused at once; a
+    request larger than the lane runs alone; a waiter that gives up passes its turn on."""
+    from judge_gateway.server.lanes import LaneFull, Lanes
+
+    lanes = Lanes({"b": 4}, waiting_per_slot=1.0)
+    first = await lanes.take({"b": 3}, wait_s=1)
+    order: list[str] = []
+
+    async def waiter(name: str, calls: int) -> list:
+        taken = await lanes.take({"b": calls}, wait_s=5)
+        order.append(name)
+        return taken
+
+    second = asyncio.ensure_future(waiter("second", 2))  # 3 + 2 > 4: waits
+    await asyncio.sleep(0)
+    small = asyncio.ensure_future(waiter("small", 1))  # would fit now, but comes after `second`
+    await asyncio.sleep(0)
+    assert order == [] and lanes.lanes["b"].waiting == 3
+    with pytest.raises(LaneFull, match="busy"):  # 3 waiting + 2 > 4: the waiting room is full
+        await lanes.take({"b": 2}, wait_s=1)
+    lanes.give(first)
+    taken = await asyncio.gather(second, small)
+    assert order == ["second", "small"] and lanes.lanes["b"].in_use == 3
+    for t in taken:
+        lanes.give(t)
+    big = await lanes.take({"b": 40, "unknown": 9}, wait_s=1)  # capped at the slots; no lane: not held
+    assert big == [(lanes.lanes["b"], 4)]
+    with pytest.raises(LaneFull, match="max_wait_s"):
+        await lanes.take({"b": 1}, wait_s=0.05)
+    assert lanes.lanes["b"].waiting == 0
+    gives_up = asyncio.ensure_future(lanes.take({"b": 2}, wait_s=5))
+    behind = asyncio.ensure_future(lanes.take({"b": 2}, wait_s=5))
+    await asyncio.sleep(0)
+    gives_up.cancel()
+    lanes.give(big)
+    assert (await behind) == [(lanes.lanes["b"], 2)] and lanes.lanes["b"].in_use == 2
