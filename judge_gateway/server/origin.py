@@ -113,16 +113,8 @@ class OriginPolicy:
 
     def check(self, method: str, path: str, headers: Iterable[tuple[bytes, bytes]]) -> Refusal | None:
         """None when the request may go on, else why not."""
-        host = origin = fetch_site = ctype = None
-        for name, value in headers:
-            if name == b"host":
-                host = value
-            elif name == b"origin":
-                origin = value
-            elif name == b"sec-fetch-site":
-                fetch_site = value
-            elif name == b"content-type":
-                ctype = value
+        named = dict(headers)  # ASGI header names are lowercase bytes; one C-level pass
+        host = named.get(b"host")
         if host is not None and not self.host_allowed(host):
             shown = host[:80].decode("latin-1")
             return Refusal(403, "host_not_allowed", (
@@ -131,6 +123,7 @@ class OriginPolicy:
                 "in server.allowed_hosts"))
         if method in SAFE_METHODS:
             return None
+        origin, fetch_site, ctype = named.get(b"origin"), named.get(b"sec-fetch-site"), named.get(b"content-type")
         if fetch_site is not None and fetch_site.strip().lower() in CROSS_SITE:
             return Refusal(403, "cross_site_request", (
                 f"a browser sent this {method} from another site (Sec-Fetch-Site: {fetch_site.decode('latin-1')}); "
