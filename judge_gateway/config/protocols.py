@@ -43,7 +43,8 @@ class QueueConfig(Strict):
 class StoreConfig(Strict):
     kind: Literal["memory", "redis"] = Field("memory", description="memory: this process only; redis: shared, survives restarts.")
     url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
-    url_env: str | None = Field("JUDGE_GATEWAY_REDIS_URL", description="Environment variable that overrides `url`.")
+    url_env: str | None = Field("JG_REDIS_URL", description="Environment variable that overrides `url` (a JG_ "
+                                "name also reads its deprecated JUDGE_GATEWAY_ spelling, with a warning).")
     key_prefix: str = Field("judge-gateway:", description="Prefix of every key the gateway writes.")
     # Retention: a trainer that falls behind must not outlive its results. cosmos-rl's service keeps
     # 100k results with no TTL; we keep as many, a day unpulled, and say `expired` (not
@@ -93,11 +94,9 @@ class StoreConfig(Strict):
         return self
 
     def resolved_url(self) -> str | None:
-        import os
+        from ..env_vars import getenv
 
-        if self.url_env and os.environ.get(self.url_env):
-            return os.environ[self.url_env]
-        return self.url
+        return (getenv(self.url_env) if self.url_env else None) or self.url
 
 
 _SOURCE_RE = re.compile(r"^(reward|raw|details\.[A-Za-z0-9_.-]+)$")

@@ -159,7 +159,7 @@ def served(vllm, tmp_path_factory):
     (tmp / "rewards.toml").write_text(rewards_toml(tmp, vllm.base_url, port, redis_port))
     log = tmp / "serve.log"
     env = {**os.environ, "PYTHONPATH": python_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "JUDGE_GATEWAY_API_KEYS": ""}
+           "JG_API_KEYS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(tmp / "rewards.toml")],
                             cwd=tmp, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

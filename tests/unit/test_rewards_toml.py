@@ -261,7 +261,7 @@ def test_serve_prints_the_mapping_and_starts_its_redis(tmp_path):
     text = SHIPPED.replace("port=8080", f"port={port}").replace("redis_port=6379", f"redis_port={redis_port}")
     path = _write(tmp_path, text)
     log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUDGE_GATEWAY_API_KEYS": ""}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JG_API_KEYS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(path)], cwd=tmp_path,
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
