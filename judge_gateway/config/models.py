@@ -144,26 +144,12 @@ class ServerConfig(Strict):
     @field_validator("allow_networks")
     @classmethod
     def _networks(cls, networks: list[str]) -> list[str]:
-        out = []
-        for i, text in enumerate(networks):
-            try:
-                out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
-            except ValueError as err:
-                raise ValueError(f"allow_networks[{i}] = {text!r} is not a network in CIDR form "
-                                 f"(e.g. 10.0.0.0/8 or 192.168.1.7/32): {err}") from None
-        return out
+        return _cidr_list(networks, "allow_networks", "a network in CIDR form (e.g. 10.0.0.0/8 or 192.168.1.7/32)")
 
     @field_validator("trusted_proxies")
     @classmethod
     def _proxies(cls, proxies: list[str]) -> list[str]:
-        out = []
-        for i, text in enumerate(proxies):
-            try:
-                out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
-            except ValueError as err:
-                raise ValueError(f"trusted_proxies[{i}] = {text!r} is not an address or CIDR network "
-                                 f"(e.g. 10.0.0.7 or 10.0.0.0/24): {err}") from None
-        return out
+        return _cidr_list(proxies, "trusted_proxies", "an address or CIDR network (e.g. 10.0.0.7 or 10.0.0.0/24)")
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -200,6 +186,17 @@ class ServerConfig(Strict):
             extra = getenv(self.api_keys_env) or ""
             keys += [k.strip() for k in extra.split(",") if k.strip()]
         return keys
+
+
+def _cidr_list(texts: list[str], key: str, what: str) -> list[str]:
+    """Each entry as a normalised network (an address is its /32 or /128); ValueError naming the entry."""
+    out = []
+    for i, text in enumerate(texts):
+        try:
+            out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
+        except ValueError as err:
+            raise ValueError(f"{key}[{i}] = {text!r} is not {what}: {err}") from None
+    return out
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
