@@ -28,6 +28,7 @@ once per request, with no extra middleware layer.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable, Sequence
@@ -47,12 +48,17 @@ class Refusal:
     message: str
 
 
+@functools.lru_cache(maxsize=1)
+def _machine_names() -> tuple[str, ...]:
+    # once per process: getfqdn may ask a DNS server
+    return tuple(name.lower().rstrip(".") for name in (socket.gethostname(), socket.getfqdn()))
+
+
 def default_hosts() -> list[str]:
     """localhost, and this machine's host name and fully qualified name (what a trainer on
     another host types), lowercased."""
     names = list(LOCAL_NAMES)
-    for name in (socket.gethostname(), socket.getfqdn()):
-        name = name.lower().rstrip(".")
+    for name in _machine_names():
         if name and name not in names:
             names.append(name)
     return names
