@@ -49,7 +49,6 @@ from .loading import (
     validate_config,
 )
 from .models import (
-    AdmissionConfig,
     BackendConfig,
     CombineConfig,
     EvalConfig,
@@ -58,10 +57,7 @@ from .models import (
     JudgeConfig,
     MediaConfig,
     PromptsConfig,
-    ServerConfig,
     VideoSamplingConfig,
-    check_api_key,
-    is_loopback,
 )
 from .normalize import NormalizeConfig
 from .protocols import (
@@ -84,6 +80,7 @@ from .protocols import (
     WanVaeConfig,
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
+from .server import AdmissionConfig, ServerConfig, check_api_key, is_loopback
 from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
 from .watch import WatchAlarms, WatchConfig
 
