@@ -106,7 +106,10 @@ class Gateway:
 
     def backend_demand(self, request: RewardRequest) -> dict[str, int]:
         """Backend -> the calls scoring `request` sends it (a sample per VLM judge, two with a
-        shadow template); {} when its judges are unknown (score() says so)."""
+        shadow template); {} for a request score() refuses at once (unknown judges, too many
+        samples), so it holds no backend's room while it is refused."""
+        if len(request.samples) > self.config.server.max_samples_per_request:
+            return {}
         try:
             names = self.resolve_judges(request.judges)
         except UnknownJudgeError:

@@ -217,3 +217,18 @@ async def test_backend_lanes_hold_calls_first_come_first_served():
     gives_up.cancel()
     lanes.give(big)
     assert (await behind) == [(lanes.lanes["b"], 2)] and lanes.lanes["b"].in_use == 2
+
+
+def test_a_request_refused_for_its_size_or_judges_holds_no_backend_room(slow_backend):
+    """backend_demand: the calls a request sends each backend; nothing for one that score() refuses
+    at once (too many samples, unknown judges), so it never waits in a lane ahead of others."""
+    from judge_gateway.schema import RewardRequest
+
+    cfg = slow_config(slow_backend.base_url)
+    cfg["server"]["max_samples_per_request"] = 2
+    gw = Gateway(validate_config(cfg))
+    image = base64.b64encode(png_bytes(1)).decode()
+    two = RewardRequest(samples=[{"prompt": "a", "image": image}] * 2)
+    assert gw.backend_demand(two) == {"slow": 2} and gw.backend_slots() == {"slow": CAPACITY}
+    assert gw.backend_demand(RewardRequest(samples=[{"prompt": "a", "image": image}] * 3)) == {}
+    assert gw.backend_demand(RewardRequest(samples=[{"prompt": "a", "image": image}], judges=["nope"])) == {}
