@@ -118,14 +118,20 @@ async def test_persistence_is_checked_at_start_up(tmp_path, caplog, persist):
         redis.stop()
 
 
-async def test_a_gateway_refuses_to_start_on_redis_without_persistence(tmp_path):
-    redis = RedisServer(tmp_path)
+@pytest.mark.parametrize("extra, refusal", [
+    ([], "neither AOF"),
+    # redis-server's own snapshots when no config names others: a kill loses what came since the last
+    (["--save", "3600 1 300 100 60 10000"], "RDB snapshots only"),
+], ids=["no-persistence", "rdb-only"])
+async def test_a_gateway_refuses_to_start_on_redis_without_aof(tmp_path, extra, refusal):
+    """store.persistence = refuse (the default): no uuid is given out that a Redis kill would lose."""
+    redis = RedisServer(tmp_path, extra=extra)
     config = slow_cosmos_config("http://127.0.0.1:9/v1", redis.url, "jg-refuse:", queue=False)
-    config["store"]["persistence"] = "refuse"
+    del config["store"]["persistence"]
     gw = Gateway(validate_config(config))
     app = create_app(gw)
     try:
-        with pytest.raises(StoreError, match="refuse"):
+        with pytest.raises(StoreError, match=f"store.persistence = refuse: .*{refusal}"):
             async with app.router.lifespan_context(app):
                 pass
     finally:
