@@ -174,6 +174,10 @@ class ImageEncodingConfig(Strict):
     jpeg_quality: int = Field(95, ge=1, le=100, description="format = jpeg: the encoder's quality.")
     resampler: Literal["fast", "pil"] = Field(
         "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")
+    data_url_mime: str | None = Field(
+        None, pattern=r"^image(/[A-Za-z0-9.+-]+)?$",
+        description="The media type the data URL names (default `image/<format>`); `image` sends "
+        "`data:image;base64,...`, as cosmos-rl's unified_reward does. The bytes are the same.")
 
 
 class VideoSamplingConfig(Strict):

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from .base import Judge, JudgeFailure, ScoreContext, Verdict
+from .comparative import ComparativeJudge
 from .critic import CriticJudge
 from .generative import FinalScoreJudge, RubricJudge
 from .yes_no import YesNoJudge
 
 __all__ = ["Judge", "JudgeFailure", "ScoreContext", "Verdict",
-           "YesNoJudge", "RubricJudge", "FinalScoreJudge", "CriticJudge"]
+           "YesNoJudge", "RubricJudge", "FinalScoreJudge", "CriticJudge", "ComparativeJudge"]

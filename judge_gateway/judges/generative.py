@@ -7,10 +7,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..config import CriticOptions, FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
 from ..parsers import ParseError, parse_final_score, parse_rubric
+from ..prompts import Template
+from ..parsers.peer_rubric import rational_reward
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
 from .vlm import VLMJudge
@@ -24,27 +27,35 @@ DEFAULT_MAX_TOKENS = 2048
 MAX_REPLY_CHARS = 8000
 
 
+def generation_params(opts: Any, template: Template) -> dict[str, Any]:
+    """The generation parameters of a judge that writes a reply (rubric, final score, critic, a
+    comparative verdict in an answer tag): `opts` has max_tokens, temperature and stop."""
+    # The option, else the template's (RationalRewards@2: 0.1, as its README), else 0.
+    temperature = opts.temperature if opts.temperature is not None else template.temperature
+    params: dict[str, Any] = {"temperature": temperature if temperature is not None else 0.0}
+    # The option, else the template's, else DEFAULT_MAX_TOKENS; none where the template says
+    # send_max_tokens = false (the server's limit, as cosmos-rl's unified_reward sends none).
+    if opts.max_tokens:
+        params["max_tokens"] = opts.max_tokens
+    elif template.send_max_tokens:
+        params["max_tokens"] = template.max_tokens or DEFAULT_MAX_TOKENS
+    stop = opts.stop if opts.stop is not None else list(template.stop)
+    if stop:
+        params["stop"] = stop
+    return params
+
+
 class _GenerativeJudge(VLMJudge):
     options: RubricOptions | FinalScoreOptions | CriticOptions
 
     @property
     def temperature(self) -> float:
-        """The judge's option, else the template's (RationalRewards@2: 0.1, as its README), else 0."""
-        if self.options.temperature is not None:
-            return self.options.temperature
-        return self.template.temperature if self.template.temperature is not None else 0.0
+        return generation_params(self.options, self.template)["temperature"]
 
     def _request_params(self) -> dict[str, Any]:
-        opts = self.options
-        params: dict[str, Any] = {
-            "max_tokens": opts.max_tokens or self.template.max_tokens or DEFAULT_MAX_TOKENS,
-            "temperature": self.temperature,
-        }
-        stop = opts.stop if opts.stop is not None else list(self.template.stop)
-        if stop:
-            params["stop"] = stop
-        if getattr(opts, "guided_regex", None):
-            params["extra_body"] = {"structured_outputs": {"regex": opts.guided_regex}}
+        params = generation_params(self.options, self.template)
+        if getattr(self.options, "guided_regex", None):
+            params["extra_body"] = {"structured_outputs": {"regex": self.options.guided_regex}}
         return params
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
@@ -134,6 +145,10 @@ class RubricJudge(_GenerativeJudge):
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
+        if self.options.peer_reading is not None:
+            peer = rational_reward(text, self.options.peer_reading)
+            if peer is not None:  # where the peer reads no aspect it returns a constant (0.0): none here
+                facts["peer_reward"] = peer
         try:
             parsed = parse_rubric(text, self.aspects, scale=self.scale)
         except ParseError as exc:
@@ -167,9 +182,22 @@ class FinalScoreJudge(_GenerativeJudge):
         assert scale is not None
         self.scale = (float(scale[0]), float(scale[1]))
         self.label = self.options.label or self.template.label or "Final Score"
+        self.peer_regex = re.compile(self.options.peer_regex) if self.options.peer_regex else None
+
+    def _peer_score(self, text: str) -> dict[str, Any]:
+        """{"peer_score": the number the peer's own pattern reads} where it matches (re.search,
+        the first match, as cosmos-rl's unified_reward reads it); {} where it does not."""
+        if self.peer_regex is None:
+            return {}
+        match = self.peer_regex.search(text)
+        try:
+            return {"peer_score": float(match.group(1))} if match else {}
+        except (TypeError, ValueError):  # a group that is no number: the peer has none either
+            return {}
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
+        facts |= self._peer_score(text)
         try:
             parsed = parse_final_score(text, scale=self.scale, label=self.label,
                                        occurrence=self.options.occurrence)

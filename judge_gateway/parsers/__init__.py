@@ -1,5 +1,6 @@
 """Parsers that turn a judge's raw reply into numbers, or a `ParseError` saying why not."""
 
+from .comparative import AnswerVerdict, parse_answer_verdict
 from .errors import ParseError
 from .final_score import FinalScoreResult, parse_final_score
 from .rubric import RubricResult, parse_rubric
@@ -13,4 +14,6 @@ __all__ = [
     "parse_rubric",
     "FinalScoreResult",
     "parse_final_score",
+    "AnswerVerdict",
+    "parse_answer_verdict",
 ]

@@ -45,6 +45,10 @@ CRITIC = {"id": "draft", "version": "1", "description": "test", "kind": "critic"
           "user": "<video>Critique the video as JSON.", "violations_field": "violations",
           "json_schema": json.dumps(SCHEMA)}
 
+COMPARATIVE = {"id": "draft", "version": "1", "description": "test", "kind": "comparative",
+               "user": "<image><image>Is the second image better? Answer yes or no.",
+               "verdict": {"read": "logprobs", "yes_means": "second"}}
+
 
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
@@ -258,7 +262,10 @@ def test_defaults_of_each_kind() -> None:
     assert isinstance(final.temperature, float)
     critic = read(CRITIC).template(PATH, "0" * 64)
     assert (critic.json_schema, critic.violations_field) == (SCHEMA, "violations")
-    assert {t.kind for t in (yes_no, rubric, final, critic)} == set(TEMPLATE_KINDS)
+    comparative = read(COMPARATIVE).template(PATH, "0" * 64)
+    assert (comparative.verdict.read, comparative.verdict.yes_means, comparative.yes_words, comparative.no_words,
+            comparative.verdict.tag, comparative.max_tokens) == ("logprobs", "second", ("yes",), ("no",), "answer", None)
+    assert {t.kind for t in (yes_no, rubric, final, critic, comparative)} == set(TEMPLATE_KINDS)
 
 
 def test_parsing_is_cached_by_path_and_content() -> None:
