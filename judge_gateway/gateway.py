@@ -109,8 +109,8 @@ class Gateway:
         return out
 
     def backend_demand(self, request: RewardRequest) -> dict[str, int]:
-        """Backend -> the calls scoring `request` sends it (a sample per VLM judge, two with a
-        shadow template); {} for a request score() refuses at once (unknown judges, too many
+        """Backend -> the calls scoring `request` sends it (each VLM judge's backend_calls: a call
+        per sample, more with a shadow template or comparisons); {} for a request score() refuses at once (unknown judges, too many
         samples), so it holds no backend's room while it is refused."""
         if len(request.samples) > self.config.server.max_samples_per_request:
             return {}
@@ -123,8 +123,7 @@ class Gateway:
             judge = self.judges[name]
             backend = judge.backend_name
             if backend is not None:
-                calls = 2 if getattr(judge, "shadow", None) is not None else 1
-                out[backend] = out.get(backend, 0) + calls * len(request.samples)
+                out[backend] = out.get(backend, 0) + judge.backend_calls(request.samples)
         return out
 
     def default_judges(self) -> list[str]:

@@ -232,3 +232,20 @@ def test_a_request_refused_for_its_size_or_judges_holds_no_backend_room(slow_bac
     assert gw.backend_demand(two) == {"slow": 2} and gw.backend_slots() == {"slow": CAPACITY}
     assert gw.backend_demand(RewardRequest(samples=[{"prompt": "a", "image": image}] * 3)) == {}
     assert gw.backend_demand(RewardRequest(samples=[{"prompt": "a", "image": image}], judges=["nope"])) == {}
+
+
+def test_a_comparative_judge_holds_its_groups_planned_calls():
+    """A comparative judge's calls are its groups' planned comparisons (all pairs of 4, both
+    orders: 12), at most its budget, not one per sample."""
+    from judge_gateway.comparisons import planned_calls
+    from judge_gateway.schema import RewardRequest
+
+    gw = Gateway(validate_config({
+        "backends": {"b": {"model": "m", "base_urls": ["http://127.0.0.1:9/v1"]}},
+        "judges": {"cmp": {"kind": "comparative", "backend": "b", "template": "unified_reward_think@1",
+                           "options": {"budget": 56, "max_group_size": 8}}}}))
+    image = base64.b64encode(png_bytes(1)).decode()
+    samples = [{"prompt": "a", "image": image, "group_id": g} for g in ("x",) * 4 + ("y",) * 2]
+    judge = gw.judges["cmp"]
+    expected = sum(planned_calls(judge.schedule, n, judge.options.swap) for n in (4, 2))
+    assert gw.backend_demand(RewardRequest(samples=samples)) == {"b": expected} and expected > len(samples)

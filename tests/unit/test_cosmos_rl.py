@@ -544,7 +544,7 @@ async def test_a_head_that_cannot_load_is_refused_before_a_uuid(fake_backend):
     gw = Gateway(validate_config(data))
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             meta = {"reward_fn": {"dance_grpo": 1.0}, "prompts": ["a", "b"], "media_type": "video",
                     "video_infos": [{"video_fps": 8}, {"video_fps": 8}]}
             for reward in ("dance_grpo", "videoalign"):
