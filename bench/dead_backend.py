@@ -18,6 +18,7 @@ its --requests small (3 x 60 s).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import io
 import os
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from _support import wait_healthy  # bench/_support.py
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,32 +62,23 @@ def png_b64() -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def run_tree(label: str, tree: Path, requests: int, workdir: Path) -> list[float]:
+async def run_tree(label: str, tree: Path, requests: int, workdir: Path) -> list[float]:
     dead, port = free_port(), free_port()
     config = workdir / f"{label}.toml"
     config.write_text(config_text(dead))
     env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "HF_HUB_OFFLINE": "1"}
-    log = (workdir / f"{label}.log").open("wb")
+    log_path = workdir / f"{label}.log"
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(config),
-                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    url = f"http://127.0.0.1:{port}"
+                             "--port", str(port)], env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+                            cwd=workdir)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{label}: serve did not start; see {workdir / (label + '.log')}")
-            time.sleep(0.2)
         body = {"samples": [{"prompt": "a red apple on a table", "image": png_b64()}], "judges": ["image_quality"]}
         took = []
-        with httpx.Client(base_url=url, timeout=300) as client:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
+            await wait_healthy(client, log_path, 120)
             for i in range(requests):
                 started = time.perf_counter()
-                r = client.post("/v1/rewards", json=body)
+                r = await client.post("/v1/rewards", json=body)
                 took.append(time.perf_counter() - started)
                 cell = r.json()["results"][0]["scores"]["image_quality"]
                 error = cell["error"] or {}
@@ -108,7 +101,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="jg-dead-backend-") as tmp:
         for label, tree in trees:
-            results[label] = run_tree(label, tree, args.requests, Path(tmp))
+            results[label] = asyncio.run(run_tree(label, tree, args.requests, Path(tmp)))
     print(f"\n{'tree':>8}  requests  median s  max s")
     for label, took in results.items():
         print(f"{label:>8}  {len(took):8d}  {statistics.median(took):8.3f}  {max(took):6.3f}")
