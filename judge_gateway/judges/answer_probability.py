@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class AnswerProbabilityJudge(VLMJudge):
-    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+    def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
         super().__init__(name, cfg, pool)
         assert isinstance(cfg.options, AnswerProbabilityOptions)  # typed at config load (config.kinds)
         self.options = cfg.options
@@ -44,7 +44,7 @@ class AnswerProbabilityJudge(VLMJudge):
         self.mean = self.options.mean or t.mean or "geometric"
         self.atoms_file = load_atoms_file(self.options.atoms_file) if self.options.atoms_file else None
 
-    def answer_set(self, question: str) -> "AnswerSet":
+    def answer_set(self, question: str) -> AnswerSet:
         """The set a question is read against: the first whose prefix it starts with, else the default."""
         sets = self.template.answer_sets
         for s in sets:
@@ -71,10 +71,10 @@ class AnswerProbabilityJudge(VLMJudge):
         except ParseError as exc:
             return {**record, "valid": False, "error": {"code": exc.code, "message": str(exc)}}
         except BackendFault as exc:
-            return {**record, "valid": False, "error": {"code": exc.code.value, "message": str(exc)}}
+            return {**record, "valid": False, "error": {"code": ErrorCode(exc.code).value, "message": str(exc)}}
         return {**record, "valid": True, "answer_token": token, **result.details()}
 
-    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+    async def evaluate(self, sample: SampleInput, ctx: ScoreContext) -> Verdict:
         try:
             atoms, source = sample_atoms(sample.prompt, sample.metadata, self.atoms_file)
         except AtomsError as exc:

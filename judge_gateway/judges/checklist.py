@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 class ChecklistJudge(VLMJudge):
-    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+    def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
         super().__init__(name, cfg, pool)
         assert isinstance(cfg.options, ChecklistOptions)  # typed at config load (config.kinds)
         self.options = cfg.options
@@ -46,7 +46,7 @@ class ChecklistJudge(VLMJudge):
         self.yes_words = t.yes_words or ("yes",)
         self.no_words = t.no_words or ("no",)
 
-    async def _probe(self, probe: "Aspect", prompt: str, parts: dict, affinity: int | None) -> dict[str, Any]:
+    async def _probe(self, probe: Aspect, prompt: str, parts: dict, affinity: int | None) -> dict[str, Any]:
         assert probe.question is not None and probe.positive is not None
         question = probe.question.replace("{prompt}", prompt)  # template data: the sample's prompt in it
         messages = self.template.render(prompt, parts, question=question)
@@ -59,12 +59,12 @@ class ChecklistJudge(VLMJudge):
         except ParseError as exc:
             return {"valid": False, "error": {"code": exc.code, "message": str(exc)}, **exc.details}
         except BackendFault as exc:
-            return {"valid": False, "error": {"code": exc.code.value, "message": str(exc)}}
+            return {"valid": False, "error": {"code": ErrorCode(exc.code).value, "message": str(exc)}}
         return {"valid": True, "p_positive": result.p_positive, "p_yes": result.p_yes, "p_no": result.p_no,
                 "answer_mass": result.answer_mass, "positive": result.positive, "answer_token": answer,
                 "bounded_answer": result.bounded_answer}
 
-    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+    async def evaluate(self, sample: SampleInput, ctx: ScoreContext) -> Verdict:
         parts, facts = await self.media_parts(sample, ctx)
         affinity = self.media_affinity(sample, ctx)
         results = await asyncio.gather(*(self._probe(p, sample.prompt, parts, affinity) for p in self.probes))

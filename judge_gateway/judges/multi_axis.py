@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class MultiAxisJudge(_GenerativeJudge):
-    def __init__(self, name: str, cfg: JudgeConfig, pool: "BackendPool") -> None:
+    def __init__(self, name: str, cfg: JudgeConfig, pool: BackendPool) -> None:
         super().__init__(name, cfg, pool)
         assert isinstance(cfg.options, MultiAxisOptions)  # typed at config load (config.kinds)
         self.options = cfg.options
@@ -34,7 +34,7 @@ class MultiAxisJudge(_GenerativeJudge):
         self.occurrence = self.options.occurrence or t.occurrence or "last"
         self.weighting = AspectWeights(t, self.options)
 
-    async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
+    async def evaluate(self, sample: SampleInput, ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
         try:
             parsed = parse_axes(text, self.axes, scale=self.scale, occurrence=self.occurrence)

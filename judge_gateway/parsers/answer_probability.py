@@ -6,9 +6,15 @@ Which tokens are the answer (`counting`):
 - `variants` (ours, the default): every token whose bare word (no space marker, case or final
   stop: `yes_no.normalize_token`) is the answer, and, for a number word of a `numerals` answer
   set, its digits ("four", " Four", "FOUR", "4", " 4.").
-- `exact`: GenEval 2's list (facebookresearch/GenEval2 evaluation.py, `soft_tifa`): the answer,
-  its `capitalize()`, each with a leading space, and for a number word one..ten its digits with
-  and without a leading space. A token listed once counts once.
+- `exact`: GenEval 2's list (facebookresearch/GenEval2 evaluation.py, `soft_tifa`): the answer in
+  lower case and `capitalize()`d, each with a leading space (its "How many" list for the lower-case
+  count words of its data; its fixed 'Yes', 'yes', ' yes', ' Yes' for every other question, whose
+  answer is "Yes"), and for a number word one..ten its digits with
+  and without a leading space, each read as GenEval 2 reads it: the probability of the spelling's
+  first token (`tokenizer.encode(spelling)[0]`). On Qwen's tokenizers (GenEval 2's Qwen3-VL) a
+  digit string is one token per digit and a space before a digit is a token of its own, so "4"
+  is "4", "10" is "1" and " 4" is " ": GenEval 2 counts the probability of a bare space towards
+  every count answer, and so does this mode (a word is taken as one token). A token counts once.
 
 `normalize`: `none` (GenEval 2): the answer's summed probability as it is; `answer_set`: divided by
 the summed probability of every answer of the question's set (the conditional probability that
@@ -80,13 +86,25 @@ def numeral_twin(word: str) -> str | None:
 
 
 def exact_spellings(answer: str, *, numerals: bool) -> tuple[str, ...]:
-    """GenEval 2's token texts of an answer (its `soft_tifa`): answer, answer.capitalize(), both
-    with a leading space, and for a number word one..ten its digits, bare and with a space."""
-    spellings = [answer, answer.capitalize(), " " + answer, " " + answer.capitalize()]
-    if numerals and answer in _GENEVAL2_NUMBERS:
-        digits = str(_GENEVAL2_NUMBERS.index(answer) + 1)
+    """The first tokens GenEval 2 reads for an answer (its `soft_tifa`): the answer lower-cased and
+    capitalised, both with a leading space, and for a number word one..ten its digits, bare and with
+    a space, each as its first token on a Qwen tokenizer (see the module docstring)."""
+    word = answer.lower()
+    spellings = [word, word.capitalize(), " " + word, " " + word.capitalize()]
+    if numerals and word in _GENEVAL2_NUMBERS:
+        digits = str(_GENEVAL2_NUMBERS.index(word) + 1)
         spellings += [digits, " " + digits]
-    return tuple(dict.fromkeys(spellings))
+    return tuple(dict.fromkeys(_qwen_first_token(s) for s in spellings))
+
+
+def _qwen_first_token(spelling: str) -> str:
+    """The first token of a spelling on Qwen2/3's tokenizers, whose pre-tokenizer splits every digit
+    apart and a space before a digit from it: "10" -> "1", " 4" -> " "; a word stays whole."""
+    if spelling[:1].isdigit():
+        return spelling[0]
+    if spelling[:1] == " " and spelling[1:2].isdigit():
+        return " "
+    return spelling
 
 
 def _bare_forms(word: str, numerals: bool) -> set[str]:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build a tiny, randomly initialised Qwen3-VL model that vLLM (CPU) serves.
 
 Usage (with the vLLM venv's interpreter, which has torch, transformers and tokenizers):
@@ -13,7 +12,8 @@ head sizes), 2 KV heads, interleaved mrope [6, 5, 5]; vision hidden 64, depth 2,
 tests/support/build_tiny_vlm.py's (the tiny Qwen2.5-VL), so "Yes" / "No" variants lead the first
 token with an input-dependent split; the number words one..four (and " one".." four") are single
 tokens placed in the top-20 too, some logits below, for answer-probability (GenEval 2 "How many")
-questions.
+questions, and their capitalised forms are single tokens as in Qwen's vocabulary (digits stay one
+token each, split from a space before them, by the Qwen2 pre-tokenizer).
 
 What differs from the Qwen2.5-VL build, as in the real Qwen3-VL release:
 * the chat template has no default system turn (Qwen3-VL-Instruct's layout: `<|im_start|>`
@@ -42,6 +42,8 @@ MIN_PIXELS, MAX_PIXELS = 4096, 50176  # 64*64 .. 224*224: at most 49 merged toke
 VIDEO_MAX_PIXELS = 8 * 50176  # the whole clip's pixels (Qwen3-VL's video budget is per clip)
 MEAN = STD = [0.5, 0.5, 0.5]
 NUMBER_ANSWERS = ("one", "two", "three", "four", " one", " two", " three", " four")
+# Single tokens too (as in Qwen's vocabulary), not placed in the top-K: GenEval 2's spellings of an answer.
+CAPITALISED = ("One", "Two", "Three", "Four", " One", " Two", " Three", " Four")
 
 # Qwen3-VL-Instruct's chat template layout: no default system turn; a system turn only when given.
 CHAT_TEMPLATE = (
@@ -145,14 +147,18 @@ def build(out_dir: Path) -> dict:
     rng = random.Random(base.SEED)
     gen = torch.Generator().manual_seed(base.SEED)
 
-    numbers = [w.strip() for w in NUMBER_ANSWERS]
-    lines = tuple(f"{w}" for w in numbers) * 200 + tuple(f"How many cats are there? {w}" for w in numbers) * 100
-    tok, special_ids = base.build_tokenizer(out_dir, rng, chat_template=CHAT_TEMPLATE, extra_words=NUMBER_ANSWERS,
-                                            extra_lines=lines)
+    words = sorted({w.strip() for w in NUMBER_ANSWERS + CAPITALISED})
+    lines = tuple(words) * 200 + tuple(f"How many cats are there? {w}" for w in words) * 100
+    tok, special_ids = base.build_tokenizer(out_dir, rng, chat_template=CHAT_TEMPLATE,
+                                            extra_words=NUMBER_ANSWERS + CAPITALISED, extra_lines=lines)
     vocab_size = ((tok.get_vocab_size() + 63) // 64) * 64
     write_processor_configs(out_dir)
 
-    from transformers import AutoProcessor, GenerationConfig, Qwen3VLForConditionalGeneration
+    from transformers import (
+        AutoProcessor,
+        GenerationConfig,
+        Qwen3VLForConditionalGeneration,
+    )
 
     config = make_config(vocab_size, special_ids)
     torch.manual_seed(base.SEED)
