@@ -14,8 +14,9 @@ Each round uses new pictures and runs the yes/no side first.
     .venv/bin/python bench/checklist.py --base-url http://gpu:8010/v1 --model Qwen/Qwen3-VL-8B-Instruct
 
 Without --base-url it starts the tiny CPU vLLM serving the tiny Qwen3-VL (as the tests build it)
-with a 16-token KV block (--cpu-block-size; vLLM's CPU platform defaults to 128 tokens, longer than
-the ~55 tokens the probes share, so its prefix cache could never hit).
+with a 32-token KV block (--cpu-block-size; vLLM's CPU platform defaults to 128 tokens, longer than
+the ~55 tokens the probes share, so its prefix cache could never hit; its attention takes only
+multiples of 32).
 """
 
 from __future__ import annotations
@@ -130,8 +131,9 @@ def main() -> int:
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--cpu-block-size", type=int, default=16,
-                   help="the CPU vLLM's KV block size (default 16, as on GPUs); 0 keeps vLLM's CPU default of 128")
+    p.add_argument("--cpu-block-size", type=int, default=32,
+                   help="the CPU vLLM's KV block size (default 32, the smallest its attention takes); 0 keeps "
+                   "vLLM's CPU default of 128")
     args = p.parse_args()
     from _support import run_on_vllm
 
