@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "atoms",  # GenEval 2's VQA atoms of a prompt: read by config (the atoms file) and the judge
         "exceptions", "_version",  # the exception tree's root and branches; the version string
         "extras",  # the pip extras and the check that names a missing one
+        "env_vars",  # the JG_ environment variables and their deprecated JUDGE_GATEWAY_ spellings
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
     ("config, schema", (

@@ -49,6 +49,7 @@ SHIPPED = [
     "rational_rewards_t2i@3",
     "unified_reward@1",
     "unified_reward@2",
+    "unified_reward@3",
     "unified_reward_2_pointwise@1",
     "unified_reward_2_pointwise_video@1",
     "unified_reward_think_pointwise@1",
