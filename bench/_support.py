@@ -163,6 +163,28 @@ def run_on_vllm(main_async, args, extra: str = "", tiny: str = "vlm") -> int:
     return 0
 
 
+async def score_images(gateway, judges: list[str], imgs: list, concurrency: int,
+                       prompt: str = "a photo of a fox") -> tuple[float, int]:
+    """Each image scored by `judges` in a request of its own through an in-process Gateway, at most
+    `concurrency` at once: (wall seconds, invalid scores)."""
+    import asyncio
+
+    from judge_gateway.schema import RewardRequest, SampleInput
+
+    sem = asyncio.Semaphore(concurrency)
+    invalid = 0
+
+    async def one(img) -> None:
+        nonlocal invalid
+        async with sem:
+            resp = await gateway.score(RewardRequest(samples=[SampleInput(prompt=prompt, image=img)], judges=judges))
+            invalid += sum(not s.valid for s in resp.results[0].scores.values())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(img) for img in imgs))
+    return time.perf_counter() - start, invalid
+
+
 async def wait_healthy(http, log_path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:
     """Poll a gateway's /healthz through the httpx.AsyncClient `http` until it answers 200."""
     import asyncio

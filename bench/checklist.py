@@ -22,12 +22,10 @@ multiples of 32).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -36,12 +34,11 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _support import natural_clip  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+from _support import natural_clip, score_images  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
 from judge_gateway.media import ImageMedia  # noqa: E402
-from judge_gateway.schema import RewardRequest, SampleInput  # noqa: E402
 
 SIDES = {"yes/no": ("yes_no", "image_quality@1"), "checklist": ("checklist", "image_checklist@1")}
 COUNTERS = ("request_success", "prompt_tokens", "prefix_cache_queries", "prefix_cache_hits", "mm_cache_queries",
@@ -73,22 +70,6 @@ async def vllm_counters(base_url: str) -> dict[str, float]:
     return out
 
 
-async def run(gateway: Gateway, judge: str, imgs: list[ImageMedia], concurrency: int) -> tuple[float, int]:
-    sem = asyncio.Semaphore(concurrency)
-    invalid = 0
-
-    async def one(img: ImageMedia) -> None:
-        nonlocal invalid
-        async with sem:
-            resp = await gateway.score(RewardRequest(samples=[SampleInput(prompt="a photo of a fox", image=img)],
-                                                     judges=[judge]))
-            invalid += sum(not s.valid for s in resp.results[0].scores.values())
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one(img) for img in imgs))
-    return time.perf_counter() - start, invalid
-
-
 def rate(hits: float, queries: float) -> str:
     return f"{hits / queries:6.1%} of {queries:7.0f}" if queries else "   n/a"
 
@@ -100,7 +81,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     })
     gateway = Gateway(cfg)
     for name in SIDES:  # warm-up: the server's first requests, on pictures no round uses
-        await run(gateway, name, images(2, args.size, seed=999, flip=name == "checklist"), args.concurrency)
+        await score_images(gateway, [name], images(2, args.size, seed=999, flip=name == "checklist"), args.concurrency)
     print(f"{args.images} images of {args.size}x{args.size} per side and round, {args.concurrency} concurrent, "
           f"model {args.model} at {base_url}")
     walls: dict[str, list[float]] = {name: [] for name in SIDES}
@@ -108,7 +89,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
         for name in SIDES:
             imgs = images(args.images, args.size, seed=100 + rnd, flip=name == "checklist")
             before = await vllm_counters(base_url)
-            wall, invalid = await run(gateway, name, imgs, args.concurrency)
+            wall, invalid = await score_images(gateway, [name], imgs, args.concurrency)
             after = await vllm_counters(base_url)
             d = {k: after[k] - before[k] for k in COUNTERS}
             walls[name].append(wall)

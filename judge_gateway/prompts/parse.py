@@ -392,12 +392,18 @@ class MultiAxisFile(_ScoredFile):
                               occurrence=self.occurrence)
 
 
-def _asks_a_question(user: str) -> None:
-    if QUESTION_PLACEHOLDER not in user:
-        raise ValueError(f"needs {QUESTION_PLACEHOLDER}, where each question goes")
+class _QuestionsFile(TemplateFile):
+    """A template that asks one question per request (an atom, a probe), put at {question}."""
+
+    @field_validator("user")
+    @classmethod
+    def _user_asks(cls, value: str) -> str:
+        if QUESTION_PLACEHOLDER not in value:
+            raise ValueError(f"needs {QUESTION_PLACEHOLDER}, where each question goes")
+        return value
 
 
-class AnswerProbabilityFile(TemplateFile):
+class AnswerProbabilityFile(_QuestionsFile):
     """An answer_probability template: one request per question (an atom: question and expected
     answer, from the request or a file); the score is the probability of the expected answer at the
     reply's first token (GenEval 2's Soft-TIFA)."""
@@ -414,12 +420,6 @@ class AnswerProbabilityFile(TemplateFile):
         "geometric", description="the prompt score over its atoms: arithmetic (Soft-TIFA AM, atom level) or "
         "geometric (Soft-TIFA GM, prompt level)")
 
-    @field_validator("user")
-    @classmethod
-    def _user_asks(cls, value: str) -> str:
-        _asks_a_question(value)
-        return value
-
     @model_validator(mode="after")
     def _one_default_set(self) -> AnswerProbabilityFile:
         defaults = [s.name for s in self.answer_sets if s.question_prefix is None]
@@ -433,19 +433,13 @@ class AnswerProbabilityFile(TemplateFile):
                               mean=self.mean)
 
 
-class ChecklistFile(TemplateFile):
+class ChecklistFile(_QuestionsFile):
     """A checklist template: N yes/no probes on one medium, one one-token request each (the medium
     first, so vLLM computes it once for all of them); the reward is the weighted mean of P(good)."""
 
     answer: AnswerTable = Field(
         description='the [answer] table: positive = "yes" | "no" (a probe may set its own), yes_words, no_words')
     probes: list[ProbeTable] = Field(min_length=1, description="the [[probes]]: name, question, weight, positive")
-
-    @field_validator("user")
-    @classmethod
-    def _user_asks(cls, value: str) -> str:
-        _asks_a_question(value)
-        return value
 
     @model_validator(mode="after")
     def _probes_ask_one_question(self) -> ChecklistFile:

@@ -88,25 +88,11 @@ def make_config(vocab_size: int, special_ids: dict[str, int]):
     from transformers import Qwen3VLConfig
 
     head_dim = base.TEXT_HIDDEN // base.TEXT_HEADS  # 32
-    text_config = {
-        "vocab_size": vocab_size,
-        "hidden_size": base.TEXT_HIDDEN,
-        "intermediate_size": 256,
-        "num_hidden_layers": base.TEXT_LAYERS,
-        "num_attention_heads": base.TEXT_HEADS,
-        "num_key_value_heads": base.TEXT_KV_HEADS,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": 32768,
-        "rms_norm_eps": 1e-6,
-        "attention_bias": True,  # the answer shaping adds a constant through v_proj's bias
-        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
-                            "mrope_section": [6, 5, 5], "mrope_interleaved": True},
-        "bos_token_id": special_ids["<|endoftext|>"],
-        "eos_token_id": special_ids["<|im_end|>"],
-        "pad_token_id": special_ids["<|endoftext|>"],
-        "tie_word_embeddings": False,
-    }
+    text_config = base.base_text_config(
+        vocab_size, special_ids, head_dim=head_dim,
+        attention_bias=True,  # the answer shaping adds a constant through v_proj's bias
+        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [6, 5, 5],
+                         "mrope_interleaved": True})
     assert sum(text_config["rope_parameters"]["mrope_section"]) == head_dim // 2
     vision_config = {
         "depth": base.VISION_DEPTH,

@@ -300,13 +300,9 @@ def write_processor_configs(out_dir: Path) -> None:
 # --------------------------------------------------------------------------- model
 
 
-def make_config(vocab_size: int, special_ids: dict[str, int]):
-    from transformers import Qwen2_5_VLConfig
-
-    head_dim = (
-        TEXT_HIDDEN // TEXT_HEADS
-    )  # 32: the CPU attention backend needs 32/64/80/...
-    text_config = {
+def base_text_config(vocab_size: int, special_ids: dict[str, int], **more) -> dict:
+    """The text model's size and token ids, the same for every tiny Qwen-VL (`more` adds to it)."""
+    return {
         "vocab_size": vocab_size,
         "hidden_size": TEXT_HIDDEN,
         "intermediate_size": 256,
@@ -316,17 +312,25 @@ def make_config(vocab_size: int, special_ids: dict[str, int]):
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-6,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 1000000.0,
-            "mrope_section": [4, 6, 6],  # sums to head_dim / 2
-        },
-        "use_sliding_window": False,
         "bos_token_id": special_ids["<|endoftext|>"],
         "eos_token_id": special_ids["<|im_end|>"],
         "pad_token_id": special_ids["<|endoftext|>"],
         "tie_word_embeddings": False,
+        **more,
     }
+
+
+def make_config(vocab_size: int, special_ids: dict[str, int]):
+    from transformers import Qwen2_5_VLConfig
+
+    head_dim = (
+        TEXT_HIDDEN // TEXT_HEADS
+    )  # 32: the CPU attention backend needs 32/64/80/...
+    text_config = base_text_config(
+        vocab_size, special_ids,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                         "mrope_section": [4, 6, 6]},  # sums to head_dim / 2
+        use_sliding_window=False)
     assert sum(text_config["rope_parameters"]["mrope_section"]) == head_dim // 2
     vision_config = {
         "depth": VISION_DEPTH,

@@ -52,5 +52,28 @@ class ScriptedChat:
         return text_completion(answer) if isinstance(answer, str) else logprob_completion(answer)
 
 
+def score_scripted(cfg: dict, judge: str, sample: Any, script: Callable[[str], Answer | BackendFault]):
+    """The configured judge `judge` of a gateway built from `cfg` scores `sample`, its backend
+    answering by `script`: (the JudgeScore, the requests sent)."""
+    import asyncio
+
+    from judge_gateway.config import validate_config
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.judges import ScoreContext
+    from judge_gateway.media import MediaCache
+
+    gw = Gateway(validate_config(cfg))
+    scorer = gw.judges[judge]
+    chat = ScriptedChat(script)
+    scorer.pool.chat = chat.chat
+
+    async def go():
+        try:
+            return await scorer.score(sample, ScoreContext(media=MediaCache(), request_id="scripted"))
+        finally:
+            await gw.aclose()
+    return asyncio.run(go()), chat.calls
+
+
 def down(message: str = "503 from the backend") -> BackendFault:
     return BackendUnavailable(message)

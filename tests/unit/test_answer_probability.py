@@ -6,22 +6,19 @@ tests/integration/test_geneval2_own_code.py runs that file itself)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 
 import pytest
 
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.gateway import Gateway
-from judge_gateway.judges import ScoreContext
-from judge_gateway.media import ImageMedia, MediaCache
+from judge_gateway.media import ImageMedia
 from judge_gateway.parsers import ParseError, atom_means, parse_answer_probability
 from judge_gateway.parsers.answer_probability import exact_spellings, numeral_twin
 from judge_gateway.schema import SampleInput
 from tests.conftest import png_bytes
 from tests.support import peer_judges
-from tests.support.scripted_chat import ScriptedChat, down
+from tests.support.scripted_chat import down, score_scripted
 
 COUNT = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
@@ -135,17 +132,7 @@ def judge_config(tmp_path=None, **options) -> dict:
 
 
 def run(cfg: dict, sample: SampleInput, script):
-    gw = Gateway(validate_config(cfg))
-    judge = gw.judges["ge"]
-    chat = ScriptedChat(script)
-    judge.pool.chat = chat.chat
-
-    async def go():
-        try:
-            return await judge.score(sample, ScoreContext(media=MediaCache(), request_id="t"))
-        finally:
-            await gw.aclose()
-    return asyncio.run(go()), chat.calls
+    return score_scripted(cfg, "ge", sample, script)
 
 
 def by_question(question_text: str):

@@ -5,7 +5,6 @@ probe's request starts with the same media so vLLM reuses the prefix; VisionRewa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 
@@ -15,16 +14,14 @@ import pytest
 from judge_gateway.aggregation_profiles import load_aggregation_profile
 from judge_gateway.cli import main
 from judge_gateway.config import ConfigError, validate_config
-from judge_gateway.gateway import Gateway
-from judge_gateway.judges import ScoreContext
-from judge_gateway.media import ImageMedia, MediaCache, VideoMedia
+from judge_gateway.media import ImageMedia, VideoMedia
 from judge_gateway.prompts import load_template
 from judge_gateway.schema import JudgeScore, SampleInput
 from judge_gateway.tuning.cache import CachedScore, CacheKey, ScoreCache, judge_identity
 from judge_gateway.tuning.prefs import load_preferences
 from tests.conftest import png_bytes
 from tests.support import peer_judges
-from tests.support.scripted_chat import ScriptedChat, down
+from tests.support.scripted_chat import down, score_scripted
 
 # P(yes) per question of image_checklist@1 (the rest of each top-20 is No and other tokens)
 P_YES = {"Is the main subject prominent?": 0.9, "Is the image rich?": 0.2, "Is the image clear?": 0.7,
@@ -45,18 +42,8 @@ def config(template: str = "image_checklist@1", **options) -> dict:
 
 
 def run(cfg: dict, script=answer, sample: SampleInput | None = None):
-    gw = Gateway(validate_config(cfg))
-    judge = gw.judges["ck"]
-    chat = ScriptedChat(script)
-    judge.pool.chat = chat.chat
-    sample = sample or SampleInput(prompt="a fox", image=ImageMedia.validate(png_bytes(2)))
-
-    async def go():
-        try:
-            return await judge.score(sample, ScoreContext(media=MediaCache(), request_id="t"))
-        finally:
-            await gw.aclose()
-    return asyncio.run(go()), chat.calls
+    return score_scripted(cfg, "ck", sample or SampleInput(prompt="a fox", image=ImageMedia.validate(png_bytes(2))),
+                          script)
 
 
 def test_each_probe_is_in_details_and_the_reward_is_their_weighted_mean():

@@ -5,20 +5,16 @@ reward the aggregation over the axes, a missing axis never a 0."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from judge_gateway.config import validate_config
-from judge_gateway.gateway import Gateway
-from judge_gateway.judges import ScoreContext
-from judge_gateway.media import ImageMedia, MediaCache
+from judge_gateway.config import ConfigError, validate_config
+from judge_gateway.media import ImageMedia
 from judge_gateway.parsers import Axis, ParseError, parse_axes
 from judge_gateway.prompts import load_template
 from judge_gateway.schema import SampleInput
 from tests.conftest import png_bytes
 from tests.support import peer_judges
-from tests.support.scripted_chat import ScriptedChat
+from tests.support.scripted_chat import score_scripted
 
 UR2 = [Axis("Alignment", "Alignment Score (1-5)"), Axis("Coherence", "Coherence Score (1-5)"),
        Axis("Style", "Style Score (1-5)")]
@@ -114,28 +110,18 @@ def test_scores_inside_the_reasoning_are_never_read():
 # --------------------------------------------------------------------------- the judge
 
 
-def gateway(template: str, **options) -> Gateway:
-    return Gateway(validate_config({
-        "backends": {"q": {"model": "CodeGoat24/UnifiedReward-2.0-qwen3vl-8b", "base_urls": ["http://127.0.0.1:9/v1"]}},
-        "judges": {"ur": {"kind": "multi_axis", "backend": "q", "template": template, "options": options}}}))
+def config(template: str, **options) -> dict:
+    return {"backends": {"q": {"model": "CodeGoat24/UnifiedReward-2.0-qwen3vl-8b", "base_urls": ["http://127.0.0.1:9/v1"]}},
+            "judges": {"ur": {"kind": "multi_axis", "backend": "q", "template": template, "options": options}}}
 
 
-def score(gw: Gateway, reply: str):
-    judge = gw.judges["ur"]
-    chat = ScriptedChat(lambda _question: reply)
-    judge.pool.chat = chat.chat
+def score(cfg: dict, reply: str):
     sample = SampleInput(prompt="a red fox in the snow", image=ImageMedia.validate(png_bytes(3)))
-
-    async def go():
-        try:
-            return await judge.score(sample, ScoreContext(media=MediaCache(), request_id="t"))
-        finally:
-            await gw.aclose()
-    return asyncio.run(go()), chat.calls
+    return score_scripted(cfg, "ur", sample, lambda _question: reply)
 
 
 def test_the_judge_reports_each_axis_and_the_weighted_mean_on_the_scale():
-    result, calls = score(gateway("unified_reward_2_pointwise@1"), UR2_PUBLISHED)
+    result, calls = score(config("unified_reward_2_pointwise@1"), UR2_PUBLISHED)
     assert result.valid and result.details["axes"] == pytest.approx(
         {"Alignment": 2.694700002670288, "Coherence": 2.371500015258789, "Style": 2.802500009536743})
     raw = (2.694700002670288 + 2.371500015258789 + 2.802500009536743) / 3
@@ -148,24 +134,24 @@ def test_the_judge_reports_each_axis_and_the_weighted_mean_on_the_scale():
 
 def test_weights_are_data_and_a_missing_axis_follows_the_policy():
     reply = "Alignment Score (1-5): 5\nStyle Score (1-5): 1"
-    invalid, _ = score(gateway("unified_reward_2_pointwise@1"), reply)
+    invalid, _ = score(config("unified_reward_2_pointwise@1"), reply)
     assert not invalid.valid and invalid.error.code == "parse_error" and "Coherence" in invalid.error.message
     assert invalid.details["axes"] == {"Alignment": 5.0, "Style": 1.0}  # what was read stays visible
-    skipped, _ = score(gateway("unified_reward_2_pointwise@1", missing_policy="skip",
+    skipped, _ = score(config("unified_reward_2_pointwise@1", missing_policy="skip",
                                aspect_weights={"Alignment": 3.0, "Coherence": 1.0, "Style": 1.0}), reply)
     assert skipped.valid and skipped.raw == pytest.approx((3 * 5 + 1 * 1) / 4)
     assert skipped.details["missing"] == ["Coherence"] and skipped.details["weights"] == {"Alignment": 3.0, "Style": 1.0}
 
 
 def test_unknown_axis_weights_are_refused_at_load():
-    with pytest.raises(Exception, match="not an aspect of unified_reward_2_pointwise@1"):
-        gateway("unified_reward_2_pointwise@1", aspect_weights={"Beauty": 1.0})
+    with pytest.raises(ConfigError, match="not an aspect of unified_reward_2_pointwise@1"):
+        validate_config(config("unified_reward_2_pointwise@1", aspect_weights={"Beauty": 1.0}))
 
 
 def test_think_template_reads_the_answer_after_the_reasoning():
     reply = ("<think>1. Alignment: the fox is there... Alignment Score (1-5): 2</think>\n<answer>Alignment Score (1-5): 4\n"
              "Coherence Score (1-5): 4\nStyle Score (1-5): 5</answer>")
-    result, calls = score(gateway("unified_reward_think_pointwise@1"), reply)
+    result, calls = score(config("unified_reward_think_pointwise@1"), reply)
     assert result.valid and result.details["axes"]["Alignment"] == 4.0 and result.details["reasoning_skipped"]
     assert "strictly inside <think> and </think> tags" in calls[0]["messages"][0]["content"][1]["text"]
 
