@@ -122,6 +122,38 @@ class CpuVllm:
         self._script("stop", timeout=120)
 
 
+def png_images(n: int, size: int, seed: int) -> list:
+    """n square PNG images of `size` that look generated (frames of `natural_clip`), as the
+    gateway's ImageMedia."""
+    import io
+
+    from judge_gateway.media import ImageMedia
+
+    out = []
+    for frame in natural_clip(n, size, size, seed=seed):
+        buf = io.BytesIO()
+        Image.fromarray(frame).save(buf, format="PNG")
+        out.append(ImageMedia.validate(buf.getvalue()))
+    return out
+
+
+async def vllm_counters(base_url: str) -> dict[str, float]:
+    """A vLLM server's counters (`vllm:*_total` of its /metrics), each summed over its labels."""
+    import re
+
+    import httpx
+
+    root = base_url.rsplit("/v1", 1)[0]
+    async with httpx.AsyncClient(timeout=30) as client:
+        text = (await client.get(f"{root}/metrics")).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(vllm:[a-z_]+_total)(\{[^}]*\})? ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+    return out
+
+
 def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     """uint8 [n, h, w, 3] frames that look like a generated clip to a codec and a resampler: a
     smooth photo-like texture, colour gradients and rendered text, panning a few pixels a frame
@@ -148,17 +180,18 @@ def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
 
 
-def run_on_vllm(main_async, args, extra: str = "", tiny: str = "vlm") -> int:
+def run_on_vllm(main_async, args, extra: str = "", wait_timeout: int = 240, tiny: str = "vlm") -> int:
     """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
-    for the run (the `tiny` model served as `args.model`, with `extra` vLLM arguments) when no URL
-    was given."""
+    for the run (the `tiny` model served as `args.model`, with `extra` vLLM arguments, healthy
+    within `wait_timeout` seconds) when no URL was given."""
     import asyncio
     import tempfile
 
     if args.base_url:
         asyncio.run(main_async(args, args.base_url))
         return 0
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir, extra=extra, tiny=tiny) as server:
+    with tempfile.TemporaryDirectory() as run_dir, \
+            CpuVllm([args.model], run_dir, extra=extra, wait_timeout=wait_timeout, tiny=tiny) as server:
         asyncio.run(main_async(args, server.base_url))
     return 0
 

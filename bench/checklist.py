@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import argparse
 import io
-import re
 import statistics
 import sys
 from pathlib import Path
 
-import httpx
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _support import natural_clip, score_images  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+from _support import natural_clip, score_images, vllm_counters  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
@@ -54,19 +52,6 @@ def images(n: int, size: int, seed: int, flip: bool) -> list[ImageMedia]:
         buf = io.BytesIO()
         Image.fromarray(frame).save(buf, format="PNG")
         out.append(ImageMedia.validate(buf.getvalue()))
-    return out
-
-
-async def vllm_counters(base_url: str) -> dict[str, float]:
-    """vLLM's request, prompt-token and cache counters (summed over their labels)."""
-    root = base_url.rsplit("/v1", 1)[0]
-    async with httpx.AsyncClient(timeout=30) as client:
-        text = (await client.get(f"{root}/metrics")).text
-    out: dict[str, float] = dict.fromkeys(COUNTERS, 0.0)
-    for line in text.splitlines():
-        m = re.match(r"^vllm:([a-z_]+)_total(\{[^}]*\})? ([0-9.e+-]+)$", line)
-        if m and m.group(1) in out:
-            out[m.group(1)] += float(m.group(3))
     return out
 
 
@@ -91,7 +76,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
             before = await vllm_counters(base_url)
             wall, invalid = await score_images(gateway, [name], imgs, args.concurrency)
             after = await vllm_counters(base_url)
-            d = {k: after[k] - before[k] for k in COUNTERS}
+            d = {k: after.get(f"vllm:{k}_total", 0.0) - before.get(f"vllm:{k}_total", 0.0) for k in COUNTERS}
             walls[name].append(wall)
             print(f"round {rnd + 1}  {name:9s}: {wall:7.2f} s  {d['request_success']:5.0f} calls "
                   f"({d['request_success'] / args.images:4.1f} per image, {invalid} invalid scores)  "

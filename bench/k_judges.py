@@ -20,49 +20,20 @@ as at most ~64 tokens, so most of its cost per request is not the prefill.
 from __future__ import annotations
 
 import argparse
-import io
-import re
 import statistics
 import sys
 from pathlib import Path
 
-import httpx
-from PIL import Image
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _support import natural_clip, score_images  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+from _support import png_images as images, score_images, vllm_counters  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
-from judge_gateway.media import ImageMedia  # noqa: E402
 
 JUDGES = {"image_quality": "image_quality@1", "alignment": "vqa_alignment@1",
           "beautiful": "flow_factory_beautiful@1"}
-
-
-def images(n: int, size: int, seed: int) -> list[ImageMedia]:
-    frames = natural_clip(n, size, size, seed=seed)
-    out = []
-    for f in frames:
-        buf = io.BytesIO()
-        Image.fromarray(f).save(buf, format="PNG")
-        out.append(ImageMedia.validate(buf.getvalue()))
-    return out
-
-
-async def vllm_counters(base_url: str) -> dict[str, float]:
-    """vLLM's counters whose names mention a cache (prefix cache, multi-modal caches)."""
-    root = base_url.rsplit("/v1", 1)[0]
-    async with httpx.AsyncClient(timeout=30) as client:
-        text = (await client.get(f"{root}/metrics")).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^(vllm:[a-z_]*cache[a-z_]*_total)(\{[^}]*\})? ([0-9.e+-]+)$", line)
-        if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-    return out
 
 
 def hit_rate(before: dict[str, float], after: dict[str, float], kind: str) -> str:

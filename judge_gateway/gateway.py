@@ -44,6 +44,10 @@ class RequestTooLargeError(InvalidInput):
     """A request holds more samples than server.max_samples_per_request."""
 
 
+class GroupTooLargeError(InvalidInput):
+    """A request's group is larger than a comparative judge's max_group_size (its budget)."""
+
+
 class Gateway:
     """Scores reward requests with the configured judges. Safe to share across requests."""
 
@@ -124,6 +128,9 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
+        for name in names:  # refused before anything is scored: a request no retry can change
+            if (reason := self.judges[name].refusal(request.samples)) is not None:
+                raise GroupTooLargeError(reason)
         ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex,
                            samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])

@@ -4,6 +4,7 @@
     models.py        the sections' models (GatewayConfig, ServerConfig, JudgeConfig, ...)
     kinds.py         the one table of judge kinds: options model, VLM or head, media, classes
     vlm_options.py   the VLM kinds' options;  head_options.py  the head kinds' options
+    comparative_options.py  the comparative kind's options (schedule, swap, budget, group deadline)
     custom_heads.py  the options of heads you bring (a class named by import path)
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
@@ -16,6 +17,7 @@
 This face re-exports the names callers use.
 """
 
+from .comparative_options import ComparativeOptions
 from .custom_heads import (
     CosmosRLHandlerOptions,
     CustomHeadOptions,
@@ -111,6 +113,7 @@ __all__ = [
     # judge kinds and their options
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",
+    "ComparativeOptions",
     "AspectWeightOptions", "MultiAxisOptions", "ChecklistOptions", "AnswerProbabilityOptions",
     "HeadOptions", "ClipOptions", "PickScoreOptions", "HPSv2Options", "HPSv3Options", "OcrOptions",
     "GenEvalOptions", "VideoAlignOptions", "ImageRewardOptions", "ImageRewardVit",

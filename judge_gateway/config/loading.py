@@ -16,6 +16,7 @@ from .models import GatewayConfig, JudgeConfig
 from .protocols import check_protocols
 from .ray import check_ray
 from .watch import check_watch
+from .comparative_options import ComparativeOptions
 from .vlm_options import AnswerProbabilityOptions, AspectWeightOptions, CriticOptions, VLMOptions
 
 # The configs shipped inside the package (the repository's configs/ folder), loadable by name.
@@ -134,6 +135,8 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
         problems += _check_critic(key, name, judge, opts, template, cfg, broken)
     elif isinstance(opts, AnswerProbabilityOptions):
         problems += _check_atoms_file(key, opts, source)
+    elif isinstance(opts, ComparativeOptions):
+        problems += _check_comparative(key, name, judge, opts, template, cfg)
     problems += _check_shadow(key, judge, opts, template)
     if opts.video_first_frame and "image" not in template.media_slots:
         problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
@@ -162,6 +165,26 @@ def _check_critic(key: str, name: str, judge: JudgeConfig, opts: CriticOptions, 
             problems.append(f"{where}: set either the critic's own `video` table or share_video_with, not both")
         else:
             judge.video = cfg.judges[other].video.model_copy()
+    return problems
+
+
+def _check_comparative(key: str, name: str, judge: JudgeConfig, opts: ComparativeOptions, template: Any,
+                       cfg: GatewayConfig) -> list[str]:
+    """The reference image is not one the template shows as a source; a comparative judge compares
+    a group, so a Flow-Factory profile that serves it must be groupwise (a pointwise request is a
+    batch of samples of any prompts)."""
+    problems = []
+    shown = template.media_slots.count("condition_image")
+    if opts.schedule == "reference" and opts.reference_index < shown:
+        problems.append(f"{key}.options.reference_index: condition_images[{opts.reference_index}] is shown by "
+                        f"{judge.template} as a source image (its first {shown}); the reference must be another one")
+    if name in cfg.watch.shadow_judges:
+        problems.append(f"watch.shadows: judge {name!r} compares whole groups; the watch scores a sampled share "
+                        "of samples, not whole groups, so it cannot be a shadow judge")
+    for profile_name, profile in cfg.flow_factory.profiles.items():
+        if name in profile.judges and profile.mode != "groupwise":
+            problems.append(f"flow_factory.profiles.{profile_name}.mode: judge {name!r} compares a group's samples; "
+                            "a pointwise request is a batch of any prompts: set mode = \"groupwise\"")
     return problems
 
 

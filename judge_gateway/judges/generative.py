@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import CriticOptions, FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
 from ..parsers import ParseError, parse_final_score, parse_rubric
+from ..prompts import Template
 from ..parsers.peer_rubric import rational_reward
 from ..schema import ErrorCode
 from .aspects import AspectWeights
@@ -27,30 +28,35 @@ DEFAULT_MAX_TOKENS = 2048
 MAX_REPLY_CHARS = 8000
 
 
+def generation_params(opts: Any, template: Template) -> dict[str, Any]:
+    """The generation parameters of a judge that writes a reply (rubric, final score, critic, a
+    comparative verdict in an answer tag): `opts` has max_tokens, temperature and stop."""
+    # The option, else the template's (RationalRewards@2: 0.1, as its README), else 0.
+    temperature = opts.temperature if opts.temperature is not None else template.temperature
+    params: dict[str, Any] = {"temperature": temperature if temperature is not None else 0.0}
+    # The option, else the template's, else DEFAULT_MAX_TOKENS; none where the template says
+    # send_max_tokens = false (the server's limit, as cosmos-rl's unified_reward sends none).
+    if opts.max_tokens:
+        params["max_tokens"] = opts.max_tokens
+    elif template.send_max_tokens:
+        params["max_tokens"] = template.max_tokens or DEFAULT_MAX_TOKENS
+    stop = opts.stop if opts.stop is not None else list(template.stop)
+    if stop:
+        params["stop"] = stop
+    return params
+
+
 class _GenerativeJudge(VLMJudge):
     options: RubricOptions | FinalScoreOptions | CriticOptions
 
     @property
     def temperature(self) -> float:
-        """The judge's option, else the template's (RationalRewards@2: 0.1, as its README), else 0."""
-        if self.options.temperature is not None:
-            return self.options.temperature
-        return self.template.temperature if self.template.temperature is not None else 0.0
+        return generation_params(self.options, self.template)["temperature"]
 
     def _request_params(self) -> dict[str, Any]:
-        opts = self.options
-        params: dict[str, Any] = {"temperature": self.temperature}
-        # The option, else the template's, else DEFAULT_MAX_TOKENS; none where the template says
-        # send_max_tokens = false (the server's limit, as cosmos-rl's unified_reward sends none).
-        if opts.max_tokens:
-            params["max_tokens"] = opts.max_tokens
-        elif self.template.send_max_tokens:
-            params["max_tokens"] = self.template.max_tokens or DEFAULT_MAX_TOKENS
-        stop = opts.stop if opts.stop is not None else list(self.template.stop)
-        if stop:
-            params["stop"] = stop
-        if getattr(opts, "guided_regex", None):
-            params["extra_body"] = {"structured_outputs": {"regex": opts.guided_regex}}
+        params = generation_params(self.options, self.template)
+        if getattr(self.options, "guided_regex", None):
+            params["extra_body"] = {"structured_outputs": {"regex": self.options.guided_regex}}
         return params
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:

@@ -165,6 +165,11 @@ class MediaCache:
         known = self._ids.get(id(medium))
         return hash(known[2]) if known is not None and known[0] is medium else None
 
+    async def content_id(self, medium: Medium) -> int:
+        """A number equal for media of equal content within this request (a group's shared source
+        image, say), found as the encodes find theirs."""
+        return await self._content_id(medium)
+
     async def _content_id(self, medium: Medium) -> int:
         known = self._ids.get(id(medium))
         if known is not None and known[0] is medium:

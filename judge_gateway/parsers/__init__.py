@@ -2,6 +2,7 @@
 
 from .answer_probability import AnswerProbability, atom_means, parse_answer_probability
 from .axes import AxesResult, Axis, parse_axes
+from .comparative import AnswerVerdict, parse_answer_verdict
 from .errors import ParseError
 from .final_score import FinalScoreResult, parse_final_score
 from .rubric import RubricResult, parse_rubric
@@ -15,6 +16,8 @@ __all__ = [
     "parse_rubric",
     "FinalScoreResult",
     "parse_final_score",
+    "AnswerVerdict",
+    "parse_answer_verdict",
     "Axis",
     "AxesResult",
     "parse_axes",

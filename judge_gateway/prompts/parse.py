@@ -6,9 +6,10 @@ text, the aspects or label the prompt must ask for, the critic's reply schema). 
 validated once, by its kind's model; `TemplateError` lists every problem, each naming the file
 and the key (`answer.positive`, `aspects[1].weight`).
 
-Over 500 lines: a model per template kind (seven) with its inner tables and the messages that name
-their keys; the kinds share the tables and the error wording, and docs/reference's table of
-template keys is generated from this one module.
+Over 500 lines: a model per template kind (eight) beside the one set of error messages that name
+a file's keys; a kind's model needs the shared base tables and checks defined here, so a kind
+moved to a module of its own would import this one back through TEMPLATE_FILES (and the docs'
+table of template keys is generated from this one module).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .template import (
     QUESTION_PLACEHOLDER,
     AnswerSet,
     Aspect,
+    ComparativeVerdict,
     Template,
     TemplateError,
     marker_like,
@@ -161,8 +163,8 @@ class TemplateFile(_Table):
     id: Text = Field(description="the family: the name of the template's folder")
     version: Text = Field(description="the version: the stem of the file's name")
     description: Text = Field(description="one line on what the template asks")
-    kind: str = Field(description="the template kind: yes_no, rubric, final_score, critic, multi_axis, "
-                      "answer_probability or checklist; it says which other keys the file takes")
+    kind: str = Field(description="the template kind: yes_no, rubric, final_score, critic, comparative, "
+                      "multi_axis, answer_probability or checklist; it says which other keys the file takes")
     system: Text | None = Field(None, description="the system message (no media, no {prompt})")
     user: Text = Field(
         description="the user message: text with {prompt} and media markers "
@@ -362,6 +364,92 @@ class CriticFile(_GenerativeFile):
                               violations_field=self.violations_field)
 
 
+class VerdictTable(_Table):
+    """`[verdict]` of a comparative template: how its reply says which image is better."""
+
+    read: Literal["answer", "logprobs"] = Field(
+        description="answer: a generated reply whose answer tag names the better image; logprobs: "
+        "one token, P(yes) read from its logprobs as the yes_no kind reads its answer")
+    tag: Text = Field("answer", description="read = answer: the tag the verdict is written in, <tag>...</tag>")
+    first: list[Text] = Field(
+        default_factory=list, description="read = answer: phrases of an answer that names the first image")
+    second: list[Text] = Field(
+        default_factory=list, description="read = answer: phrases of an answer that names the second image")
+    tie: list[Text] = Field(
+        default_factory=list, description="read = answer: phrases of an answer that calls a tie (none: the "
+        "template allows no tie)")
+    yes_means: Literal["first", "second"] | None = Field(
+        None, description="read = logprobs: which image a yes says is the better one")
+    yes_words: list[Text] = Field(
+        default_factory=lambda: ["yes"], min_length=1,
+        description="read = logprobs: the answer words read as yes (case and space variants counted)")
+    no_words: list[Text] = Field(
+        default_factory=lambda: ["no"], min_length=1, description="read = logprobs: the answer words read as no")
+
+    @model_validator(mode="after")
+    def _one_way_to_read(self) -> VerdictTable:
+        if self.read == "answer":
+            if not self.first or not self.second:
+                raise ValueError("read = 'answer' needs the phrases `first` and `second`")
+            if self.yes_means is not None:
+                raise ValueError("yes_means is for read = 'logprobs'")
+            phrases = [*self.first, *self.second, *self.tie]
+            shared = sorted({p for p in phrases if phrases.count(p) > 1})
+            if shared:
+                raise ValueError(f"a phrase names two verdicts: {shared}")
+        else:
+            if self.yes_means is None:
+                raise ValueError("read = 'logprobs' needs yes_means = 'first' or 'second'")
+            if self.first or self.second or self.tie:
+                raise ValueError("first, second and tie are phrases of read = 'answer'")
+            folded = {w.strip().casefold() for w in self.yes_words} & {w.strip().casefold() for w in self.no_words}
+            if folded:
+                raise ValueError(f"yes_words and no_words overlap: {sorted(folded)}")
+        return self
+
+
+class ComparativeFile(_GenerativeFile):
+    """A comparative template: two images of one prompt (two `<image>` markers, in the order they
+    are shown), optionally the condition images a group shares (an edit's source); the reply says
+    which image is better. `stop`, `max_tokens` and `temperature` apply to read = answer."""
+
+    verdict: VerdictTable = Field(
+        description="the [verdict] table: read = answer (phrases first, second, tie in the answer tag) "
+        "or logprobs (yes_means, yes_words, no_words)")
+
+    @model_validator(mode="after")
+    def _two_images_one_verdict(self) -> ComparativeFile:
+        slots = [slot for is_media, slot in split_at_markers(self.user) if is_media]
+        if slots.count("image") != 2:
+            raise _KeyProblem("user", f"a comparative template shows exactly two <image> markers (the pair), "
+                              f"found {slots.count('image')}")
+        other = sorted(set(slots) - {"image", "condition_image"})
+        if other:
+            raise _KeyProblem("user", f"a comparative template compares images: no <{other[0]}> marker")
+        text = "".join(value for is_media, value in split_at_markers(self.user) if not is_media)
+        if self.verdict.read == "logprobs":
+            for key in ("stop", "max_tokens", "send_max_tokens", "temperature"):
+                if key in self.model_fields_set:
+                    raise _KeyProblem(key, "a logprobs verdict is one token at temperature 0: no request defaults")
+            if text.count("?") != 1:
+                raise _KeyProblem("user", f"a logprobs verdict reads the answer to one question, found "
+                                  f"{text.count('?')} '?'")
+        else:
+            said = text + (self.system or "")
+            for phrase in [*self.verdict.first, *self.verdict.second, *self.verdict.tie]:
+                # the reply can only be read by phrases the prompt asks for: a typo is refused here
+                if phrase not in said:
+                    raise _KeyProblem("verdict", f"phrase {phrase!r} does not appear in the prompt")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        v = self.verdict
+        verdict = ComparativeVerdict(read=v.read, tag=v.tag, first=tuple(v.first), second=tuple(v.second),
+                                     tie=tuple(v.tie), yes_means=v.yes_means)
+        words = {"yes_words": tuple(v.yes_words), "no_words": tuple(v.no_words)} if v.read == "logprobs" else {}
+        return self._template(path, sha256, verdict=verdict, **words)
+
+
 class MultiAxisFile(_ScoredFile):
     """A multi_axis template: the reply writes one `label: score` line per axis (UnifiedReward-2.0,
     VideoScore2); the reward is the weighted mean of the axes."""
@@ -476,6 +564,7 @@ TEMPLATE_FILES: dict[str, type[TemplateFile]] = {
     "rubric": RubricFile,
     "final_score": FinalScoreFile,
     "critic": CriticFile,
+    "comparative": ComparativeFile,
     "multi_axis": MultiAxisFile,
     "answer_probability": AnswerProbabilityFile,
     "checklist": ChecklistFile,

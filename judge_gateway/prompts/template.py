@@ -11,6 +11,7 @@ written with a backslash, `\\<image>`, and renders as the text `<image>`; so is 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,22 @@ class AnswerSet:
 
 
 @dataclass(frozen=True)
+class ComparativeVerdict:
+    """How a comparative template's reply says which of its two images is better: `read` =
+    "answer" (a generated reply; the text inside the `tag` contains one of the phrases naming
+    the first image, the second, or a tie) or "logprobs" (one token: P(yes) that the image
+    `yes_means` names is the better one, read as the yes/no kind reads its answer, with the
+    template's yes_words / no_words)."""
+
+    read: str
+    tag: str = "answer"
+    first: tuple[str, ...] = ()
+    second: tuple[str, ...] = ()
+    tie: tuple[str, ...] = ()
+    yes_means: str | None = None  # "first" | "second"
+
+
+@dataclass(frozen=True)
 class Template:
     """A loaded, validated template. Build with `load_template`, not directly."""
 
@@ -96,6 +113,8 @@ class Template:
     # critic: the reply's JSON schema and the dotted path of its violations list.
     json_schema: dict[str, Any] | None = None
     violations_field: str | None = None
+    # comparative: how the reply names the better of its two images.
+    verdict: ComparativeVerdict | None = None
     # multi_axis: which of several `label:` lines of one axis counts ("first" / "last").
     occurrence: str | None = None
     # answer_probability: the answer sets, how an answer's probability is normalised ("none" /
@@ -110,10 +129,16 @@ class Template:
     def ref(self) -> str:
         return f"{self.id}@{self.version}"
 
+    @functools.cached_property
+    def _pieces(self) -> tuple[tuple[bool, str], ...]:
+        """The user text split at its markers, once per template (a comparative judge renders
+        a 3 kB text per comparison; the split was most of the render's cost)."""
+        return tuple(split_at_markers(self.user))
+
     @property
     def media_slots(self) -> tuple[str, ...]:
         """Media markers of the user text in order of appearance, repeats included."""
-        return tuple(slot for is_media, slot in split_at_markers(self.user) if is_media)
+        return tuple(slot for is_media, slot in self._pieces if is_media)
 
     def render(self, prompt: str, media: Mapping[str, Sequence[dict]], question: str | None = None) -> list[dict]:
         """OpenAI chat messages for one sample (and, for templates with `{question}`, one question).
@@ -129,7 +154,7 @@ class Template:
             _check_prompt(question, self.ref)
         queues = self._media_queues(media)
         parts: list[dict] = []
-        for is_media, value in split_at_markers(self.user):
+        for is_media, value in self._pieces:
             if is_media:
                 queue = queues[value]
                 if not queue:
@@ -158,7 +183,7 @@ class Template:
         _check_prompt(prompt, self.ref)
         user = "".join(
             f"[{value}]" if is_media else _fill(value, prompt, question)
-            for is_media, value in split_at_markers(self.user)
+            for is_media, value in self._pieces
         )
         if self.system is None:
             return f"[user]\n{user}"
@@ -198,8 +223,11 @@ class Template:
 
 def marker_like(text: str) -> list[str]:
     """Every `<name>` in `text` that has a media marker's shape, known or not: a template file
-    that holds one it does not know (a typo such as `<img>`) is refused."""
-    return [match.group(0) for match in _MARKER_LIKE_RE.finditer(text)]
+    that holds one it does not know (a typo such as `<img>`) is refused. A `<name>` whose
+    closing `</name>` is in the text too is a tag the prompt asks the reply to write (`<think>`,
+    `<answer>`), not a marker: a media marker is never closed."""
+    return [match.group(0) for match in _MARKER_LIKE_RE.finditer(text)
+            if f"</{match.group(1)}>" not in text]
 
 
 def split_at_markers(user: str) -> list[tuple[bool, str]]:

@@ -36,6 +36,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "extras",  # the pip extras and the check that names a missing one
         "env_vars",  # the JG_ environment variables and their deprecated JUDGE_GATEWAY_ spellings
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
+        "comparisons",  # comparative judging's arithmetic: schedules, outcomes, aggregations, report
     )),
     ("config, schema", (
         "config", "schema",

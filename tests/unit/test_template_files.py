@@ -58,6 +58,10 @@ CHECKLIST = {"id": "draft", "version": "1", "description": "test", "kind": "chec
              "probes": [{"name": "clear", "question": "Is the image clear?"},
                         {"name": "blurry", "question": 'Is "{prompt}" blurry?', "weight": 2.0, "positive": "no"}]}
 
+COMPARATIVE = {"id": "draft", "version": "1", "description": "test", "kind": "comparative",
+               "user": "<image><image>Is the second image better? Answer yes or no.",
+               "verdict": {"read": "logprobs", "yes_means": "second"}}
+
 
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
@@ -312,7 +316,10 @@ def test_defaults_of_each_kind() -> None:
     assert checklist.aspects == (Aspect("clear", 1.0, question="Is the image clear?", positive="yes"),
                                  Aspect("blurry", 2.0, question='Is "{prompt}" blurry?', positive="no"))
     assert (checklist.positive, checklist.scale) == ("yes", (0.0, 1.0))
-    assert {t.kind for t in (yes_no, rubric, final, critic, axes, answers, checklist)} == set(TEMPLATE_KINDS)
+    comparative = read(COMPARATIVE).template(PATH, "0" * 64)
+    assert (comparative.verdict.read, comparative.verdict.yes_means, comparative.yes_words, comparative.no_words,
+            comparative.verdict.tag, comparative.max_tokens) == ("logprobs", "second", ("yes",), ("no",), "answer", None)
+    assert {t.kind for t in (yes_no, rubric, final, critic, comparative, axes, answers, checklist)} == set(TEMPLATE_KINDS)
 
 
 def test_parsing_is_cached_by_path_and_content() -> None:
