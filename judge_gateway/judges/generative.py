@@ -46,6 +46,12 @@ def generation_params(opts: Any, template: Template) -> dict[str, Any]:
     return params
 
 
+def unread(exc: ParseError, facts: dict[str, Any]) -> JudgeFailure:
+    """The failure of a reply the parser could not read: its code, and a hint when max_tokens cut it."""
+    hint = " (the reply was cut by max_tokens)" if facts.get("finish_reason") == "length" else ""
+    return JudgeFailure(exc.code, f"{exc}{hint}", details={**exc.details, **facts})
+
+
 class _GenerativeJudge(VLMJudge):
     options: RubricOptions | FinalScoreOptions | CriticOptions
 
@@ -106,8 +112,7 @@ class RubricJudge(_GenerativeJudge):
         try:
             parsed = parse_rubric(text, self.aspects, scale=self.scale)
         except ParseError as exc:
-            hint = " (the reply was cut by max_tokens)" if facts.get("finish_reason") == "length" else ""
-            raise JudgeFailure(exc.code, f"{exc}{hint}", details={**exc.details, **facts}) from None
+            raise unread(exc, facts) from None
         try:
             raw, used = self.weighting.aggregate(parsed.scores, parsed.missing)
         except JudgeFailure as exc:

@@ -14,7 +14,7 @@ from ..config import JudgeConfig, MultiAxisOptions, NormalizeConfig
 from ..parsers import Axis, ParseError, parse_axes
 from .aspects import AspectWeights
 from .base import JudgeFailure, ScoreContext, Verdict
-from .generative import _GenerativeJudge
+from .generative import _GenerativeJudge, unread
 
 if TYPE_CHECKING:
     from ..backends import BackendPool
@@ -39,8 +39,7 @@ class MultiAxisJudge(_GenerativeJudge):
         try:
             parsed = parse_axes(text, self.axes, scale=self.scale, occurrence=self.occurrence)
         except ParseError as exc:
-            hint = " (the reply was cut by max_tokens)" if facts.get("finish_reason") == "length" else ""
-            raise JudgeFailure(exc.code, f"{exc}{hint}", details={**exc.details, **facts}) from None
+            raise unread(exc, facts) from None
         try:
             raw, used = self.weighting.aggregate(parsed.scores, parsed.missing)
         except JudgeFailure as exc:

@@ -108,15 +108,8 @@ def make_config(vocab_size: int, special_ids: dict[str, int]):
         "deepstack_visual_indexes": [0],
         "hidden_act": "gelu_pytorch_tanh",
     }
-    config = Qwen3VLConfig(
-        text_config=text_config,
-        vision_config=vision_config,
-        image_token_id=special_ids["<|image_pad|>"],
-        video_token_id=special_ids["<|video_pad|>"],
-        vision_start_token_id=special_ids["<|vision_start|>"],
-        vision_end_token_id=special_ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
+    config = Qwen3VLConfig(text_config=text_config, vision_config=vision_config, **base.media_token_ids(special_ids),
+                           tie_word_embeddings=False)
     config.architectures = ["Qwen3VLForConditionalGeneration"]
     config.dtype = "float32"
     return config

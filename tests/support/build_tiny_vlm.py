@@ -320,6 +320,13 @@ def base_text_config(vocab_size: int, special_ids: dict[str, int], **more) -> di
     }
 
 
+def media_token_ids(special_ids: dict[str, int]) -> dict[str, int]:
+    """The ids a Qwen-VL config names for its image, video and vision-span tokens."""
+    return {"image_token_id": special_ids["<|image_pad|>"], "video_token_id": special_ids["<|video_pad|>"],
+            "vision_start_token_id": special_ids["<|vision_start|>"],
+            "vision_end_token_id": special_ids["<|vision_end|>"]}
+
+
 def make_config(vocab_size: int, special_ids: dict[str, int]):
     from transformers import Qwen2_5_VLConfig
 
@@ -347,15 +354,8 @@ def make_config(vocab_size: int, special_ids: dict[str, int]):
         "fullatt_block_indexes": [VISION_DEPTH - 1],
         "hidden_act": "silu",
     }
-    config = Qwen2_5_VLConfig(
-        text_config=text_config,
-        vision_config=vision_config,
-        image_token_id=special_ids["<|image_pad|>"],
-        video_token_id=special_ids["<|video_pad|>"],
-        vision_start_token_id=special_ids["<|vision_start|>"],
-        vision_end_token_id=special_ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
+    config = Qwen2_5_VLConfig(text_config=text_config, vision_config=vision_config, **media_token_ids(special_ids),
+                              tie_word_embeddings=False)
     config.architectures = ["Qwen2_5_VLForConditionalGeneration"]
     config.dtype = "float32"
     return config
