@@ -51,7 +51,6 @@ from .loading import (
     validate_config,
 )
 from .models import (
-    AdmissionConfig,
     BackendConfig,
     CombineConfig,
     EvalConfig,
@@ -60,10 +59,7 @@ from .models import (
     JudgeConfig,
     MediaConfig,
     PromptsConfig,
-    ServerConfig,
     VideoSamplingConfig,
-    check_api_key,
-    is_loopback,
 )
 from .normalize import NormalizeConfig
 from .protocols import (
@@ -86,6 +82,7 @@ from .protocols import (
     WanVaeConfig,
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
+from .server import AdmissionConfig, ServerConfig, check_api_key, is_loopback
 from .vlm_options import (
     AnswerProbabilityOptions,
     AspectWeightOptions,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,11 @@ class VLMJudge(Judge):
     @property
     def backend_name(self) -> str:
         return self.pool.name
+
+    def backend_calls(self, samples: Sequence["SampleInput"]) -> int:
+        """The most calls scoring `samples` sends the backend (admission holds that many of its
+        slots): one per sample, two with a shadow template."""
+        return len(samples) * (2 if self.shadow is not None else 1)
 
     async def probe(self) -> tuple[bool, str | None]:
         return await self.pool.probe()

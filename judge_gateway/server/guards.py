@@ -18,6 +18,7 @@ and a JSON 500 as the last resort for a bug.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -28,6 +29,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ..config import ServerConfig
 from ..media import MediaLimits, request_limits
 from .errors import error_bytes
+from .origin import OriginPolicy
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +110,24 @@ def uvicorn_options(cfg: ServerConfig) -> dict[str, Any]:
         "http": guarded_protocol(cfg),
         "h11_max_incomplete_event_size": cfg.max_header_bytes,
         "timeout_keep_alive": cfg.keep_alive_s,
+        # uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told otherwise (its default
+        # forwarded_allow_ips, or the FORWARDED_ALLOW_IPS variable): any local process could then
+        # name an allowed address and pass server.allow_networks. Only the named proxies are trusted.
+        "proxy_headers": bool(cfg.trusted_proxies),
+        "forwarded_allow_ips": list(cfg.trusted_proxies),
     }
 
 
 class RequestGuardMiddleware:
     """Outermost middleware: header count, media budgets, and a JSON 500 for unexpected errors."""
 
-    def __init__(self, app: ASGIApp, max_headers: int, max_header_bytes: int, media_limits: MediaLimits) -> None:
+    def __init__(self, app: ASGIApp, max_headers: int, max_header_bytes: int, media_limits: MediaLimits,
+                 origin: OriginPolicy | None = None) -> None:
         self.app = app
         self.max_headers = max_headers
         self.max_header_bytes = max_header_bytes
         self.media_limits = media_limits
+        self.origin = origin  # without API keys: what a web page may not send (origin.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -143,6 +152,13 @@ class RequestGuardMiddleware:
                 "a request with both Content-Length and Transfer-Encoding is refused: its body length is "
                 "ambiguous; send one of them")))
             return
+        if self.origin is not None:
+            refusal = self.origin.check(scope["method"], scope["path"], headers)
+            if refusal is not None:
+                log.info("refused %s %s: %s", scope["method"], scope["path"][:200], refusal.message)
+                await _send_json(send, refusal.status, error_bytes(refusal.code, refusal.message),
+                                 message=refusal.message)
+                return
         started = False
 
         async def tracking_send(message: Message) -> None:
@@ -162,7 +178,9 @@ class RequestGuardMiddleware:
                     "internal_error", f"{type(err).__name__} (a bug in the gateway; logged)"))
 
 
-async def _send_json(send: Send, status: int, body: bytes) -> None:
+async def _send_json(send: Send, status: int, body: bytes, message: str | None = None) -> None:
+    if message is not None:  # `message` and `status` at the top too: cosmos-rl's clients read them
+        body = json.dumps({**json.loads(body), "message": message, "status": "rejected"}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
