@@ -83,7 +83,17 @@ from .protocols import (
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
 from .server import AdmissionConfig, ServerConfig, check_api_key, is_loopback
-from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .vlm_options import (
+    AnswerProbabilityOptions,
+    AspectWeightOptions,
+    ChecklistOptions,
+    CriticOptions,
+    FinalScoreOptions,
+    MultiAxisOptions,
+    RubricOptions,
+    VLMOptions,
+    YesNoOptions,
+)
 from .watch import WatchAlarms, WatchConfig
 
 __all__ = [
@@ -101,6 +111,7 @@ __all__ = [
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",
     "ComparativeOptions",
+    "AspectWeightOptions", "MultiAxisOptions", "ChecklistOptions", "AnswerProbabilityOptions",
     "HeadOptions", "ClipOptions", "PickScoreOptions", "HPSv2Options", "HPSv3Options", "OcrOptions",
     "GenEvalOptions", "VideoAlignOptions", "ImageRewardOptions", "ImageRewardVit",
     "ImportedHeadOptions", "CustomHeadOptions", "FlowFactoryModelOptions", "CosmosRLHandlerOptions", "class_ref",

@@ -39,7 +39,7 @@ from .launch import LaunchConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
-from .server import ServerConfig
+from .server import LOOPBACK_HOSTS, ServerConfig
 from .watch import WatchConfig
 
 

@@ -119,6 +119,12 @@ class VLMJudge(Judge):
 
     async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
         """The chat messages for one sample, and the media facts for `details`."""
+        parts, facts = await self.media_parts(sample, ctx)
+        return self.template.render(sample.prompt, parts), facts
+
+    async def media_parts(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[dict[str, list[dict]], dict[str, Any]]:
+        """The content parts of the template's media slots for one sample (each medium encoded once
+        per request), and the media facts for `details`: render them once per question."""
         parts: dict[str, list[dict]] = {}
         facts: dict[str, Any] = {}
         slots = self.template.media_slots
@@ -153,4 +159,4 @@ class VLMJudge(Judge):
             enc_v = await ctx.media.video(sample.video, self.video_sampling)
             parts["video"] = [{"type": "video_url", "video_url": {"url": enc_v.data_url}}]
             facts["video"] = {**enc_v.details(), "sampling": asdict(self.video_sampling)}
-        return self.template.render(sample.prompt, parts), facts
+        return parts, facts
