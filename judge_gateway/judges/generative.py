@@ -48,9 +48,12 @@ class _GenerativeJudge(VLMJudge):
         return params
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
-        messages, media_facts = await self.build_messages(sample, ctx)
-        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx),
-                                          **self._request_params())
+        prompt = await self.build_prompt(sample, ctx)
+        messages, media_facts = prompt.messages, prompt.facts
+        params = self._request_params()
+        if prompt.extra_body:
+            params["extra_body"] = prompt.body(params.get("extra_body"))
+        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx), **params)
         choices = completion.get("choices") or []
         message = (choices[0].get("message") or {}) if choices else {}
         text = message.get("content")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends import BackendPool
@@ -34,7 +34,7 @@ class VLMJudge(Judge):
             id=self.template.id, version=self.template.version, sha256=self.template.sha256
         )
         self.image_encoding = ImageEncoding(**cfg.image.model_dump())
-        self.video_sampling = VideoSampling(**cfg.video.model_dump())
+        self.video_sampling = VideoSampling(**{**cfg.video.model_dump(), "codec": self._video_codec(cfg, pool)})
         assert isinstance(cfg.options, VLMOptions)  # typed at config load (config.kinds)
         self.video_first_frame = cfg.options.video_first_frame and (
             "image" in self.template.media_slots
@@ -45,6 +45,14 @@ class VLMJudge(Judge):
         if shadow_ref:
             options = cfg.options.model_copy(update={"shadow_template": None})
             self.shadow = type(self)(name, cfg.model_copy(update={"template": shadow_ref, "options": options}), pool)
+
+    def _video_codec(self, cfg: JudgeConfig, pool: BackendPool) -> str:
+        """codec "auto": a JPEG frame list where the backend takes one (its media_io_kwargs carry one
+        rate per request, so only for a template with one video slot), else Motion JPEG in mp4."""
+        if cfg.video.codec != "auto":
+            return cfg.video.codec
+        videos = sum(slot in ("video", "condition_video") for slot in self.template.media_slots)
+        return "jpeg_frames" if pool.cfg.takes_jpeg_frames() and videos == 1 else "auto"
 
     def bands_for(self, details: dict[str, Any]) -> dict[str, float]:
         """The configured bands, else High/Medium/Low where the judge saw a video (its reward is
@@ -107,6 +115,13 @@ class VLMJudge(Judge):
 
     async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
         """The chat messages for one sample, and the media facts for `details`."""
+        prompt = await self.build_prompt(sample, ctx)
+        return prompt.messages, prompt.facts
+
+    async def build_prompt(self, sample: "SampleInput", ctx: ScoreContext) -> "Prompt":
+        """The chat messages for one sample, the media facts for `details`, and what the request's
+        body carries besides (a JPEG frame list's `media_io_kwargs`)."""
+        extra: dict[str, Any] = {}
         parts: dict[str, list[dict]] = {}
         facts: dict[str, Any] = {}
         slots = self.template.media_slots
@@ -134,10 +149,34 @@ class VLMJudge(Judge):
                                              lambda v: ctx.media.video(v, self.video_sampling))
             parts["condition_video"] = [{"type": "video_url", "video_url": {"url": e.data_url}} for e in encoded]
             facts["condition_videos"] = [{**e.details(), "sampling": asdict(self.video_sampling)} for e in encoded]
+            _add_media_io_kwargs(extra, encoded)
         if "video" in slots:
             if sample.video is None:
                 raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs a video for each sample")
             enc_v = await ctx.media.video(sample.video, self.video_sampling)
             parts["video"] = [{"type": "video_url", "video_url": {"url": enc_v.data_url}}]
             facts["video"] = {**enc_v.details(), "sampling": asdict(self.video_sampling)}
-        return self.template.render(sample.prompt, parts), facts
+            _add_media_io_kwargs(extra, [enc_v])
+        return Prompt(self.template.render(sample.prompt, parts), facts, extra)
+
+
+@dataclass
+class Prompt:
+    """One sample's chat request as a judge builds it: the messages, the media facts for `details`,
+    and the body's other fields (merged into the call's extra_body)."""
+
+    messages: list[dict]
+    facts: dict[str, Any]
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def body(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """extra_body for the backend call: the prompt's fields, then the judge's own (`extra`)."""
+        return {**self.extra_body, **(extra or {})}
+
+
+def _add_media_io_kwargs(extra: dict[str, Any], encoded: list[Any]) -> None:
+    """A JPEG frame list's rate goes in the body (vLLM's media_io_kwargs, one per modality: the
+    config refuses jpeg_frames on a template with several video slots)."""
+    for enc in encoded:
+        if enc.media_io_kwargs is not None:
+            extra.setdefault("media_io_kwargs", {})["video"] = dict(enc.media_io_kwargs)

@@ -32,14 +32,16 @@ class YesNoJudge(VLMJudge):
         self.no_words = t.no_words or ("no",)
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
-        messages, media_facts = await self.build_messages(sample, ctx)
+        prompt = await self.build_prompt(sample, ctx)
+        media_facts = prompt.facts
         completion = await self.pool.chat(
-            messages=messages,
+            messages=prompt.messages,
             affinity=self.media_affinity(sample, ctx),
             max_completion_tokens=1,  # what vLLM reads as max_tokens; Flow-Factory sends this name
             temperature=0.0,
             logprobs=True,
             top_logprobs=self.options.top_logprobs,
+            **({"extra_body": prompt.extra_body} if prompt.extra_body else {}),
         )
         content = _first_token_logprobs(completion)
         if not content:
