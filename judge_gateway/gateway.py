@@ -13,6 +13,7 @@ from typing import Literal
 from .backends import BackendPool, deadline_at
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
+from .device_video import DeviceVideoDecoder
 from .exceptions import InvalidInput
 from .judge_factory import build_judges
 from .judges import Judge, ScoreContext
@@ -53,6 +54,8 @@ class Gateway:
         self.judges: dict[str, Judge] = build_judges(config, self.pools)
         # Decoding, resizing and encoding of every request's media, on every core ([media]).
         self.media_pool = MediaPool(config.media.workers, config.media.max_pending)
+        # [media.device]: judges' videos decoded and resized by a torch worker on the GPU (device_video.py)
+        self.video_device = DeviceVideoDecoder(config.media.device) if config.media.device is not None else None
         self.metrics = Metrics()
         # Decoded pixels all requests scoring at once may hold (media/budget.py): the servers reserve a
         # request's share before it scores.
@@ -124,7 +127,7 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
-        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex,
+        ctx = ScoreContext(media=MediaCache(self.media_pool, self.video_device), request_id=request.request_id or uuid.uuid4().hex,
                            samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
                   for name in names if (judge := self.judges[name]).queue is not None}
@@ -249,6 +252,8 @@ class Gateway:
                                        return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
+        if self.video_device is not None:
+            await self.video_device.aclose()
         self.media_pool.shutdown()
         errors = [(name, r) for name, r in zip(self.judges, results) if isinstance(r, BaseException)]
         for name, err in errors[1:]:  # only the first is raised: the others are not lost

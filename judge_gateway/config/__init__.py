@@ -52,6 +52,7 @@ from .models import (
     AdmissionConfig,
     BackendConfig,
     CombineConfig,
+    DeviceVideoConfig,
     EvalConfig,
     GatewayConfig,
     ImageEncodingConfig,
@@ -95,7 +96,7 @@ __all__ = [
     "resolve_config_path", "shipped_configs", "validate_config",
     "RewardsToml", "is_cosmos_rl_rewards", "map_rewards_toml",
     # sections
-    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
+    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "DeviceVideoConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig", "PromptsConfig",
     "check_api_key", "is_loopback",
     # judge kinds and their options

@@ -167,6 +167,21 @@ def check_api_key(key: str, where: str = "API key") -> str:
     return key
 
 
+class DeviceVideoConfig(Strict):
+    """[media.device]: encoded videos a VLM judge resizes are decoded and resized by a torch worker on
+    the device (the latent decoder's worker process, latent_worker.py), which sends back only the
+    judge's frames at the judge's size; the gateway's CPU then only encodes them."""
+
+    python: str = Field(description="Interpreter with torch, and torchcodec (NVDEC on a CUDA device) or PyAV, "
+                        "e.g. .venv-latents/bin/python.")
+    device: str = Field("cuda", description="torch device the frames are resized on (and decoded on, by NVDEC, "
+                        "where torchcodec is installed and the device is CUDA).")
+    decoder: Literal["auto", "torchcodec", "pyav"] = Field(
+        "auto", description="auto: torchcodec on a CUDA device when installed, else PyAV on the worker's CPU.")
+    start_timeout_s: float = Field(120.0, gt=0, description="Worker start and torch's import.")
+    timeout_s: float = Field(120.0, gt=0, description="One video's decode and resize.")
+
+
 class MediaConfig(Strict):
     """Decoded-size budgets, checked against declared sizes (image headers, container stream
     info, tensor shapes) before any pixel is decoded."""
@@ -186,6 +201,9 @@ class MediaConfig(Strict):
     max_pending: int | None = Field(
         None, gt=0, description="Media jobs queued or running beyond which new synchronous requests are refused "
         "(429 / 503 with Retry-After; default: 32 per worker).")
+    device: DeviceVideoConfig | None = Field(
+        None, description="Decode and resize videos for VLM judges on the device ([media.device]); a video the "
+        "worker cannot do is done here (details.video.device_fallback says why).")
     max_process_pixels: int | None = Field(
         None, gt=0, description="Decoded pixels all requests scoring at once may hold, process-wide: a request "
         "reserves what its compressed media (and cosmos-rl latents) decode to before it scores and waits for room "
@@ -205,7 +223,7 @@ class MediaConfig(Strict):
         return self
 
     def limits(self) -> MediaLimits:
-        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending"}))
+        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending", "device"}))
 
     def process_pixels(self) -> int:
         """max_process_pixels, or its default for this machine."""

@@ -218,6 +218,7 @@ class EncodedVideo:
     # The request's `media_io_kwargs` entry for this video (codec jpeg_frames), else None.
     media_io_kwargs: dict[str, Any] | None = None
     fallback: str | None = None  # why the device path was not taken, when it was asked for
+    decoded_by: str | None = None  # the device path's decoder (e.g. "torchcodec on cuda:0")
 
     @property
     def num_frames(self) -> int:
@@ -248,6 +249,7 @@ class EncodedVideo:
             "path": self.path,
             "encoder_options": dict(self.encoder_options),
             "num_bytes": self.num_bytes,
+            **({"decoded_by": self.decoded_by} if self.decoded_by else {}),
             **({"device_fallback": self.fallback} if self.fallback else {}),
         }
 

@@ -97,6 +97,7 @@ class VideoMedia:
         # _array, and who resized them (details.video.resampler).
         self._kept: dict[int, int] | None = None
         self.resampled_by: str | None = None
+        self.decoded_by: str | None = None  # what decoded a presampled clip's frames (the device worker says)
 
     # ---- construction ------------------------------------------------------------------------
 
