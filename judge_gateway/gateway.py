@@ -138,7 +138,7 @@ class Gateway:
             try:
                 score = await self.judges[name].score(request.samples[sample_index], ctx)
             except asyncio.CancelledError:  # the request was abandoned (client gone, shutdown)
-                self.metrics.cancelled_scores.labels(name).inc()
+                self.metrics.count(self.metrics.cancelled_scores, (name,))
                 raise
             finally:
                 held.give(name, sample_index)
@@ -176,7 +176,7 @@ class Gateway:
                                       request.group_transform)
         for result, value in zip(results, transformed):
             result.group_reward = value
-        self.metrics.samples.inc(len(results))
+        self.metrics.count(self.metrics.samples, (), len(results))
         combine = self.config.combine
         return RewardResponse(
             id=ctx.request_id,
@@ -192,10 +192,10 @@ class Gateway:
 
     def _observe(self, score: JudgeScore) -> None:
         m = self.metrics
-        m.judge_latency.labels(score.judge).observe(score.latency_ms / 1000.0)
-        m.scores.labels(score.judge, str(score.valid).lower()).inc()
+        m.observe(m.judge_latency, (score.judge,), score.latency_ms / 1000.0)
+        m.count(m.scores, (score.judge, "true" if score.valid else "false"))
         if not score.valid and score.error is not None:
-            m.invalid_scores.labels(score.judge, score.error.code.value).inc()
+            m.count(m.invalid_scores, (score.judge, score.error.code.value))
 
     async def readiness(self, *, fresh: bool = False) -> dict[str, tuple[bool, str | None]]:
         """Judge name -> (ready, reason). Probes are cached for server.readiness_interval_s."""
