@@ -1,5 +1,6 @@
 """`judge-gateway serve` hands uvicorn a process whose start-up objects are out of the cyclic GC's
-sight (judge_gateway/server/heap.py: a full collection walks what requests made, not the heap)."""
+sight and whose young generation is collected less often (judge_gateway/server/heap.py: a full
+collection walks what requests made, not the heap)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from judge_gateway.server.heap import SERVING_GEN0_THRESHOLD
 from tests.support.cli_configs import vlm_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +21,8 @@ import gc, sys
 import uvicorn
 
 def run(app, **options):  # stands in for the server: report the collector's view, serve nothing
-    print("frozen", gc.get_freeze_count(), "tracked", len(gc.get_objects()), "app", type(app).__name__)
+    print("frozen", gc.get_freeze_count(), "tracked", len(gc.get_objects()), "app", type(app).__name__,
+          "gen0", gc.get_threshold()[0])
 
 uvicorn.run = run
 from judge_gateway.cli import main
@@ -40,6 +43,7 @@ def test_serve_freezes_the_started_process_before_it_serves(tmp_path):
     # the gateway's modules and the app: tens of thousands of objects the collector no longer walks
     assert frozen > 50_000, done.stdout
     assert tracked < frozen / 10, done.stdout
+    assert int(words[words.index("gen0") + 1]) == SERVING_GEN0_THRESHOLD  # young collections less often
 
 
 async def _request(middleware, body: bytes = b"") -> None:
