@@ -12,7 +12,12 @@ so drift in the machine's load hits both sides alike.
 
 `--before DIR` serves a second gateway from another checkout of judge-gateway (its package on
 PYTHONPATH) and adds it to every round, so a change's before and after are measured side by side;
-`--profile FILE` records this checkout's gateway with py-spy during the timed rounds.
+`--tree NAME=DIR` (repeatable) adds more checkouts the same way, so a series of commits (each
+change alone: git worktrees at each) is measured in the same rounds; `--profile FILE` records this
+checkout's gateway with py-spy during the timed rounds.
+
+    .venv/bin/python bench/gateway_vs_direct.py --samples 256 --rounds 4 \
+        --tree base=/tmp/t0 --tree body=/tmp/t1 --tree metrics=/tmp/t2 --base-url http://127.0.0.1:8005/v1
 
 Without --base-url it builds the tiny CPU model and starts a vLLM CPU server itself
 (scripts/start_vllm.sh --cpu), as the tests do.
@@ -142,9 +147,15 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path = Path(tmp) / "bench.toml"
         cfg_path.write_text(cfg_text)
-        sides = {"gateway": str(ROOT)}
+        sides: dict[str, str] = {}
         if args.before:
-            sides = {"before": str(Path(args.before).resolve()), "gateway": str(ROOT)}
+            sides["before"] = str(Path(args.before).resolve())
+        for tree in args.tree:
+            name, sep, folder = tree.partition("=")
+            if not sep or not name or name in ("direct", "gateway") or name in sides:
+                raise SystemExit(f"--tree {tree!r}: expected NAME=DIR with a new NAME (not direct or gateway)")
+            sides[name] = str(Path(folder).resolve())
+        sides["gateway"] = str(ROOT)
         procs: dict[str, tuple[subprocess.Popen, int]] = {}
         logs = []
         for name, code in sides.items():
@@ -194,7 +205,9 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 await asyncio.sleep(1.0)
             print(f"{args.samples} samples, {args.concurrency} concurrent, {args.size}x{args.size} PNG, "
-                  f"model {args.model} at {base_url}" + (f"; before = {sides['before']}" if args.before else ""))
+                  f"model {args.model} at {base_url}; python {sys.version.split()[0]}")
+            for name, code in sides.items():
+                print(f"  {name}: {code} at {_commit(code)}")
             for rnd in range(args.rounds):
                 print(f"round {rnd + 1}")
                 wall, lat = await run_load(args.samples, args.concurrency, via_direct)
@@ -236,6 +249,12 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     print(f"invalid gateway scores: {invalid}")
 
 
+def _commit(folder: str) -> str:
+    done = subprocess.run(["git", "-C", folder, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip()[:80] or "(not a git checkout)"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base-url", help="an existing vLLM /v1 URL (default: start the tiny CPU vLLM)")
@@ -245,6 +264,8 @@ def main() -> int:
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--before", help="another judge-gateway checkout to serve beside this one (before/after)")
+    p.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                   help="one more checkout served beside this one in every round (repeatable)")
     p.add_argument("--profile", help="write a py-spy profile of this checkout's gateway (collapsed stacks) here")
     p.add_argument("--py-spy", default="py-spy", help="the py-spy executable (pip install py-spy)")
     args = p.parse_args()
