@@ -173,8 +173,9 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
             https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits)
                      for name, (_, port) in procs.items()}
             for name, http in https.items():
-                await wait_healthy(http, f"gateway {name}'s log", timeout_s=30)
-            direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=600,
+                await wait_healthy(http, f"gateway {name}'s log", timeout_s=300)  # several start at once
+            # max_retries: a connection uvicorn closed while idle between rounds (its 5 s keep-alive) is retried
+            direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=2, timeout=600,
                                  http_client=httpx.AsyncClient(timeout=600, limits=limits))
 
             async def via_direct(i: int) -> None:
@@ -187,7 +188,11 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
             def via(name: str):
                 async def send(i: int) -> None:
                     nonlocal invalid
-                    r = await https[name].post("/v1/rewards", json={"samples": [{"prompt": "a photo", "image": b64[i]}]})
+                    body = {"samples": [{"prompt": "a photo", "image": b64[i]}]}
+                    try:
+                        r = await https[name].post("/v1/rewards", json=body)
+                    except (httpx.ReadError, httpx.RemoteProtocolError):  # a connection closed while idle
+                        r = await https[name].post("/v1/rewards", json=body)
                     r.raise_for_status()
                     if not r.json()["results"][0]["valid"]:
                         invalid += 1

@@ -40,6 +40,11 @@ with mm_processor_kwargs max_pixels). Every path asks the server for the same gr
 match; the after path's frame indices and PSNR against the reference (libswscale + PIL bicubic)
 are printed. A new clip (another seed) per repetition: vLLM's processor cache never hits.
 
+`--device-video PYTHON` (an interpreter with torch and torchcodec or PyAV, e.g. .venv-latents; on a
+GPU) times [media.device]'s path against the gateway's own on the same h264 clip (first shape of
+`--shapes`): the worker's decode (NVDEC through torchcodec on `--device` cuda, else PyAV) + device
+resize, then the JPEG frame list here; wall time, this process's CPU and the worker's CPU per video.
+
 `--latents PYTHON` (an interpreter with torch + diffusers, e.g. .venv-latents; on a GPU) runs the
 latent worker as the gateway does on a full-size random-weight Wan2.1 VAE and prints videos/s for
 81-frame 720p latents decoded whole against decoded + sampled + resized on the device.
@@ -541,9 +546,9 @@ def bench_node(reps: int, shape: tuple[int, int, int], base_url: str | None, ser
     import tempfile
 
     import httpx
+    from _support import CpuVllm
     from PIL import Image
 
-    from _support import CpuVllm
     from judge_gateway.media import VideoMedia, VideoSampling
 
     n, h, w = shape
@@ -573,11 +578,11 @@ def bench_node(reps: int, shape: tuple[int, int, int], base_url: str | None, ser
             b64 = base64.b64encode(mp4).decode()
             kept = np.stack([pil_bicubic(frames[i], (392, 224)) for i in range(80)]) if (h, w) == (720, 1280) else None
             inputs = {
-                f"h264 mp4 {n}x{w}x{h}": lambda: VideoMedia.validate(b64),
-                f"uint8 array {n}x{w}x{h}": lambda: VideoMedia.from_array(frames, 16),
+                f"h264 mp4 {n}x{w}x{h}": lambda b64=b64: VideoMedia.validate(b64),
+                f"uint8 array {n}x{w}x{h}": lambda frames=frames: VideoMedia.from_array(frames, 16),
             }
             if kept is not None:
-                inputs["cosmos-rl latents (presampled on the device)"] = lambda: VideoMedia.from_presampled(
+                inputs["cosmos-rl latents (presampled on the device)"] = lambda kept=kept: VideoMedia.from_presampled(
                     kept, 16.0, source_frames=n, source_width=w, source_height=h, indices=list(range(80)),
                     resampled_by="device")
             for name, make in inputs.items():
@@ -586,7 +591,7 @@ def bench_node(reps: int, shape: tuple[int, int, int], base_url: str | None, ser
                     "after": lambda make=make: after_video(make(), after_s)[0],
                 }
                 if name.startswith("h264"):
-                    paths["passthrough"] = lambda: passthrough_video(b64, after_s)
+                    paths["passthrough"] = lambda b64=b64: passthrough_video(b64, after_s)
                 for path, fn in paths.items():
                     gc.collect()
                     t0 = time.process_time()
@@ -598,18 +603,30 @@ def bench_node(reps: int, shape: tuple[int, int, int], base_url: str | None, ser
                     answers.setdefault((name, path), []).append((reply["usage"]["prompt_tokens"], top["token"],
                                                                  round(top["logprob"], 3)))
             if rep == 0:  # the CPU path's frames against the reference (the frames themselves, not timed)
-                _, enc = after_video(VideoMedia.validate(b64), after_s)
-                _, (b_idx, bw, bh) = before_video(VideoMedia.validate(b64), before_s)
+                from judge_gateway.media.encode import _frame_transform
+
+                video = VideoMedia.validate(b64)
+                _, enc = after_video(video, after_s)
+                before_body, (b_idx, bw, bh) = before_video(VideoMedia.validate(b64), before_s)
                 with av_open(mp4) as c:
                     full = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
                 ref = [pil_bicubic(full[i], (enc.width, enc.height)) for i in enc.frame_indices]
+                kept = video.frames_array(enc.frame_indices, _frame_transform(enc.width, enc.height, True, "fast"))
                 sent = [np.asarray(Image.open(io.BytesIO(base64.b64decode(p))).convert("RGB"))
                         for p in parse_data_url_parts(enc.data_url)]
+                b_url = json.loads(before_body)["messages"][0]["content"][0]["video_url"]["url"]
+                with av_open(base64.b64decode(b_url.partition(",")[2])) as c:
+                    b_sent = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+                def span(vals: list[float]) -> str:
+                    return f"min {min(vals):.2f}, mean {np.mean(vals):.2f} dB"
+
                 print(f"after path, h264 {n}x{w}x{h}: frames {enc.frame_indices[0]}..{enc.frame_indices[-1]} "
                       f"({enc.num_frames}; before: {b_idx[0]}..{b_idx[-1]}, {len(b_idx)}; same: {enc.frame_indices == b_idx}) "
-                      f"at {enc.width}x{enc.height} (before {bw}x{bh}); PSNR of the JPEG frames sent against libswscale + "
-                      f"PIL bicubic: min {min(psnr(a, b) for a, b in zip(sent, ref)):.2f} dB, mean "
-                      f"{np.mean([psnr(a, b) for a, b in zip(sent, ref)]):.2f} dB", flush=True)
+                      f"at {enc.width}x{enc.height} (before {bw}x{bh}); PSNR against libswscale + PIL bicubic: the "
+                      f"decode loop's frames {span([psnr(a, b) for a, b in zip(kept, ref)])}; the JPEG frames sent "
+                      f"{span([psnr(a, b) for a, b in zip(sent, ref)])} (before, its Motion JPEG frames: "
+                      f"{span([psnr(a, b) for a, b in zip(b_sent, ref)])})", flush=True)
     print(f"per video, process CPU ms (mean of {reps}; the gateway in this process, the judge server's API-server "
           "process around each request); tokens / top answer per repetition")
     print(f"  {'input':<46s} {'path':<12s} {'gateway':>8s} {'frontend':>9s} {'sum':>8s} {'engine':>8s}   answers")
@@ -617,6 +634,52 @@ def bench_node(reps: int, shape: tuple[int, int, int], base_url: str | None, ser
         g, f, e = (float(np.mean([v[i] for v in vals])) for i in range(3))
         print(f"  {name:<46s} {path:<12s} {g:8.1f} {f:9.1f} {g + f:8.1f} {e:8.1f}   {answers[(name, path)]}",
               flush=True)
+
+
+def bench_device_video(python: str, device: str, decoder: str, reps: int, shape: tuple[int, int, int]) -> None:
+    """[media.device]'s path (the torch worker decodes and resizes, this process encodes) against the
+    gateway's own path on the same clip: wall, this process's CPU, the worker's CPU, per video."""
+    import asyncio
+
+    from _support import cpu_seconds
+
+    from judge_gateway.config import DeviceVideoConfig
+    from judge_gateway.device_video import DeviceVideoDecoder
+    from judge_gateway.media import MediaCache, VideoMedia, VideoSampling, encode_video
+    from judge_gateway.media.pool import MediaPool
+
+    n, h, w = shape
+    mp4 = h264_bytes(natural_clip(n, h, w), 16)
+    sampling = VideoSampling(**COSMOS_SAMPLING, codec="jpeg_frames")
+
+    async def run() -> None:
+        worker = DeviceVideoDecoder(DeviceVideoConfig(python=python, device=device, decoder=decoder))
+        pool = MediaPool(1)
+        try:
+            await MediaCache(pool, worker).video(VideoMedia.from_mp4(mp4), sampling)  # warm: torch, CUDA, NVDEC
+            for name in ("gateway (CPU)", f"device ({device})"):
+                wall = cpu = wcpu = 0.0
+                for _ in range(reps):
+                    pid = worker.pid
+                    w0, c0, k0 = time.perf_counter(), time.process_time(), cpu_seconds(pid) if pid else 0.0
+                    if name.startswith("gateway"):
+                        enc = encode_video(VideoMedia.from_mp4(mp4), sampling)
+                    else:
+                        enc = await MediaCache(pool, worker).video(VideoMedia.from_mp4(mp4), sampling)
+                    wall += time.perf_counter() - w0
+                    cpu += time.process_time() - c0
+                    wcpu += (cpu_seconds(pid) if pid else 0.0) - k0
+                d = enc.details()
+                print(f"  {name:<22s} wall {wall / reps * 1000:8.1f} ms   gateway CPU {cpu / reps * 1000:8.1f} ms   "
+                      f"worker CPU {wcpu / reps * 1000:8.1f} ms   ({d['path']}, {d.get('decoded_by', 'pyav here')}, "
+                      f"{d['num_frames']} frames {d['width']}x{d['height']}"
+                      + (f", fell back: {d['device_fallback']}" if "device_fallback" in d else "") + ")", flush=True)
+        finally:
+            await worker.aclose()
+            pool.shutdown()
+
+    print(f"h264 {n}x{w}x{h} ({len(mp4) / 1e6:.2f} MB), cosmos_reason1 sampling, JPEG frame list; mean of {reps}")
+    asyncio.run(run())
 
 
 def av_open(data: bytes) -> Any:
@@ -651,6 +714,11 @@ def main() -> int:
     p.add_argument("--latents-vae", help="an AutoencoderKLWan directory (default: build a random-weight Wan2.1 one)")
     p.add_argument("--latent-shape", default="21x90x160",
                    help="latent frames x height x width (default: an 81-frame 720p clip)")
+    p.add_argument("--device-video", metavar="PYTHON",
+                   help="only: [media.device]'s path under this interpreter (torch + torchcodec or PyAV) against "
+                        "the gateway's own, on --device")
+    p.add_argument("--decoder", default="auto", choices=["auto", "torchcodec", "pyav"],
+                   help="--device-video: the worker's decoder")
     p.add_argument("--node", action="store_true",
                    help="only: the gateway's CPU and the judge server's frontend CPU per video, and their sum")
     p.add_argument("--base-url", help="--node: an existing vLLM /v1 (default: start the tiny CPU vLLM)")
@@ -662,6 +730,11 @@ def main() -> int:
         return 0
     from judge_gateway.media.pool import default_workers
 
+    if args.device_video:
+        n, h, w = (int(x) for x in args.shapes.split(",")[0].split("x"))
+        print(f"bench/media.py --device-video {time.strftime('%Y-%m-%d')}: {cpu_model()}, {default_workers()} cores")
+        bench_device_video(args.device_video, args.device, args.decoder, args.reps, (n, h, w))
+        return 0
     if args.node:
         n, h, w = (int(x) for x in args.shapes.split(",")[0].split("x"))
         print(f"bench/media.py --node {time.strftime('%Y-%m-%d')}: {cpu_model()}, {default_workers()} cores")
