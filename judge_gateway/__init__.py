@@ -1,7 +1,7 @@
 """judge-gateway: rewards for RL of image and video generators, in one score schema."""
 
 from ._version import __version__
-from .client import AsyncRewardClient, RewardAPIError, RewardClient
+from .client import AsyncRewardClient, RewardAPIError, RewardClient, RewardConnectionError
 from .config import ConfigError, GatewayConfig, load_config
 from .exceptions import (
     ConfigurationError,
@@ -26,7 +26,7 @@ from .schema import (
 )
 
 __all__ = [
-    "AsyncRewardClient", "RewardClient", "RewardAPIError", "ConfigError", "GatewayConfig", "load_config",
+    "AsyncRewardClient", "RewardClient", "RewardAPIError", "RewardConnectionError", "ConfigError", "GatewayConfig", "load_config",
     "Gateway", "UnknownJudgeError", "SCHEMA_VERSION", "ErrorCode", "JudgeInfo", "JudgeScore",
     "RewardRequest", "RewardResponse", "SampleInput", "SampleResult", "ScoreError", "TemplateRef",
     "JudgeGatewayError", "InvalidInput", "ConfigurationError", "Overloaded", "Unavailable", "ScoringFailed",

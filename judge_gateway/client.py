@@ -3,23 +3,25 @@
 Both work against a server URL or in-process (a Gateway in this process, no HTTP):
 
     client = AsyncRewardClient("http://127.0.0.1:8080", api_key="...")
-    client = AsyncRewardClient(config="configs/default.toml")        # in-process
+    client = AsyncRewardClient(config="judges.toml")   # in-process: a config file, or a shipped config
+    client = AsyncRewardClient(config="default")       # by name (`judge-gateway configs` lists them)
     result = await client.rewards.create(samples=[{"prompt": "a cat", "image": png_bytes}])
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
 from .config import GatewayConfig, load_config
-from .exceptions import JudgeGatewayError
+from .env_vars import getenv
+from .exceptions import JudgeGatewayError, Unavailable
 from .gateway import Gateway
 from .schema import JudgeInfo, RewardRequest, RewardResponse, SampleInput
 
@@ -62,6 +64,24 @@ def build_request(samples: Iterable[SampleInput | Mapping[str, Any]], judges: li
     )
 
 
+class RewardConnectionError(Unavailable, httpx.TransportError):
+    """No answer from the service at `url`: the connection was refused or broke on every attempt
+    (a stopped gateway, a wrong URL), or the call timed out. The message names the URL; the
+    transport's own error (httpx's) is the cause, and since this is an `httpx.TransportError`
+    too, code that caught httpx's errors still catches it."""
+
+    def __init__(self, url: str, err: httpx.TransportError, attempts: int) -> None:
+        detail = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if isinstance(err, httpx.TimeoutException):
+            message = f"no answer from the judge-gateway service at {url} in time ({detail})"
+        else:
+            tries = f" ({attempts} attempts)" if attempts > 1 else ""
+            message = (f"cannot reach the judge-gateway service at {url}{tries}: {detail}; is `judge-gateway "
+                       "serve` running there, and is the URL right?")
+        httpx.TransportError.__init__(self, message, request=getattr(err, "_request", None))
+        self.url = url
+
+
 def _raise_for(resp: httpx.Response) -> None:
     if resp.status_code < 400:
         return
@@ -91,16 +111,20 @@ def _retry_wait(attempt: int, resp: httpx.Response | None) -> float:
 
 async def _send(c: "AsyncRewardClient", method: str, path: str, **kwargs: Any) -> httpx.Response:
     """One call with up to `c.max_retries` retries of what `RETRY_STATUSES` and broken
-    connections say may succeed again; the last answer (or error) is what the caller sees."""
+    connections say may succeed again; the last answer is what the caller sees, and a call that
+    got none raises RewardConnectionError naming the URL."""
+    url = f"{c._http.base_url}".rstrip("/") + path
     for attempt in range(c.max_retries + 1):
         last = attempt == c.max_retries
         try:
             resp = await c._http.request(method, path, **kwargs)
-        except BROKEN_CONNECTION:
+        except BROKEN_CONNECTION as err:
             if last:
-                raise
+                raise RewardConnectionError(url, err, attempt + 1) from err
             await asyncio.sleep(_retry_wait(attempt, None))
             continue
+        except httpx.TransportError as err:  # a timeout: the service may still be scoring, not sent again
+            raise RewardConnectionError(url, err, attempt + 1) from err
         if resp.status_code not in RETRY_STATUSES or last:
             return resp
         await asyncio.sleep(_retry_wait(attempt, resp))
@@ -174,10 +198,15 @@ class AsyncRewardClient:
         self._gateway = _resolve_gateway(gateway, config)
         self._owns_gateway = gateway is None and self._gateway is not None
         if self._gateway is None:
-            base_url = base_url or os.environ.get("JUDGE_GATEWAY_URL")
+            base_url = base_url or getenv("JG_URL")
             if not base_url:
-                raise ValueError("give base_url (or JUDGE_GATEWAY_URL) for HTTP, or config/gateway for in-process")
-            api_key = api_key or os.environ.get("JUDGE_GATEWAY_API_KEY")
+                raise ValueError("give base_url (or JG_URL) for HTTP, or config/gateway for in-process")
+            if urlsplit(base_url).scheme not in ("http", "https"):
+                # A config path given where the URL goes (the first argument) would fail at the
+                # first call with a transport error: say how to run in-process instead.
+                raise ValueError(f"base_url {base_url!r} is not an http:// or https:// URL; to score in-process "
+                                 f"with a config file or a shipped config, pass config={base_url!r}")
+            api_key = api_key or getenv("JG_API_KEY")
             headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
             self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
                                            timeout=httpx.Timeout(timeout, connect=10.0))

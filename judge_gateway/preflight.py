@@ -10,6 +10,7 @@ its judges itself, and a head it is still loading counts as loading, not as unav
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .config import GatewayConfig, is_loopback
+from .envs import load_specs
 from .schema import JudgeInfo
 
 # The supervisor's states while a head loads (workers/supervisor.py readiness reasons).
@@ -38,10 +40,12 @@ class JudgeReadiness:
         return self.state != "unavailable"
 
 
-def start_hint(info: JudgeInfo, cfg: GatewayConfig | None) -> str | None:
-    """How to bring a VLM judge's backend up (heads' reasons carry their own advice)."""
+def start_hint(info: JudgeInfo, cfg: GatewayConfig | None, config_ref: str | None = None) -> str | None:
+    """How to make a judge that cannot score ready: a VLM judge's backend brought up, a head's
+    environment built and its weights fetched. `config_ref` (the command's --config) goes into the
+    commands it names."""
     if not info.backend:
-        return None
+        return head_hint(info, cfg, config_ref)
     backend = cfg.backends.get(info.backend) if cfg is not None else None
     model = backend.model if backend is not None else (info.model or "its model")
     urls = backend.base_urls if backend is not None else []
@@ -58,17 +62,39 @@ def start_hint(info: JudgeInfo, cfg: GatewayConfig | None) -> str | None:
             f"[backends.{info.backend}] base_urls at a running server")
 
 
-def classify(info: JudgeInfo, cfg: GatewayConfig | None) -> JudgeReadiness:
+def head_hint(info: JudgeInfo, cfg: GatewayConfig | None, config_ref: str | None = None) -> str:
+    """How to make a head ready: `prepare` builds the environment its `python` names, fetches its
+    weights and probes it; a head with no `python` of its own runs under the gateway's interpreter,
+    so it gets the environment of its kind first (envs/specs.toml)."""
+    prepare = f"judge-gateway prepare{f' --config {config_ref}' if config_ref else ''} --judges {info.name}"
+    if cfg is None:  # a service's judge: its config and machine are the service's
+        return (f"on the service's machine, `judge-gateway prepare --config <its config> --judges {info.name}` "
+                "builds the head's environment, fetches its weights and says what is missing")
+    judge = cfg.judges.get(info.name)
+    python = getattr(judge.options, "python", None) if judge is not None else None
+    env = load_specs().env_of_kind(info.kind)
+    if python or env is None:  # its own interpreter (or a class you bring, in your venv)
+        return f"`{prepare}` builds its environment ({python or 'yours'}), fetches its weights and probes it"
+    extra = judge.kind_spec.extra if judge is not None else None
+    here = f"install its libraries here (`{sys.executable} -m pip install 'judge-gateway[{extra}]'`), or " \
+        if extra else ""
+    return (f"{here}give it the environment of its kind: `judge-gateway env build {env.name}` (makes {env.venv}), "
+            f"set [judges.{info.name}.options] python = \"{env.venv}/bin/python\"; then `{prepare}` fetches "
+            "its weights and probes it")
+
+
+def classify(info: JudgeInfo, cfg: GatewayConfig | None, config_ref: str | None = None) -> JudgeReadiness:
     if info.ready:
         return JudgeReadiness(info, "ready")
     if info.ready is None or (info.ready_reason or "").startswith(_LOADING_STATES):
         return JudgeReadiness(info, "loading")
-    return JudgeReadiness(info, "unavailable", start_hint(info, cfg))
+    return JudgeReadiness(info, "unavailable", start_hint(info, cfg, config_ref))
 
 
 async def check_judges(client: Any, names: Sequence[str], cfg: GatewayConfig | None, *,
                        load_timeout_s: float = 600.0, poll_s: float = 1.0,
-                       say: Callable[[str], None] | None = None) -> list[JudgeReadiness]:
+                       say: Callable[[str], None] | None = None,
+                       config_ref: str | None = None) -> list[JudgeReadiness]:
     """Readiness of the named judges through an AsyncRewardClient. In-process they are probed
     now and their heads loaded; a server reports them itself, and while it is still loading one
     of their heads (its model names it once loaded, and the run records that name) this asks
@@ -76,7 +102,7 @@ async def check_judges(client: Any, names: Sequence[str], cfg: GatewayConfig | N
     deadline = time.monotonic() + load_timeout_s
     waited = False
     while True:
-        checks = [classify(info, cfg) for info in await client.judges.list(list(names), wait=True)]
+        checks = [classify(info, cfg, config_ref) for info in await client.judges.list(list(names), wait=True)]
         loading = [c.name for c in checks if c.state == "loading"]
         if not loading or time.monotonic() > deadline:
             return checks

@@ -3,6 +3,7 @@ URLs, or anchors and data: URLs in the one-file export)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,14 @@ from .stats import (
 _ENV = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                    autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 _ENV.globals.update(violations=violations_of, frames=judge_frames)
+
+
+def _number(value: float | None, fmt: str = "%.4f") -> str:
+    """A figure, or `-` where there is none (no pair, one value): never `nan` on a page."""
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt % value
+
+
+_ENV.filters["number"] = _number
 
 
 @dataclass
@@ -121,6 +130,7 @@ def compare_context(runs: list[Run], a: int, b: int, links: Links, judge: str | 
         rankings.append({"title": title, "field": field, "rows": rows,
                          "chart": charts.ranking(rows, title, rank_judge) if rows else ""})
     return {"a": ra, "b": rb, "runs": runs, "comparisons": comparisons, "charts": plots, "rankings": rankings,
+            "paired": any(c.paired for c in comparisons),
             "rank_judge": rank_judge, "judges": judges,
             "sample_href_a": lambda i: links.sample(a, i), "sample_href_b": lambda i: links.sample(b, i)}
 

@@ -93,7 +93,7 @@ def _cmd_judges(args: argparse.Namespace) -> int:
             state = HEAD_NOT_LOADED
         else:
             state = f"NOT READY ({info.ready_reason})"
-            hint = classify(info, cfg).hint
+            hint = classify(info, cfg, args.config).hint
             if hint:
                 state += f"\n{'':26s}-> {hint}"
         flag = "" if default is None else ("default " if default else "        ")

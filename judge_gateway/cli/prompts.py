@@ -74,6 +74,9 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
         problems = prompts.verify_lock(dirs)
         for ref in added:
             print(f"locked {ref}")
+        if not added:  # said, so that a lock that changed nothing is not taken for one that failed
+            where = ", ".join(dirs) if dirs else "the package's templates"
+            print(f"nothing new to lock: every template version in {where} is already in its lock file")
         for p in problems:
             print(f"error: {p}", file=sys.stderr)
         return 1 if problems else 0

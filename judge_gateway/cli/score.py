@@ -106,7 +106,11 @@ def _result_lines(ok: list[tuple[ScoreLine, SampleInput]], resp: RewardResponse)
 
 async def _score(todo: Todo, client: Any, *, judges: list[str] | None,
                  batch_size: int, concurrency: int, fps: float | None, out: TextIO,
-                 progress: bool, total: int, done: int) -> list[ScoreLine]:
+                 progress: bool, total: int, done: int, per_sample: bool) -> list[ScoreLine]:
+    """Score `todo` in batches of `batch_size`, `concurrency` batches at a time, appending each
+    line to `out` as it is known. `per_sample` (in-process): each sample of a batch is its own
+    call, so a line (and the progress bar) moves as each sample finishes, not once per batch;
+    through a server a batch is one request, which the service answers whole."""
     from tqdm import tqdm
 
     sem = asyncio.Semaphore(concurrency)
@@ -114,19 +118,28 @@ async def _score(todo: Todo, client: Any, *, judges: list[str] | None,
     bar = tqdm(total=total, initial=done, unit="sample", desc="scoring", disable=not progress,
                file=sys.stderr)
 
-    async def run_batch(batch: Todo) -> None:
-        async with sem:
-            ok, lines = await asyncio.to_thread(_prepare, batch, fps)
-            if ok:
-                try:
-                    resp: RewardResponse = await client.rewards.create(samples=[s for _, s in ok], judges=judges)
-                except Exception as exc:  # noqa: BLE001 - the batch is reported (and resumable), never dropped
-                    lines += [_request_error_line(base, f"{type(exc).__name__}: {exc}") for base, _ in ok]
-                else:
-                    lines += _result_lines(ok, resp)
+    def record(lines: list[ScoreLine]) -> None:
         RunFolder.append_to(out, lines)
         written.extend(lines)
-        bar.update(len(batch))
+        bar.update(len(lines))
+
+    async def request(part: list[tuple[ScoreLine, SampleInput]]) -> None:
+        try:
+            resp: RewardResponse = await client.rewards.create(samples=[s for _, s in part], judges=judges)
+        except Exception as exc:  # noqa: BLE001 - the samples are reported (and resumable), never dropped
+            record([_request_error_line(base, f"{type(exc).__name__}: {exc}") for base, _ in part])
+        else:
+            record(_result_lines(part, resp))
+
+    async def run_batch(batch: Todo) -> None:
+        async with sem:
+            ok, bad = await asyncio.to_thread(_prepare, batch, fps)
+            if bad:
+                record(bad)
+            if per_sample:
+                await asyncio.gather(*(request([one]) for one in ok))
+            elif ok:
+                await request(ok)
 
     try:
         await asyncio.gather(*(run_batch(todo[i:i + batch_size]) for i in range(0, len(todo), batch_size)))
@@ -189,13 +202,14 @@ def _run_identity(infos: list[Any], config_doc: dict[str, Any] | None) -> dict[s
     }
 
 
-async def _judges_ready(client: Any, chosen: list[str], cfg: Any) -> list[Any]:
+async def _judges_ready(client: Any, chosen: list[str], cfg: Any, config_ref: str | None) -> list[Any]:
     """The chosen judges' infos, once they were checked (in-process: only these are probed and
     their heads loaded). Says once which cannot score here and how to start them; none that
     can score ends the command before anything is written."""
     from .. import preflight
 
-    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr))
+    checks = await preflight.check_judges(client, chosen, cfg, say=lambda text: print(text, file=sys.stderr),
+                                          config_ref=config_ref)
     text = preflight.report(checks, other_heads=preflight.local_heads(cfg, chosen) if cfg is not None else ())
     if text:
         if not any(c.can_score for c in checks):
@@ -275,7 +289,8 @@ async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namesp
     client = (AsyncRewardClient(args.server, api_key=args.api_key) if args.server
               else AsyncRewardClient(config=cfg))
     try:
-        identity = _run_identity(await _judges_ready(client, judges, cfg), config_doc)
+        ready = await _judges_ready(client, judges, cfg, None if args.server else args.config)
+        identity = _run_identity(ready, config_doc)
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.check_identity(identity)
         resumed = folder.resume([line for _, line in samples])
@@ -296,7 +311,7 @@ async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namesp
             new = await _score([samples[i] for i in resumed.todo], client, judges=identity["judges"],
                                batch_size=args.batch_size, concurrency=args.concurrency, fps=args.fps, out=out,
                                progress=not args.no_progress, total=len(samples),
-                               done=len(samples) - len(resumed.todo))
+                               done=len(samples) - len(resumed.todo), per_sample=not args.server)
         return identity, resumed.kept + new
     finally:
         await client.close()
@@ -316,8 +331,11 @@ def register_score(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--server", help="score through a running service at this URL")
     s.add_argument("--api-key", help="Bearer token for --server")
     s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")
-    s.add_argument("--batch-size", type=int, default=16, help="samples per request")
-    s.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    s.add_argument("--batch-size", type=int, default=16,
+                   help="samples per request to --server; in-process, each sample is its own call and "
+                        "batch-size x concurrency samples are in flight")
+    s.add_argument("--concurrency", type=int, default=4, help="batches in flight")
     s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar (stderr)")
+    s.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (stderr; it moves as each sample finishes, with --server as each request returns)")
     s.set_defaults(func=run_score_command)

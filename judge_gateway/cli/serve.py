@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,28 @@ def startup_lines(cfg: Any, config_ref: str | None) -> list[str]:
     return [f"judge-gateway {__version__}, package {Path(__file__).resolve().parents[1]}",
             f"config {path}{what}, sha256 {config_sha256(cfg.model_dump(mode='json'))[:16]}",
             f"{len(cfg.judges)} judges; scored by default: {listed(default)}; on request: {listed(named)}"]
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why `judge-gateway serve` could not listen on host:port, or None when it can. Checked
+    before anything starts: uvicorn only finds a port taken after its startup (head workers
+    loaded, "Application startup complete"), then exits. Bound as uvicorn binds (SO_REUSEADDR,
+    so a port in TIME_WAIT is free) and released at once; port 0 (any free port) is never taken."""
+    if port == 0:
+        return None
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except OSError as err:
+        return f"cannot resolve {host}: {err}"
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            reason = "the port is already in use" if err.errno == errno.EADDRINUSE else err.strerror or str(err)
+            return f"cannot listen on {host}:{port}: {reason}"
+    return None
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -76,6 +100,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: refusing to bind {cfg.server.host} without API keys (use --api-key or "
               "server.api_keys; or list the clients' networks in server.allow_networks; or set "
               "server.allow_unauthenticated_public)", file=sys.stderr)
+        return 2
+    taken = port_in_use(cfg.server.host, cfg.server.port)
+    if taken:
+        print(f"error: {taken} (another `judge-gateway serve`, or another program: `ss -ltnp 'sport = "
+              f":{cfg.server.port}'` names it); stop it, or choose another port with --port or server.port",
+              file=sys.stderr)
         return 2
     redis = None
     if rewards_toml is not None and rewards_toml.redis is not None:

@@ -42,6 +42,8 @@ JUDGE_OF = {"cosmos_reason1": "cosmos_reason1", "dance_grpo": "videoalign", "hps
             "unified_reward": "unified_reward"}
 VIDEO_REWARDS = ("cosmos_reason1", "dance_grpo")  # cosmos-rl's NEEDS_LATENT_DECODER
 VLM_PORTS = {"cosmos_reason1": 8001, "unified_reward": 8004}  # scripts/start_vllm.sh's presets
+# cosmos-rl's unified_reward reads the first match of this (model/unified_reward.py 48-60).
+UNIFIED_REWARD_PATTERN = r"Final Score:\s*([1-5](?:\.\d+)?)"
 GENEVAL_CKPT = "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco_20220504_001756-743b7d99.pth"
 # What each head kind runs under when the file names no usable interpreter (configs/cosmos_rl.toml).
 VENVS = {"videoalign": ".venv-heads/bin/python", "pickscore": ".venv-heads/bin/python",
@@ -49,7 +51,10 @@ VENVS = {"videoalign": ".venv-heads/bin/python", "pickscore": ".venv-heads/bin/p
          "image_reward": ".venv-imagereward/bin/python", "ocr": ".venv-heads/bin/python",
          "gen_eval": ".venv-geneval/bin/python"}
 # Fields each reward's handler in cosmos-rl reads (model/*.py); the others it stores unused.
-USES_DTYPE = ("dance_grpo", "pickscore", "hpsv3", "image_reward")
+USES_DTYPE = ("dance_grpo", "pickscore", "image_reward")
+# cosmos-rl's hpsv3 handler (model/hpsv3.py 84-109) stores `dtype` but never passes it on: the hpsv3
+# package's HPSv3_7B.yaml runs the model in bfloat16 whatever rewards.toml says.
+FIXED_DTYPE = {"hpsv3": "bf16"}
 
 
 class RewardsTomlError(ConfigurationError):
@@ -99,6 +104,8 @@ def map_rewards_toml(data: dict[str, Any], *, source: str = "rewards.toml") -> R
     if not enabled:
         raise _error(source, "reward_args", "no entry is enabled: nothing to serve")
     _decoder(source, data, enabled, out)
+    out.lines.append("a pull not ready yet -> 425 (cosmos_rl.pending_status: what cosmos-rl's trainer polls "
+                     "through; the service answers 400, which that trainer gives up on)")
     overlay = data.get(OVERLAY)
     if overlay is not None:
         if not isinstance(overlay, dict):
@@ -183,8 +190,9 @@ def _vlm(source: str, where: str, name: str, args: dict[str, Any], given: set[st
         # cosmos-rl's service sends model="UnifiedReward-7b-v1.5" to its endpoint whatever model_path says
         backend = {"model": "UnifiedReward-7b-v1.5", "base_urls": [url], "timeout_s": 180, "max_concurrency": 32}
         out.data["judges"]["unified_reward"] = {
-            "kind": "final_score", "backend": "unified_reward", "template": "unified_reward@2", "deadline_s": 180,
-            "default": False, "options": {"occurrence": "first"}}
+            "kind": "final_score", "backend": "unified_reward", "template": "unified_reward@3", "deadline_s": 180,
+            "default": False, "image": {"data_url_mime": "image"},
+            "options": {"occurrence": "first", "peer_regex": UNIFIED_REWARD_PATTERN}}
         out.lines.append(f"{where}.endpoint_url = {url!r} -> backends.unified_reward.base_urls, model "
                          "'UnifiedReward-7b-v1.5' (what cosmos-rl's service sends); its question and parse as "
                          "cosmos-rl's")
@@ -219,6 +227,11 @@ def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], 
                                     f"{args['dtype']!r} is not one of {', '.join(DTYPES)}")
         options["dtype"] = dtype
         note(f"{where}.dtype = {args['dtype']!r} -> judges.{judge}.options.dtype = {dtype!r}")
+    elif name in FIXED_DTYPE:
+        options["dtype"] = FIXED_DTYPE[name]
+        said = f"{where}.dtype = {args['dtype']!r} -> not used: " if "dtype" in given else f"{where}: "
+        note(f"{said}judges.{judge}.options.dtype = {FIXED_DTYPE[name]!r} (cosmos-rl's {name} never passes its "
+             "dtype on; the hpsv3 package's config runs bfloat16)")
     elif "dtype" in given:
         note(f"{where}.dtype = {args['dtype']!r} -> not used (cosmos-rl's {name} ignores it too)")
     note(f"{where}.device = {args['device']!r} -> judges.{judge}.options.device")

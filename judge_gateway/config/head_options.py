@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -108,6 +108,21 @@ class HeadOptions(BaseModel):
         """`dtype` as torch names it (`float32`, `float16`, `bfloat16`)."""
         return TORCH_DTYPE_NAMES[self.dtype]
 
+    # Options naming weights as a local path or a hub id: a value written as a path (absolute,
+    # ./, ../ or ~) that does not exist can never load, which missing_local_weights says at once.
+    local_weight_fields: ClassVar[tuple[str, ...]] = ()
+
+    def missing_local_weights(self) -> str | None:
+        """Why the head cannot load, when an option names a local file or folder that does not
+        exist (checked before a worker starts: a request is refused with it at once); else None."""
+        for name in self.local_weight_fields:
+            value = getattr(self, name, None)
+            if not isinstance(value, str) or not value.startswith(("/", "./", "../", "~")):
+                continue  # unset, or a hub id (`org/name`)
+            if not os.path.exists(os.path.expanduser(value)):
+                return f"options.{name} {value!r} does not exist"
+        return None
+
 
 class PreprocessModeOptions(HeadOptions):
     """Heads that can prepare their images on their own device: the CLIP family, image_reward,
@@ -169,9 +184,22 @@ class ClipOptions(ClipFamilyOptions):
     model_config_file: str | None = Field(
         None, description="open_clip: a JSON model config to register first (a custom architecture)."
     )
+    cosine_dtype: Literal["float32", "model"] = Field(
+        "float32",
+        description="Where the cosine is computed: float32 (the embeddings cast first), or `model`: in the "
+        "model's dtype, as Flow-Factory's CLIP reward computes it (transformers: CLIPModel's own "
+        "normalisation, F.normalize, then the dot product, all in `dtype`; bf16 by default there).",
+    )
+
+    @model_validator(mode="after")
+    def _cosine_dtype(self) -> "ClipOptions":
+        if self.cosine_dtype == "model" and self.library != "transformers":
+            raise ValueError("cosine_dtype = 'model' is Flow-Factory's CLIPModel arithmetic: library = 'transformers'")
+        return self
 
 
 class PickScoreOptions(ClipFamilyOptions):
+    local_weight_fields: ClassVar[tuple[str, ...]] = ("model", "processor")
     model: str = Field("yuvalkirstain/PickScore_v1", description="Hub id or local dir of the CLIPModel.")
     processor: str = Field(
         "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", description="Hub id or local dir of the CLIPProcessor."
@@ -192,6 +220,7 @@ _PEER_PICKSCORE = NormalizeConfig(kind="affine", scale=1.0 / 26.0)
 
 
 class HPSv2Options(ClipFamilyOptions):
+    local_weight_fields: ClassVar[tuple[str, ...]] = ("checkpoint",)
     model: str = Field("ViT-H-14", description="open_clip architecture name.")
     checkpoint: str = Field(
         "xswu/HPSv2/HPS_v2.1_compressed.pt",
@@ -205,6 +234,8 @@ class HPSv2Options(ClipFamilyOptions):
 class HPSv3Options(PreprocessModeOptions):
     """HPSv3 (MizzenAI): Qwen2-VL + a ranknet head giving (mu, log sigma) per image; loaded by
     the `hpsv3` package's HPSv3RewardInferencer, so it runs under .venv-hpsv3 (transformers 4.45.2)."""
+
+    local_weight_fields: ClassVar[tuple[str, ...]] = ("checkpoint", "base_model", "config")
 
     checkpoint: str = Field(
         "MizzenAI/HPSv3/HPSv3.safetensors",
@@ -309,6 +340,8 @@ class VideoAlignOptions(PreprocessModeOptions):
     """VideoAlign / VideoReward: frames sampled at the fps and size the checkpoint was trained
     with (its model_config.json), whatever the trainer's video fps; `video.*` is not used."""
 
+    local_weight_fields: ClassVar[tuple[str, ...]] = ("checkpoint", "base_model")
+
     checkpoint: str = Field(
         "KwaiVGI/VideoReward",
         description="Directory (or hub id) with model_config.json and checkpoint-STEP/model.pth.",
@@ -342,6 +375,8 @@ class ImageRewardVit(Strict):
 class ImageRewardOptions(PreprocessOptions):
     """ImageReward (BLIP ViT-L/16 + med BERT with cross-attention + MLP), run by the
     `image-reward` package's own model code in its own venv (scripts/setup_imagereward.sh)."""
+
+    local_weight_fields: ClassVar[tuple[str, ...]] = ("checkpoint", "med_config")
 
     max_batch_size: int = Field(16, ge=1, le=1024, description="(prompt, image) pairs per forward pass.")
     checkpoint: str = Field(

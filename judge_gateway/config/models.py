@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..bands import check_bands
+from ..env_vars import getenv
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
 from ..media.budget import auto_process_pixels
 from .base import Strict
@@ -79,8 +80,9 @@ class ServerConfig(Strict):
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port).")
     api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
     api_keys_env: str | None = Field(
-        "JUDGE_GATEWAY_API_KEYS",
-        description="Environment variable holding more accepted tokens, comma-separated.",
+        "JG_API_KEYS",
+        description="Environment variable holding more accepted tokens, comma-separated (a JG_ name "
+        "also reads its deprecated JUDGE_GATEWAY_ spelling, with a warning, when unset).",
     )
     max_body_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest accepted request body.")
     max_samples_per_request: int = Field(
@@ -145,7 +147,7 @@ class ServerConfig(Strict):
     def resolved_api_keys(self) -> list[str]:
         keys = list(self.api_keys)
         if self.api_keys_env:
-            extra = os.environ.get(self.api_keys_env, "")
+            extra = getenv(self.api_keys_env) or ""
             keys += [k.strip() for k in extra.split(",") if k.strip()]
         return keys
 
@@ -325,6 +327,10 @@ class ImageEncodingConfig(Strict):
     jpeg_quality: int = Field(95, ge=1, le=100, description="format = jpeg: the encoder's quality.")
     resampler: Literal["fast", "pil"] = Field(
         "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")
+    data_url_mime: str | None = Field(
+        None, pattern=r"^image(/[A-Za-z0-9.+-]+)?$",
+        description="The media type the data URL names (default `image/<format>`); `image` sends "
+        "`data:image;base64,...`, as cosmos-rl's unified_reward does. The bytes are the same.")
 
 
 class VideoSamplingConfig(Strict):

@@ -43,7 +43,8 @@ class QueueConfig(Strict):
 class StoreConfig(Strict):
     kind: Literal["memory", "redis"] = Field("memory", description="memory: this process only; redis: shared, survives restarts.")
     url: str | None = Field(None, description="redis://[:password@]host:port/db (kind = redis).")
-    url_env: str | None = Field("JUDGE_GATEWAY_REDIS_URL", description="Environment variable that overrides `url`.")
+    url_env: str | None = Field("JG_REDIS_URL", description="Environment variable that overrides `url` (a JG_ "
+                                "name also reads its deprecated JUDGE_GATEWAY_ spelling, with a warning).")
     key_prefix: str = Field("judge-gateway:", description="Prefix of every key the gateway writes.")
     # Retention: a trainer that falls behind must not outlive its results. cosmos-rl's service keeps
     # 100k results with no TTL; we keep as many, a day unpulled, and say `expired` (not
@@ -83,14 +84,19 @@ class StoreConfig(Strict):
         return self
 
     def resolved_url(self) -> str | None:
-        import os
+        from ..env_vars import getenv
 
-        if self.url_env and os.environ.get(self.url_env):
-            return os.environ[self.url_env]
-        return self.url
+        return (getenv(self.url_env) if self.url_env else None) or self.url
 
 
 _SOURCE_RE = re.compile(r"^(reward|raw|details\.[A-Za-z0-9_.-]+)$")
+
+
+def details_path(v: str | None) -> str | None:
+    """A `details.<key>` path (a peer_source), or None."""
+    if v is not None and not (v.startswith("details.") and _SOURCE_RE.match(v)):
+        raise ValueError(f"{v!r} is not `details.<key>`")
+    return v
 
 
 class TagSplit(Strict):
@@ -121,6 +127,13 @@ class LegacyKey(Strict):
     source: str = Field(
         description="`reward`, `raw` or `details.<key>`; a bare string in `keys` is short for {source = ...}."
     )
+    peer_source: str | None = Field(
+        None,
+        description="`details.<key>` holding the number the peer's own code computes for this sample "
+        "(e.g. cosmos-rl's two-logit softmax), reported whenever the judge wrote it, valid or not: the "
+        "legacy value follows the peer wherever the peer's code returns a number (docs: Conformance). "
+        "Absent: `source` of a valid score, else the invalid policy.",
+    )
     labels: tuple[str, str] | None = Field(
         None, description="Emit a label instead of the number: [below threshold, at or above]."
     )
@@ -136,6 +149,11 @@ class LegacyKey(Strict):
         if not _SOURCE_RE.match(v):
             raise ValueError(f"{v!r} is not `reward`, `raw` or `details.<key>`")
         return v
+
+    @field_validator("peer_source")
+    @classmethod
+    def _peer_source(cls, v: str | None) -> str | None:
+        return details_path(v)
 
     @model_validator(mode="after")
     def _one_shape(self) -> LegacyKey:
@@ -189,10 +207,15 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
     # Our yes/no judges read logprobs, not logits: yes_logit/no_logit carry log P(yes) and
     # log P(no). With the judge's counting = "exact" (configs/cosmos_rl.toml) their difference is
     # cosmos-rl's logit difference, so a softmax over the pair gives its no_score; with
-    # "variants" each also sums the word's case/space variants.
+    # "variants" each also sums the word's case/space variants. cosmos-rl reports that softmax
+    # whatever mass the pair holds; the judge marks a pair below its min_answer_mass invalid but
+    # records the pair's numbers, which these keys report (peer_source).
     "cosmos_reason1": _r("cosmos_reason1", "video",
-                         prediction={"source": "reward", "labels": ["Bad", "Good"], "threshold": 0.5},
-                         no_score="reward", yes_logit="details.logprob_yes", no_logit="details.logprob_no"),
+                         prediction={"source": "reward", "labels": ["Bad", "Good"], "threshold": 0.5,
+                                     "peer_source": "details.p_positive"},
+                         no_score={"source": "reward", "peer_source": "details.p_positive"},
+                         yes_logit={"source": "details.logprob_yes", "peer_source": "details.logprob_yes"},
+                         no_logit={"source": "details.logprob_no", "peer_source": "details.logprob_no"}),
     "dance_grpo": _r("videoalign", "video", vq_reward="details.vq", mq_reward="details.mq",
                      ta_reward="details.ta", overall_reward="raw"),
     "hpsv2": _r("hpsv2", hpsv2="raw"),
@@ -201,7 +224,9 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
     # own normalisation.
     "pickscore": _r("pickscore", pickscore={"source": "raw", "scale": 1 / 26}),
     "image_reward": _r("image_reward", image_reward="raw"),
-    "ocr": _r("ocr", ocr_reward="reward"),
+    # cosmos-rl scores a double-quoted target of spaces only 1.0; the judge marks it not_applicable
+    # and records that number (details.reference_reward)
+    "ocr": _r("ocr", ocr_reward={"source": "reward", "peer_source": "details.reference_reward"}),
     # cosmos-rl's own GenEval numbers (the judge's details.cosmos_rl: its partial score, GenEval's
     # correct over the includes, strict; geneval_only_strict forces correct to 0), whatever
     # `options.reward` makes raw. gen_eval_group: cosmos-rl's dict of the six tags' lists, that
@@ -211,7 +236,9 @@ DEFAULT_COSMOS_REWARDS: dict[str, dict[str, Any]] = {
                    gen_eval_group={"source": "details.cosmos_rl.correct", "by_tag": {
                        "tag": "details.tag", "tags": list(GENEVAL_TAGS), "not_applicable": -10.0}}),
     # cosmos-rl's service: the 1-5 "Final Score" / 5.
-    "unified_reward": _r("unified_reward", unified_reward={"source": "raw", "scale": 0.2}),
+    # Where the service's own pattern reads a number (the judge's peer_regex), that number.
+    "unified_reward": _r("unified_reward", unified_reward={"source": "raw", "scale": 0.2,
+                                                           "peer_source": "details.peer_score"}),
 }
 
 
@@ -338,11 +365,12 @@ class CosmosRLConfig(Strict):
         description="The torch worker that loads torch payloads and decodes Wan latents into pixels.",
     )
     pending_status: Literal[400, 425] = Field(
-        400,
-        description="The status of a pull whose result is not ready: 400, cosmos-rl's (its README's '400 Not "
-        "Ready', which clients written to it check for), or 425 (Too Early), which cosmos-rl's trainer from 0.4.7 "
-        "needs: it fails a fetch on a 400 at once (and its get_results then breaks on the empty batch), where "
-        "it retries a 425 inside the fetch with backoff. The body says `status: pending` either way.",
+        425,
+        description="The status of a pull whose result is not ready. 425 (Too Early, the default): "
+        "cosmos-rl's trainer (0.4.7, make_request_with_retry) retries 408/425/429 inside the fetch with "
+        "backoff and gives up at once on any other 4xx, so 425 is what it polls through; cosmos-rl's example "
+        "clients poll on any non-200. 400: the reward service's README's '400 Not Ready', for clients "
+        "written to that README. The body says `status: pending` either way.",
     )
     default_pull_type: str = Field(
         "dance_grpo", description="The reward a pull without a `type` field asks for (cosmos-rl's default)."
@@ -350,8 +378,16 @@ class CosmosRLConfig(Strict):
     refuse_unready: bool = Field(
         True,
         description="Refuse an enqueue whose judge cannot score now, before a uuid is given: 424 when a "
-        "head failed to load (a retry will not help), 503 + Retry-After when a VLM backend is unreachable. "
+        "head failed to load (a retry will not help; a head loading for the first time is waited for, "
+        "load_wait_s), 503 + Retry-After when a VLM backend is unreachable. "
         "false: accept, and the samples come back invalid.",
+    )
+    load_wait_s: float = Field(
+        45.0, gt=0,
+        description="With refuse_unready: how long an enqueue waits for a head's first model load before "
+        "a uuid is given (ready: accepted; failed: 424 with the reason). Still loading by then: 503 + "
+        "Retry-After, which cosmos-rl's trainer retries. Below the trainer's enqueue read timeout (60 s at "
+        "least) so that the wait ends in an answer.",
     )
 
     def fill_of(self, reward: CosmosReward) -> InvalidFill:
@@ -393,6 +429,17 @@ class FlowFactoryProfile(Strict):
     )
     fill_value: float = Field(0.0, description="on_invalid = fill: the reward of such a sample.")
     video_fps: float = Field(16.0, gt=0, description="Frame rate of frame-list videos (the protocol sends none).")
+    peer_source: str | None = Field(
+        None, description="`details.<key>` where the profile's judges record the number Flow-Factory's own "
+        "reward model computes (e.g. `details.peer_reward` of a rubric judge with peer_reading): where "
+        "present it is the judge's reward in `rewards`, valid or not (`valid` and `errors` stay ours), so the "
+        "value follows Flow-Factory wherever its code returns a number (docs: Conformance)."
+    )
+
+    @field_validator("peer_source")
+    @classmethod
+    def _peer_source(cls, v: str | None) -> str | None:
+        return details_path(v)
 
     @field_validator("judges")
     @classmethod

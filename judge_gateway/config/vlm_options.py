@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Strict
 
@@ -65,6 +66,12 @@ class RubricOptions(VLMOptions):
     aggregation_profile_sha256: str | None = Field(
         None, pattern=r"^[0-9a-f]{64}$", description="Pin the profile file's exact bytes."
     )
+    peer_reading: Literal["flow_factory_rational_rewards_t2i", "flow_factory_rational_rewards_edit"] | None = Field(
+        None, description="Also read the reply as that peer's reward model does (Flow-Factory's "
+        "RationalRewards T2I / Edit parser and aggregation) into details.peer_reward, whether or not our "
+        "parse made the score valid; a Flow-Factory profile with `peer_source = \"details.peer_reward\"` "
+        "reports it (docs: Conformance)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "RubricOptions":
@@ -95,10 +102,29 @@ class FinalScoreOptions(VLMOptions):
         "(a model that restates its verdict ends with it) or the first (cosmos-rl's unified_reward, a "
         "re.search)."
     )
+    peer_regex: str | None = Field(
+        None, description="A peer's own pattern for the number (its group 1), matched as the peer's code "
+        "matches it (re.search: the first match, case-sensitive). Where it matches, details.peer_score "
+        "holds that number, whether or not our parse made the score valid; a cosmos-rl legacy key with "
+        "`peer_source = \"details.peer_score\"` reports it (cosmos-rl's unified_reward: "
+        "`Final Score:\\s*([1-5](?:\\.\\d+)?)`)."
+    )
     max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
     stop: list[str] | None = Field(None, description=_STOP)
     guided_regex: str | None = Field(None, description="Constrain the reply with vLLM structured outputs (a regex).")
+
+    @field_validator("peer_regex")
+    @classmethod
+    def _peer_regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                groups = re.compile(v).groups
+            except re.error as err:
+                raise ValueError(f"not a regular expression: {err}") from None
+            if groups < 1:
+                raise ValueError("needs a group around the number")
+        return v
 
 
 class CriticOptions(VLMOptions):

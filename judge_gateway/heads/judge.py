@@ -16,7 +16,7 @@ from ..media import MediaError, VideoSampling, sample_frame_indices
 from ..schema import ErrorCode
 from ..judges.base import Judge, JudgeFailure, ScoreContext, Verdict
 from ..judges.queue import JudgeQueue
-from .ocr_text import extract_target_text, ocr_reward
+from .ocr_text import REFERENCE_BLANK_REWARD, extract_target_text, is_blank_target, ocr_reward
 from .pooling import pool_scores
 from .supervisor import HeadError, HeadSupervisor
 
@@ -60,9 +60,15 @@ class HeadJudge(Judge):
         return self.cfg.kind_spec.media
 
     async def probe(self) -> tuple[bool, str | None]:
+        missing = self.options.missing_local_weights()
+        if missing is not None:  # it can never load: no worker is started for it
+            return False, f"failed: {missing}"
         return await self.worker.probe()
 
     async def check(self) -> tuple[bool, str | None]:
+        missing = self.options.missing_local_weights()
+        if missing is not None:
+            return False, f"failed: {missing}"
         try:
             await self.worker.wait_ready()
         except HeadError as exc:
@@ -148,6 +154,11 @@ class OcrJudge(HeadJudge):
         target = extract_target_text(sample.prompt)
         if target is None:
             raise JudgeFailure(ErrorCode.not_applicable, "the prompt has no quoted target text for the OCR reward")
+        if is_blank_target(target):
+            # cosmos-rl's OCR reward scores an empty target 1.0 (it is in any text): no measurement,
+            # so invalid here; `reference_reward` is that number for the legacy key that reports it.
+            raise JudgeFailure(ErrorCode.not_applicable, "the prompt's quoted target text is blank",
+                               details={"target": target, "reference_reward": REFERENCE_BLANK_REWARD})
         return target
 
     def _per_frame(self, outputs: list[dict[str, Any]], target: str,

@@ -1,14 +1,15 @@
 """OCR text-rendering reward: the target text of a prompt, and the reference's reward formula.
 
-Reference (Flow-Factory / cosmos-rl OCR reward): target = prompt.split('"')[1], the text between
-the prompt's first two double quotes, as written (its spaces count in the length); recognised =
-all detected lines concatenated; both lowercased, spaces removed; distance 0 when the target is a
-substring of the recognised text, else the Levenshtein distance clipped to the target length;
-reward = 1 - distance / max(1, len(raw target)).
-A prompt with a closed pair of double quotes gets exactly that target. The reference knows no
-other quotes and fails the request without them; we then take the earliest single or
-typographic quote pair (stripped), and a prompt without target text (or only blanks between the
-quotes) is `not_applicable`.
+Reference (cosmos-rl's reward service, `model/ocr.py` 41-79): target = prompt.split('"')[1], the
+text after the prompt's first double quote up to the next one (or to the end when there is no
+second), as written (its spaces count in the length); recognised = all detected lines
+concatenated; both with their ASCII spaces removed (`.replace(" ", "")`, nothing else) and
+lowercased; distance 0 when the target is a substring of the recognised text, else the
+Levenshtein distance clipped to the target length; reward = 1 - distance / max(1, len(raw target)).
+A prompt with a double quote gets exactly that target. The reference knows no other quotes and
+fails the request without one; we then take the earliest single or typographic quote pair
+(stripped). A prompt without target text is `not_applicable`; so is a double-quoted target of
+ASCII spaces only, which the reference scores 1.0 whatever the image shows (`reference_blank_reward`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,17 @@ _QUOTE_PAIRS = (("\u201c", "\u201d"), ("\u201e", "\u201c"), ("\u00ab", "\u00bb")
 _SINGLE_OPEN = re.compile(r"(?<![\w])'")
 
 
+# What the reference scores a target of ASCII spaces only: "" is in any text, distance 0.
+REFERENCE_BLANK_REWARD = 1.0
+
+
 def extract_target_text(prompt: str) -> str | None:
-    """The reference's target (between the first two double quotes, unstripped), else the first
-    span in other quotes (stripped); None when there is none or it is blank."""
+    """The reference's target (after the first double quote up to the next or the end,
+    unstripped; possibly blank), else the first span in other quotes (stripped); None when there is
+    none."""
     parts = prompt.split('"')
-    if len(parts) >= 3:
-        return parts[1] if parts[1].strip() else None
+    if len(parts) >= 2:
+        return parts[1]
     best: tuple[int, str] | None = None
     for open_q, close_q in _QUOTE_PAIRS:
         if open_q == "'":
@@ -51,8 +57,14 @@ def extract_target_text(prompt: str) -> str | None:
     return best[1] if best else None
 
 
+def is_blank_target(target: str) -> bool:
+    """A target the reference reads as empty: ASCII spaces only (it removes nothing else)."""
+    return _normalise(target) == ""
+
+
 def _normalise(text: str) -> str:
-    return "".join(text.lower().split())
+    """The reference's normalisation: ASCII spaces removed, lowercased (a tab or a no-break space stays)."""
+    return text.replace(" ", "").lower()
 
 
 def levenshtein(a: str, b: str) -> int:

@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..config import CriticOptions, FinalScoreOptions, JudgeConfig, NormalizeConfig, RubricOptions
 from ..parsers import ParseError, parse_final_score, parse_rubric
+from ..parsers.peer_rubric import rational_reward
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
 from .vlm import VLMJudge
@@ -36,10 +38,13 @@ class _GenerativeJudge(VLMJudge):
 
     def _request_params(self) -> dict[str, Any]:
         opts = self.options
-        params: dict[str, Any] = {
-            "max_tokens": opts.max_tokens or self.template.max_tokens or DEFAULT_MAX_TOKENS,
-            "temperature": self.temperature,
-        }
+        params: dict[str, Any] = {"temperature": self.temperature}
+        # The option, else the template's, else DEFAULT_MAX_TOKENS; none where the template says
+        # send_max_tokens = false (the server's limit, as cosmos-rl's unified_reward sends none).
+        if opts.max_tokens:
+            params["max_tokens"] = opts.max_tokens
+        elif self.template.send_max_tokens:
+            params["max_tokens"] = self.template.max_tokens or DEFAULT_MAX_TOKENS
         stop = opts.stop if opts.stop is not None else list(self.template.stop)
         if stop:
             params["stop"] = stop
@@ -137,6 +142,10 @@ class RubricJudge(_GenerativeJudge):
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
+        if self.options.peer_reading is not None:
+            peer = rational_reward(text, self.options.peer_reading)
+            if peer is not None:  # where the peer reads no aspect it returns a constant (0.0): none here
+                facts["peer_reward"] = peer
         try:
             parsed = parse_rubric(text, self.aspects, scale=self.scale)
         except ParseError as exc:
@@ -170,9 +179,22 @@ class FinalScoreJudge(_GenerativeJudge):
         assert scale is not None
         self.scale = (float(scale[0]), float(scale[1]))
         self.label = self.options.label or self.template.label or "Final Score"
+        self.peer_regex = re.compile(self.options.peer_regex) if self.options.peer_regex else None
+
+    def _peer_score(self, text: str) -> dict[str, Any]:
+        """{"peer_score": the number the peer's own pattern reads} where it matches (re.search,
+        the first match, as cosmos-rl's unified_reward reads it); {} where it does not."""
+        if self.peer_regex is None:
+            return {}
+        match = self.peer_regex.search(text)
+        try:
+            return {"peer_score": float(match.group(1))} if match else {}
+        except (TypeError, ValueError):  # a group that is no number: the peer has none either
+            return {}
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
+        facts |= self._peer_score(text)
         try:
             parsed = parse_final_score(text, scale=self.scale, label=self.label,
                                        occurrence=self.options.occurrence)

@@ -33,7 +33,8 @@ class VLMJudge(Judge):
         self._template_ref = TemplateRef(
             id=self.template.id, version=self.template.version, sha256=self.template.sha256
         )
-        self.image_encoding = ImageEncoding(**cfg.image.model_dump())
+        self.image_encoding = ImageEncoding(**cfg.image.model_dump(exclude={"data_url_mime"}))
+        self.data_url_mime = cfg.image.data_url_mime
         self.video_sampling = VideoSampling(**{**cfg.video.model_dump(), "codec": self._video_codec(cfg, pool)})
         assert isinstance(cfg.options, VLMOptions)  # typed at config load (config.kinds)
         self.video_first_frame = cfg.options.video_first_frame and (
@@ -113,6 +114,12 @@ class VLMJudge(Judge):
                                f"judge {self.name!r} needs {needed} condition {what}; the sample has {len(given)}")
         return list(await asyncio.gather(*(encode(m) for m in given[:needed])))
 
+    def _image_url(self, data_url: str) -> str:
+        """The encoded image's data URL, naming `image.data_url_mime` when the config sets one."""
+        if self.data_url_mime is None:
+            return data_url
+        return f"data:{self.data_url_mime};base64," + data_url.split(",", 1)[1]
+
     async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
         """The chat messages for one sample, and the media facts for `details`."""
         prompt = await self.build_prompt(sample, ctx)
@@ -136,12 +143,13 @@ class VLMJudge(Judge):
                 alternative = " (or a video, scored by its first frame)" if self.video_first_frame else ""
                 raise JudgeFailure(ErrorCode.bad_input,
                                    f"judge {self.name!r} needs an image for each sample{alternative}")
-            parts["image"] = [{"type": "image_url", "image_url": {"url": enc.data_url}}]
+            parts["image"] = [{"type": "image_url", "image_url": {"url": self._image_url(enc.data_url)}}]
         if "condition_image" in slots:
             encoded = await self._conditions(sample.condition_images, slots.count("condition_image"),
                                              "image(s) (the source image of an edit)",
                                              lambda img: ctx.media.image(img, self.image_encoding))
-            parts["condition_image"] = [{"type": "image_url", "image_url": {"url": e.data_url}} for e in encoded]
+            parts["condition_image"] = [{"type": "image_url", "image_url": {"url": self._image_url(e.data_url)}}
+                                        for e in encoded]
             facts["condition_images"] = [e.details() for e in encoded]
         if "condition_video" in slots:
             encoded = await self._conditions(sample.condition_videos, slots.count("condition_video"),

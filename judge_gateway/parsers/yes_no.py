@@ -134,20 +134,27 @@ def parse_yes_no(
     lp_no = _logsumexp([lp for _, lp in no_entries])
     answer_mass = math.exp(lp_yes) + math.exp(lp_no)
     if answer_mass <= 0.0 or answer_mass < min_answer_mass:
+        details: dict[str, Any] = {
+            "p_yes": math.exp(lp_yes),
+            "p_no": math.exp(lp_no),
+            "answer_mass": answer_mass,
+            "min_answer_mass": float(min_answer_mass),
+            "matched": matched,
+            "counting": counting,
+            "top_tokens": [token for token, _ in candidates[:5]],
+        }
+        if yes_entries and no_entries:
+            # The model did not answer the question: invalid. The two-way numbers still go into
+            # the details: a peer that reads the pair whatever its mass (cosmos-rl's softmax over
+            # the "Yes"/"No" logits) reports them, and so do its legacy keys.
+            details |= {"p_positive": _two_way(lp_yes, lp_no, positive_word, counting),
+                        "logprob_yes": lp_yes, "logprob_no": lp_no}
         raise ParseError(
             f"yes/no answer mass {answer_mass:.4g} is below the floor {min_answer_mass:.4g} "
             f"among {len(candidates)} candidates (p_yes={math.exp(lp_yes):.4g}, "
             f"p_no={math.exp(lp_no):.4g}, counting={counting})",
             code=ANSWER_MISSING,
-            details={
-                "p_yes": math.exp(lp_yes),
-                "p_no": math.exp(lp_no),
-                "answer_mass": answer_mass,
-                "min_answer_mass": float(min_answer_mass),
-                "matched": matched,
-                "counting": counting,
-                "top_tokens": [token for token, _ in candidates[:5]],
-            },
+            details=details,
         )
 
     bounded: str | None = None
@@ -160,13 +167,7 @@ def parse_yes_no(
         else:
             lp_no = bound_lp
 
-    lp_good, lp_bad = (lp_yes, lp_no) if positive_word == "yes" else (lp_no, lp_yes)
-    if counting == "exact":
-        p_positive = _sigmoid(lp_good - lp_bad) if lp_good > -math.inf else 0.0
-    else:
-        p_good, p_bad = math.exp(lp_good), math.exp(lp_bad)
-        # Clamp: float rounding must not push a probability past [0, 1].
-        p_positive = min(1.0, max(0.0, p_good / (p_good + p_bad)))
+    p_positive = _two_way(lp_yes, lp_no, positive_word, counting)
     return YesNoResult(
         p_yes=math.exp(lp_yes),
         p_no=math.exp(lp_no),
@@ -180,6 +181,17 @@ def parse_yes_no(
         bounded_answer=bounded,
         bound_rule=rule,
     )
+
+
+def _two_way(lp_yes: float, lp_no: float, positive_word: str, counting: str) -> float:
+    """P(positive) / (P(yes) + P(no)): exact counting as sigmoid(logprob difference), which is
+    softmax over the two log-probabilities (log_softmax shifts both by one constant)."""
+    lp_good, lp_bad = (lp_yes, lp_no) if positive_word == "yes" else (lp_no, lp_yes)
+    if counting == "exact":
+        return _sigmoid(lp_good - lp_bad) if lp_good > -math.inf else 0.0
+    p_good, p_bad = math.exp(lp_good), math.exp(lp_bad)
+    # Clamp: float rounding must not push a probability past [0, 1].
+    return min(1.0, max(0.0, p_good / (p_good + p_bad)))
 
 
 def _absent_bound(candidates: list[tuple[str, float]]) -> tuple[float, str]:

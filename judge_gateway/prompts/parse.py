@@ -209,12 +209,21 @@ class _GenerativeFile(TemplateFile):
     stop: list[Annotated[str, Field(min_length=1)]] = Field(
         default_factory=list, description="stop sequences of the request")
     max_tokens: int | None = Field(None, gt=0, description="the request's max_tokens")
+    send_max_tokens: bool = Field(
+        True, description="false: the request carries no max_tokens unless the judge's options set one "
+        "(the server's own limit), as a peer that sends none")
     temperature: FiniteNumber | None = Field(
         None, ge=0, le=2, description="the request's sampling temperature, in [0, 2]")
 
+    @model_validator(mode="after")
+    def _one_limit(self) -> "_GenerativeFile":
+        if not self.send_max_tokens and self.max_tokens is not None:
+            raise ValueError("max_tokens with send_max_tokens = false: keep one")
+        return self
+
     def _template(self, path: Path, sha256: str, **kind_fields: Any) -> Template:
         return super()._template(path, sha256, stop=tuple(self.stop), max_tokens=self.max_tokens,
-                                 temperature=self.temperature, **kind_fields)
+                                 send_max_tokens=self.send_max_tokens, temperature=self.temperature, **kind_fields)
 
 
 class _ScoredFile(_GenerativeFile):

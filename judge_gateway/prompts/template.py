@@ -69,6 +69,7 @@ class Template:
     # absent from the reply does to the score (rubric).
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None
+    send_max_tokens: bool = True  # false: no max_tokens in the request unless an option sets one
     temperature: float | None = None
     missing_policy: str | None = None
     # critic: the reply's JSON schema and the dotted path of its violations list.

@@ -14,11 +14,21 @@ Status codes follow the real client (`raise_for_status()`, then a truthy `error`
 then `rewards`): any 4xx/5xx is retried, a 200 with `{"error": ...}` fails at once. So bad input
 is a 200 with `error` (retrying cannot fix it) and transient faults (every sample invalid because
 backends are down or timing out) are a 503, which the client retries.
+
+A profile whose judge cannot score at all is never answered with filled rewards: `/health` is
+503 with the reason when a head failed to load or a VLM backend does not answer (the client checks
+it once at start-up and stops on a status >= 400); `/compute` is 503 with the reason before
+anything is scored when a head cannot load, and after scoring when no sample could be scored
+because a backend was down. A head loading for the first time is not that: `/health` says
+`loading`, and `/compute` waits for the load.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -34,9 +44,10 @@ from ..gateway import Gateway, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
-from ..schema import TRANSIENT_ERRORS, ErrorCode, RewardRequest, RewardResponse, SampleInput
+from ..schema import TRANSIENT_ERRORS, ErrorCode, JudgeScore, RewardRequest, RewardResponse, SampleInput
 from ..watch import BadTags
 from .admission import Admission, Refused
+from .cosmos_rl.envelope import source_value
 from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .ignored import IgnoredFields
 from .metered import metered
@@ -139,6 +150,33 @@ class FlowFactoryService:
         # Flow-Factory's reward registry matches names without regard to case: so do the paths,
         # where that names one profile.
         self._folded = {low: names[0] for low, names in by_lower.items() if len(names) == 1}
+        self._readiness: dict[str, tuple[float, bool, str | None]] = {}  # judge -> (probed at, ok, reason)
+        self._refreshing: dict[str, asyncio.Task[Any]] = {}  # judges whose probe runs in the background
+
+    async def readiness(self, profile: FlowFactoryProfile, *, backends: bool = True) -> tuple[str | None, list[str]]:
+        """(why the profile cannot score now, or None; the judges still loading for the first time).
+        Probes are kept server.readiness_interval_s. `backends = False` (a /compute): VLM judges are
+        not probed (a slow backend is the scoring's to report: the 503 of a request none of whose
+        samples could be scored); only heads that cannot load are."""
+        loading: list[str] = []
+        for name in profile.judges:
+            judge = self.gateway.judges[name]
+            if not backends and judge.backend_name is not None:
+                continue
+            cached = self._readiness.get(name)
+            if cached is None:  # the first look waits for the probe (the client's start-up check)
+                cached = await self._probe(name)
+            elif time.monotonic() - cached[0] > self.gateway.config.server.readiness_interval_s:
+                self._refresh(name)  # in the background: /health never waits on a busy backend
+            _, ok, reason = cached
+            if ok:
+                continue
+            if judge.backend_name is not None:
+                return f"judge {name!r} cannot score: its backend {judge.backend_name!r} is not ready ({reason})", loading
+            if (reason or "").startswith("failed"):
+                return f"judge {name!r} cannot score: {reason}", loading
+            loading.append(name)  # a head's first load: scoring waits for it
+        return None, loading
 
     def profile_name(self, name: str) -> str | None:
         """The configured profile a path segment names: exactly, else ignoring case; None if none."""
@@ -169,12 +207,26 @@ class FlowFactoryService:
                         raise BadInput(f"profile {profile_name!r}: judge {judge!r} needs {need}, "
                                        f"and sample {i} has none")
 
+    async def _probe(self, name: str) -> tuple[float, bool, str | None]:
+        ok, reason = await self.gateway.judges[name].probe()
+        self._readiness[name] = (time.monotonic(), ok, reason)
+        return self._readiness[name]
+
+    def _refresh(self, name: str) -> None:
+        if name in self._refreshing:
+            return
+        task = self._refreshing[name] = asyncio.get_running_loop().create_task(self._probe(name))
+        task.add_done_callback(lambda _: self._refreshing.pop(name, None))
+
     async def compute(self, name: str, body: bytes, admission: Admission,
                       on_scored: Callable[[list[SampleInput], RewardResponse], None] | None = None
                       ) -> tuple[int, dict[str, Any]]:
         """(status, body) of one /compute: parse, reserve (decoded-media budget, head queues:
         Refused when spent), score, answer; `on_scored` gets the samples and their judge scores."""
         profile = self.cfg.profiles[name]
+        why, _ = await self.readiness(profile, backends=False)
+        if why is not None:  # never rewards filled for a request that could not be scored at all
+            return 503, {"detail": f"profile {name!r}: {why}", "reason": why}
         unused: list[str] = []
         try:
             samples = await run_in_threadpool(parse_compute, body, profile,
@@ -193,9 +245,14 @@ class FlowFactoryService:
             on_scored(samples, response)
         combine = CombineConfig(policy=profile.combine, on_invalid="invalidate")
         rewards: list[float | None] = []
+        ours: list[float | None] = []  # the judges' own rewards: `valid` says where they are
         problems: list[tuple[int, str, ErrorCode]] = []
         for r in response.results:
             value, _, _ = combine_sample(r.scores, profile.judges, combine)
+            ours.append(value)
+            if profile.peer_source is not None:  # Flow-Factory's own number where the judge recorded it
+                value, _, _ = combine_sample({j: _peer_view(s, profile.peer_source) for j, s in r.scores.items()},
+                                             profile.judges, combine)
             rewards.append(value)
             for judge, s in r.scores.items():
                 if not s.valid and s.error is not None:
@@ -204,8 +261,8 @@ class FlowFactoryService:
             rewards = group_transform(rewards, ["group"] * len(rewards), profile.group_transform)
         valid = [v for v in rewards if v is not None]
         # Flow-Factory's client reads only `rewards`; the flags beside them keep a filled value
-        # from passing as a score for anyone who looks.
-        flags = [v is not None for v in rewards]
+        # (or Flow-Factory's number where our judge calls the sample invalid) from passing as ours.
+        flags = [v is not None for v in ours]
         if problems:
             first = f"sample {problems[0][0]}: {problems[0][1]}"
             if not valid and any(code in TRANSIENT_ERRORS for _, _, code in problems):
@@ -226,6 +283,14 @@ class FlowFactoryService:
                 errors.setdefault(str(index), []).append(message)
             return 200, {"rewards": rewards, "valid": flags, "errors": errors}
         return 200, {"rewards": rewards, "valid": flags}
+
+
+def _peer_view(score: JudgeScore, source: str) -> JudgeScore:
+    """The score with the peer's number (details.<key>) as its reward where the judge recorded one."""
+    value = source_value(score, source)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return score
+    return score.model_copy(update={"reward": float(value), "valid": True, "error": None})
 
 
 async def flow_factory_of(request: Request) -> FlowFactoryService:
@@ -249,7 +314,13 @@ async def health(profile: str, service: FlowFactoryDep) -> JSONResponse:
     if name is None:
         return _unknown(service, profile)
     profile, p = name, service.cfg.profiles[name]
-    return JSONResponse({"status": "ok", "profile": profile, "mode": p.mode, "judges": p.judges})
+    why, loading = await service.readiness(p)
+    body: dict[str, Any] = {"profile": profile, "mode": p.mode, "judges": p.judges}
+    if why is not None:  # Flow-Factory's client checks /health once at start-up: a status >= 400 stops it
+        return JSONResponse({"status": "unavailable", "reason": why, **body}, status_code=503)
+    if loading:
+        return JSONResponse({"status": "loading", "loading": loading, **body})
+    return JSONResponse({"status": "ok", **body})
 
 
 @router.post("/{profile}/compute", summary="Flow-Factory: rewards for a batch (pointwise) or a group")

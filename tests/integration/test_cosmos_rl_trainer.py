@@ -13,6 +13,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -48,10 +49,8 @@ def config(vllm_url: str) -> dict:
             "unified_free": {**unified, "options": {"max_tokens": 16}},
         },
         "cosmos_rl": {
-            # cosmos-rl's trainer at 0.4.7 stops a fetch at once on a 400 (its retry loop keeps only
-            # 408/425/429) and get_results then fails on the empty batch: it needs 425 while a
-            # result is pending (test_trainer_and_the_pending_status below shows both)
-            "pending_status": 425,
+            # pending_status: the default, 425, which cosmos-rl's trainer polls through
+            # (test_trainer_and_the_pending_status below shows 400 too)
             "fill_value": FILL_VALUE,
             "rewards": {
                 "ocr_sentinel": {"judge": "ocr", "keys": {"ocr_reward": "reward"}, "on_invalid": "sentinel"},
@@ -87,7 +86,7 @@ def ocr_groups() -> list[tuple[str, np.ndarray]]:
 
 
 def run_trainer(python: Path, served: ServedGateway, groups, reward_fns: list[dict], tmp_path: Path,
-                wait_until_ready: bool = False, fails_with: str | None = None) -> dict:
+                wait_until_ready: bool = False, fails_with: str | None = None, timeout_s: float = 300) -> dict:
     payloads = []
     for i, (prompt, images) in enumerate(groups):
         path = tmp_path / f"payload{i}.npy"
@@ -97,7 +96,7 @@ def run_trainer(python: Path, served: ServedGateway, groups, reward_fns: list[di
             "fetch_url": f"{served.url}/api/reward/pull", "token": "None", "step": 7,
             "remote_reward": {"reward_fns": reward_fns}, "payloads": payloads, "wait_until_ready": wait_until_ready}
     proc = subprocess.run([str(python), str(DRIVER)], input=json.dumps(spec), capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": ""}, check=False)
+                          timeout=timeout_s, env={**os.environ, "PYTHONPATH": ""}, check=False)
     if fails_with is not None:
         assert proc.returncode != 0 and fails_with in proc.stderr, proc.stderr[-4000:]
         return {}
@@ -172,11 +171,12 @@ def test_trainer_sums_vlm_rewards_on_cosmos_rls_scale(trainer_python, served, tm
 
 
 def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
-    """cosmos-rl answers a pull that is not ready with 400 (its README's "400 Not Ready"), as
-    the gateway does by default. cosmos-rl's trainer (0.4.7) fetching such a pull fails: its retry
-    loop gives up at once on a 400 and get_results then indexes an empty batch. Polled as the
-    cosmos-rl's example clients poll (any non-200: again) until ready, the same trainer class
-    fetches the result; with pending_status = 425 it polls through on its own."""
+    """cosmos-rl's reward service answers a pull that is not ready with 400 (its README's "400 Not
+    Ready"), which the gateway answers with pending_status = 400. cosmos-rl's trainer (0.4.7)
+    fetching such a pull fails: make_request_with_retry (cosmos_rl/utils/network_util.py 56-124 in
+    the 0.4.7 wheel) re-raises any 4xx but 408/425/429 at once and get_results then indexes an
+    empty batch. Polled as cosmos-rl's example clients poll (any non-200: again) until ready, the
+    same trainer class fetches the result; with the default, 425, it polls through on its own."""
     from tests.support.fault_gateway import fault_config
 
     data = fault_config(fake_backend.base_url)
@@ -185,7 +185,7 @@ def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
     data["cosmos_rl"] = {"retry_attempts": 0}
     groups = [("a red apple", np.zeros((2, 16, 16, 3), dtype=np.uint8))]
     fns = [{"name": "stalled", "weight": 1.0}]
-    readme = ServedGateway(data)
+    readme = ServedGateway({**data, "cosmos_rl": {**data["cosmos_rl"], "pending_status": 400}})
     try:
         run_trainer(trainer_python, readme, groups, fns, tmp_path, fails_with="IndexError")
         out = run_trainer(trainer_python, readme, groups, fns, tmp_path, wait_until_ready=True)
@@ -193,9 +193,71 @@ def test_trainer_and_the_pending_status(trainer_python, fake_backend, tmp_path):
         assert out["payloads"][0]["rewards"] == [0.0, 0.0]  # invalid: fill_value, one constant
     finally:
         readme.stop()
-    trainer = ServedGateway({**data, "cosmos_rl": {**data["cosmos_rl"], "pending_status": 425}})
+    trainer = ServedGateway(data)  # the default pending status
     try:
         out = run_trainer(trainer_python, trainer, groups, fns, tmp_path)
         assert out["payloads"][0]["rewards"] == [0.0, 0.0]
+        assert out["fetch_statuses"][-1] == 200 and set(out["fetch_statuses"][:-1]) == {425}
     finally:
         trainer.stop()
+
+
+# A GRPO step of text renderings: 4 prompts x 8 completions, enough OCR (~0.1-0.3 s an image on
+# the CPU) that the result is pending for several of the trainer's polls.
+SIGNS = [('a sign that says "Hello World"', ["Hello World", "Hello Wold", "Helo World", "Goodbye"]),
+         ('a shop front reading "Open Late"', ["Open Late", "OPEN LATE", "Open Lane", "Closed"]),
+         ('a poster with the words "Big Sale', ["Big Sale", "Bg Sale", "Big Sail", "Small"]),  # one quote
+         ('a neon sign "24/7 Diner" at night', ["24/7 Diner", "24/7 Dinner", "Diner", "Cafe"])]
+
+
+def test_the_trainer_against_the_shipped_cosmos_rl_config(trainer_python, tmp_path):
+    """cosmos-rl 0.4.7's RemoteRewardCalculator against `judge-gateway serve --config cosmos_rl`:
+    the shipped config as it is (only the port is chosen, `--port`, so that the test never meets
+    another server on 8080). Its `ocr` reward (RapidOCR on the CPU, models in its wheel) needs no
+    download; the first enqueue waits for the OCR worker's load (cosmos_rl.load_wait_s). The
+    trainer's own polls see 425 while the step is scored and then 200, and the rewards it computes
+    are the judge's native rewards, each cosmos-rl's OCR formula on the recognised text
+    (tests/support/peer_formulas.py, model/ocr.py 41-79)."""
+    from tests.support import peer_formulas as peer
+    from tests.support.fake_openai import free_port
+    from tests.support.health import wait_healthy
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "JG_API_KEYS": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", "cosmos_rl",
+                             "--port", str(port)], cwd=ROOT, env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    served = type("Served", (), {"url": url})()
+    try:
+        try:
+            wait_healthy(url, proc, 120)
+        except RuntimeError as err:
+            raise AssertionError(f"{err}\n{log.read_text()[-4000:]}") from None
+        groups = []
+        for prompt, texts in SIGNS:
+            rendered = [_pixels(text_image_png(t, (384, 128))) for t in texts * 2]
+            groups.append((prompt, np.stack(rendered)))
+        # the timeout is a margin for a loaded machine (OCR took ~11 s an image at a load of 30)
+        out = run_trainer(trainer_python, served, groups, [{"name": "ocr", "score_key": "ocr_reward", "weight": 1.0}],
+                          tmp_path, timeout_s=900)
+        statuses = out["fetch_statuses"]
+        print(f"[trainer] shipped cosmos_rl config: {len(statuses)} pulls by the trainer ({statuses}), "
+              f"get_results {out['fetch_s']} s", file=sys.stderr)
+        assert statuses[-1] == 200 and set(statuses[:-1]) == {425} and len(statuses) >= 3, statuses
+        body = pulled(served, out["uuid"], "ocr")
+        assert body["valid"] == [True] * 32, body["errors"]
+        cells = body["judge_scores"]
+        trainer = [r for p in out["payloads"] for r in p["rewards"]]
+        assert trainer == pytest.approx([c["reward"] for c in cells], abs=1e-6)  # float32 in the trainer
+        prompts = [prompt for prompt, texts in SIGNS for _ in texts * 2]
+        assert [c["reward"] for c in cells] == [
+            pytest.approx(peer.ocr(p, [(c["details"]["recognized"], 1.0)]), rel=1e-12, abs=1e-12)
+            for p, c in zip(prompts, cells)]
+        assert len({round(r, 6) for r in trainer}) > 4  # real, different rewards
+        for payload, (prompt, texts) in zip(out["payloads"], SIGNS):
+            assert payload["advantages"] == pytest.approx(advantages(payload["rewards"]), abs=1e-4)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -200,7 +200,7 @@ async def test_results_survive_a_gateway_restart_with_redis(vllm, fake_backend, 
             slow = (await http.post("/api/reward/enqueue", headers=HDR, content=enqueue_body(
                 {**meta, "reward_fn": {"slow": 1.0}}, image_batch()))).json()["uuid"]
             r = await http.post("/api/reward/pull", data={"uuid": slow, "type": "slow"})
-            assert r.status_code == 400 and r.json()["status"] == "pending"  # the README's "400 Not Ready"
+            assert r.status_code == 425 and r.json()["status"] == "pending"  # cosmos_rl.pending_status's default
     finally:
         first.stop()  # a restart: the unfinished request is stored as failed, never left pending
     second = ServedGateway(data)

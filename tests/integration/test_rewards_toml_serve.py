@@ -1,8 +1,8 @@
 """cosmos-rl's own rewards.toml, served: `judge-gateway serve --config rewards.toml` (the real
 command, a file in cosmos-rl's format) maps it, starts the Redis it names, and then the
 cosmos-rl's README request shapes (image, latent video with `fps`, GenEval) and cosmos-rl's real
-trainer class (.venv-cosmosrl) are answered: a pull that is not ready is 400 as the README says,
-`/api/reward/pin` is 200. The models are the tests' tiny ones: cosmos-rl's format names them
+trainer class (.venv-cosmosrl) are answered: a pull that is not ready is 425 (what that trainer
+polls through), `/api/reward/pin` is 200. The models are the tests' tiny ones: cosmos-rl's format names them
 through its own fields (model_path, download_path, endpoint_url, decode_args.model_path) and,
 where it has none, the `[judge_gateway]` overlay table."""
 
@@ -159,7 +159,7 @@ def served(vllm, tmp_path_factory):
     (tmp / "rewards.toml").write_text(rewards_toml(tmp, vllm.base_url, port, redis_port))
     log = tmp / "serve.log"
     env = {**os.environ, "PYTHONPATH": python_path(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "JUDGE_GATEWAY_API_KEYS": ""}
+           "JG_API_KEYS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(tmp / "rewards.toml")],
                             cwd=tmp, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -211,7 +211,8 @@ def test_readme_image_request(served):
     images = np.random.default_rng(1).integers(0, 256, (2, 48, 40, 3), dtype=np.uint8)
     uid = _enqueue(url, README_IMAGE, images)
     first = httpx.post(f"{url}/api/reward/pull", data={"uuid": uid, "type": "hpsv2"}, timeout=30)
-    assert first.status_code == 400 and first.json()["message"].startswith(f"Not found scores for {uid}")
+    # 425 (cosmos_rl.pending_status's default, which the mapping keeps): what cosmos-rl's trainer polls through
+    assert first.status_code == 425 and first.json()["message"].startswith(f"Not found scores for {uid}")
     for reward, key in (("hpsv2", "hpsv2"), ("pickscore", "pickscore"), ("unified_reward", "unified_reward")):
         body, _ = _pull_until_200(url, uid, reward)
         assert body["valid"] == [True, True], (reward, body["errors"])
@@ -241,15 +242,37 @@ def test_readme_geneval_request(served):
     assert s["gen_eval_group"]["two_object"] == [-10.0] and s["gen_eval_group"]["single_object"] in ([0.0], [1.0])
 
 
+# The README's GenEval body before cosmos-rl 28d72cf6 renamed its fields (reward_service/README.md
+# at 833ddb86): one `prompt`, a `tag` and the image's `include` list.
+README_GENEVAL_SEED = {"prompt": "a photo of a brown giraffe and a white stop sign", "reward_fn": {"gen_eval": 1.0},
+                       "media_type": "image", "tag": "single_object",
+                       "include": [{"class": "giraffe", "count": 1, "color": "brown"},
+                                   {"class": "stop sign", "count": 1, "color": "black"}]}
+
+
+def test_readme_seed_geneval_request(served):
+    """`tag` and `include` are read as the README documents them (not reported ignored) and score
+    as the code's `geneval_tags` / `geneval_includes` do on the same image."""
+    url, _, _ = served
+    image = np.random.default_rng(3).integers(0, 256, (1, 64, 96, 3), dtype=np.uint8)
+    seed, _ = _pull_until_200(url, _enqueue(url, README_GENEVAL_SEED, image), "gen_eval")
+    code, _ = _pull_until_200(url, _enqueue(url, README_GENEVAL, image), "gen_eval")
+    assert seed["valid"] == [True], seed["errors"]
+    assert "ignored_fields" not in seed
+    assert seed["scores"] == code["scores"]
+    assert seed["judge_scores"][0]["details"]["tag"] == "single_object"
+
+
 def test_the_real_trainer_class(served, tmp_path):
-    """RemoteRewardCalculator enqueues, the README's polling waits for the result (400 meanwhile:
-    this trainer, 0.4.7, fails a fetch on a 400 itself; see "Use with cosmos-rl"), then the trainer
-    fetches it and computes its rewards from `scores`."""
+    """RemoteRewardCalculator (cosmos-rl 0.4.7) enqueues and fetches on its own: the mapped file
+    answers a pull that is not ready with 425, which the trainer polls through. The rewards it
+    computes from `scores` are the judges' native raw numbers through cosmos-rl's formulas
+    (pickscore: raw / 26, model/pickscore.py 96-111; hpsv2: the cosine, model/hpsv2.py 206-210)."""
     url, _, _ = served
     images = np.random.default_rng(4).integers(0, 256, (3, 48, 40, 3), dtype=np.uint8)
     np.save(tmp_path / "payload.npy", images)
     spec = {"out": str(tmp_path / "trainer.json"), "enqueue_url": f"{url}/api/reward/enqueue",
-            "fetch_url": f"{url}/api/reward/pull", "token": "None", "step": 3, "wait_until_ready": True,
+            "fetch_url": f"{url}/api/reward/pull", "token": "None", "step": 3,
             "remote_reward": {"reward_fns": [{"name": "pickscore", "score_key": "pickscore", "weight": 1.0},
                                              {"name": "hpsv2", "weight": 0.5}]},
             "payloads": [{"prompt": "a lighthouse at night", "images_npy": str(tmp_path / "payload.npy")}]}
@@ -258,8 +281,8 @@ def test_the_real_trainer_class(served, tmp_path):
                           timeout=600, env={**os.environ, "PYTHONPATH": ""}, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads((tmp_path / "trainer.json").read_text())
-    assert set(out["pending_statuses"]) <= {400}
+    assert out["fetch_statuses"][-1] == 200 and set(out["fetch_statuses"][:-1]) <= {425}, out["fetch_statuses"]
     pick = httpx.post(f"{url}/api/reward/pull", data={"uuid": out["uuid"], "type": "pickscore"}, timeout=30).json()
     hps = httpx.post(f"{url}/api/reward/pull", data={"uuid": out["uuid"], "type": "hpsv2"}, timeout=30).json()
-    want = [p + 0.5 * h for p, h in zip(pick["scores"]["pickscore"], hps["scores"]["hpsv2"])]
-    assert out["payloads"][0]["rewards"] == pytest.approx(want, abs=1e-6)
+    want = [p["raw"] / 26 + 0.5 * h["raw"] for p, h in zip(pick["judge_scores"], hps["judge_scores"])]
+    assert out["payloads"][0]["rewards"] == pytest.approx(want, rel=1e-6)  # float32 in the trainer

@@ -6,6 +6,7 @@ extra (rapidocr + onnxruntime) next to judge-gateway."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 
@@ -40,6 +41,26 @@ def test_embedded_default_scores_ocr_with_no_gpu_and_no_download(tmp_path):
         judges = {j["name"]: j for j in httpx.get(f"{url}/v1/judges", timeout=30).json()["judges"]}
         assert judges["ocr"]["ready"] is True
         assert judges["image_quality"]["ready"] is False  # no vLLM here, and that is fine
+        _score_the_quickstart_samples(tmp_path, url)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _score_the_quickstart_samples(tmp_path, url: str) -> None:
+    """The quickstart's folder (`judge-gateway samples`), scored by the real OCR head of the service
+    above: the signs drawn as their prompt asks score 1, the misspelt ones less."""
+    from judge_gateway.cli import main as cli_main
+    from judge_gateway.cli.samples import SAMPLES
+    from judge_gateway.heads.ocr_text import extract_target_text
+
+    folder, run = tmp_path / "samples", tmp_path / "run"
+    assert cli_main(["samples", str(folder)]) == 0
+    assert cli_main(["score", str(folder), "-o", str(run), "--server", url, "--judges", "ocr", "--no-progress"]) == 0
+    rows = {json.loads(x)["source"]: json.loads(x) for x in (run / "scores.jsonl").read_text().splitlines()}
+    for stem, prompt, drawn in SAMPLES:
+        reward = rows[f"{stem}.png"]["scores"]["ocr"]["reward"]
+        if extract_target_text(prompt) == drawn:
+            assert reward == 1.0, (stem, rows[f"{stem}.png"])
+        else:
+            assert 0.5 < reward < 1.0, (stem, rows[f"{stem}.png"])

@@ -4,7 +4,7 @@ their worker processes start once per session (tests/integration/conftest.py hol
 
 A head judge is one worker process; workers start on first use, so a judge no test of this run
 uses costs nothing. The judges that several modules use keep one set of options: what one module
-adds for itself (Flow-Factory's video settings on `pickscore` and `clip_hf`) is judge-side and
+adds for itself (Flow-Factory's video settings on `pickscore` and `clip_hf`, its CLIP as `clip_ff`) is judge-side and
 touches nothing another module scores.
 """
 
@@ -30,7 +30,7 @@ def shipped_flow_factory() -> dict:
 def clip_heads_config(models: Path, vllm_url: str) -> dict:
     """Every CLIP-family head on the tiny models of build_tiny_heads, OCR, and two yes/no judges on
     the session's vLLM; Flow-Factory's profiles as configs/flow_factory.toml ships them (its `clip`
-    judge is `clip_hf` here: the HF CLIPModel, as Flow-Factory's CLIP), and a groupwise profile of a
+    judge is `clip_ff` here: the HF CLIPModel in its dtype and arithmetic), and a groupwise profile of a
     head and a VLM judge."""
     shipped = shipped_flow_factory()
     judges = head_judges(models, max_wait_ms=50, max_batch_size=64)
@@ -48,11 +48,16 @@ def clip_heads_config(models: Path, vllm_url: str) -> dict:
     judges["pickscore"]["video"] = shipped["judges"]["pickscore"]["video"]
     judges["pickscore"]["options"]["pooling"] = shipped["judges"]["pickscore"]["options"]["pooling"]
     judges["clip_hf"]["video"] = shipped["judges"]["clip"]["video"]
+    # Flow-Factory's CLIP as shipped: its dtype (bfloat16) and its arithmetic in that dtype
+    ff_clip = shipped["judges"]["clip"]
+    judges["clip_ff"] = {**judges["clip_hf"], "options": {**judges["clip_hf"]["options"],
+                                                          "dtype": ff_clip["options"]["dtype"],
+                                                          "cosine_dtype": ff_clip["options"]["cosine_dtype"]}}
     backend = {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "base_urls": [vllm_url], "timeout_s": 120}
     judges["image_quality"] = {"kind": "yes_no", "backend": "qwen_vl", "template": "image_quality@1"}
     judges["alignment"] = {"kind": "yes_no", "backend": "qwen_vl", "template": "vqa_alignment@1"}
     profiles = {k: shipped["flow_factory"]["profiles"][k] for k in ("PickScore", "PickScore_Rank")}
-    profiles["CLIP"] = {**shipped["flow_factory"]["profiles"]["CLIP"], "judges": {"clip_hf": 1.0}}
+    profiles["CLIP"] = {**shipped["flow_factory"]["profiles"]["CLIP"], "judges": {"clip_ff": 1.0}}
     profiles["heads"] = {"judges": {"pickscore": 1.0, "alignment": 1.0}, "mode": "groupwise",
                          "group_transform": "zscore"}
     return {"backends": {"qwen_vl": backend}, "judges": judges, "combine": {"on_invalid": "skip"},

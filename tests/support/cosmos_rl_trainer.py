@@ -23,7 +23,9 @@ Spec: {"out", "enqueue_url", "fetch_url", "token", "step", "remote_reward": {Rem
        "payloads": [{"prompt": str, "images_npy": path to uint8 [n, H, W, 3]}],
        "wait_until_ready": bool (default false)}
 Output: {"uuid", "is_validation", "step", "payloads": [{"prompt_idx", "rewards", "advantages"}],
-         "pending_statuses": [status codes the waiting polls saw before a 200]}
+         "pending_statuses": [status codes the waiting polls saw before a 200],
+         "fetch_statuses": [status code of every pull the trainer itself made, in order],
+         "fetch_s": seconds get_results took}
 
 get_results is called as the trainer's dispatcher calls it after each rollout step: once, with
 the uuid at the head of its queue; whatever fetch_reward raises inside it is the trainer's own
@@ -38,6 +40,7 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import sys
+import time
 from queue import Queue
 
 BARE_PACKAGES = {"cosmos_rl", "cosmos_rl.dispatcher.data", "cosmos_rl.dispatcher.data.packer",
@@ -92,19 +95,39 @@ def main() -> None:
                                     extra_info={"modality": "image"}))
     uuid = calc.compute_rewards(payloads, is_validation=False, step=spec["step"])
     pending = _wait_until_ready(spec, uuid) if spec.get("wait_until_ready") else []
+    fetched = _record_pulls(spec["fetch_url"])
     queue: Queue[str] = Queue()
     queue.put(uuid)
+    started = time.monotonic()
     results, is_validation, step = calc.get_results(queue)
     with open(spec["out"], "w") as out:
         json.dump({"uuid": uuid, "is_validation": is_validation, "step": step, "pending_statuses": pending,
+                   "fetch_statuses": fetched, "fetch_s": round(time.monotonic() - started, 2),
                    "payloads": [{"prompt_idx": r.prompt_idx, "rewards": r.rewards, "advantages": r.advantages}
                                 for r in results]}, out)
+
+
+def _record_pulls(fetch_url: str) -> list[int]:
+    """The status of every POST to the pull URL from here on (the trainer's own polls), in order:
+    requests.post is wrapped, not changed (fetch_reward builds its partial(requests.post) per pull)."""
+    import requests
+
+    seen: list[int] = []
+    post = requests.post
+
+    def recording(url, *args, **kwargs):
+        response = post(url, *args, **kwargs)
+        if url == fetch_url:
+            seen.append(response.status_code)
+        return response
+
+    requests.post = recording
+    return seen
 
 
 def _wait_until_ready(spec: dict, uuid: str, timeout_s: float = 300.0) -> list[int]:
     """cosmos-rl's example clients' loop: pull each reward until a 200, any other status means
     not yet (reward_service/cosmos_rl_reward/example/image_client.py)."""
-    import time
 
     import requests
 

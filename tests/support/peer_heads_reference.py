@@ -9,7 +9,8 @@ SPEC: {"hf_clip": dir (CLIPModel + CLIPProcessor), "openclip": {"name", "config"
        "group": [png path], "group_prompt": str}
 Written from the peers' source, not from our heads (their processors and calls, in their order):
 Flow-Factory src/flow_factory/rewards/pick_score.py 52-84 (scores), 86-116 (video: the mean over
-all frames), 118-140 (/ 26), 218-244 (PickScore_Rank); clip.py 46-102 (video: the first frame);
+all frames), 118-140 (/ 26), 218-244 (PickScore_Rank); clip.py 46-102 (video: the first frame; in
+bfloat16, its default dtype, Flow-Factory's own __call__ from its mirror where there is one);
 cosmos-rl reward_service/cosmos_rl_reward/model/pickscore.py 54-111 and hpsv2.py 31-92, 162-210.
 """
 
@@ -53,6 +54,27 @@ def ff_clip(model, processor, prompts, images) -> torch.Tensor:
     inputs = processor(text=prompts, images=images, return_tensors="pt", padding=True, truncation=True)
     out = model(**inputs)
     return (F.normalize(out.image_embeds, p=2, dim=-1) * F.normalize(out.text_embeds, p=2, dim=-1)).sum(dim=-1)
+
+
+def ff_clip_in_dtype(model, processor, prompts, images) -> tuple[list[float], str]:
+    """Flow-Factory's own CLIPRewardModel.__call__ (clip.py 46-102 at a0b2bc5, read from its mirror by
+    tests/support/peer_source.py) on a model already in its dtype (RewardArguments.dtype, bfloat16
+    by default): everything after the towers in that dtype, `.float()` last. Without the mirror,
+    ff_clip above (the same lines, written out). (values, "peer" | "oracle")."""
+    import types
+    from typing import List, Optional
+
+    from tests.support import peer_source
+
+    output = types.SimpleNamespace
+    found = peer_source.peer_functions(
+        peer_source.FLOW_FACTORY, "src/flow_factory/rewards/clip.py", ["CLIPRewardModel.__call__"],
+        {"torch": torch, "F": F, "List": List, "Optional": Optional, "Image": Image,
+         "RewardModelOutput": lambda rewards, extra_info: output(rewards=rewards, extra_info=extra_info)})
+    if found is None:
+        return ff_clip(model, processor, prompts, images).float().tolist(), "oracle"
+    self = types.SimpleNamespace(model=model, processor=processor, device=torch.device("cpu"))
+    return found["CLIPRewardModel.__call__"](self, prompts, image=images).rewards.tolist(), "peer"
 
 
 def cosmos_pickscore(model, processor, prompts, images) -> torch.Tensor:
@@ -133,10 +155,17 @@ def main() -> int:
             "ff_clip": ff_clip(model, processor, prompts, images).tolist(),
             "ff_clip_video": ff_clip(model, processor, spec["video_prompts"], [v[0] for v in videos]).tolist(),
             "cosmos_pickscore": cosmos_pickscore(model, processor, prompts, images).tolist(),
+            "logit_scale_exp": float(model.logit_scale.exp()),
             "cosmos_hpsv2": cosmos_hpsv2(spec["openclip"], prompts, [np.asarray(i) for i in images]).tolist(),
         }
     out["cosmos_hpsv2_on_our_embeddings"] = hpsv2_on_our_embeddings(spec["hpsv2_options"], prompts,
                                                                      [np.asarray(i) for i in images])
+    # Flow-Factory's CLIP at its default dtype (RewardArguments.dtype: bfloat16), by its own code
+    bf16 = CLIPModel.from_pretrained(spec["hf_clip"], torch_dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        out["ff_clip_bf16"], out["ff_clip_bf16_by"] = ff_clip_in_dtype(bf16, processor, prompts, images)
+        out["ff_clip_bf16_video"], _ = ff_clip_in_dtype(bf16, processor, spec["video_prompts"],
+                                                        [v[0] for v in videos])
     Path(sys.argv[2]).write_text(json.dumps(out))
     return 0
 

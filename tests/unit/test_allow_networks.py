@@ -51,7 +51,7 @@ def _serve(tmp_path: Path, *extra: str, config: str) -> tuple[subprocess.Popen, 
     port = free_port()
     (tmp_path / "gw.toml").write_text(config)
     log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUDGE_GATEWAY_API_KEYS": ""}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JG_API_KEYS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(tmp_path / "gw.toml"),
                              "--port", str(port), *extra], cwd=tmp_path, env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)

@@ -367,3 +367,61 @@ def test_the_frames_shown_are_the_frames_the_judge_saw(tmp_path):
     assert "the 6 frames the judge saw (source frames 0, 11, 21, 32, 43, 53)" in page and "approximate" not in page
     assert "approximate</span>" in client.get("/run/1/sample/0").text
     assert client.get("/run/0/frames/0/q.png").content[:4] == b"\x89PNG"
+
+
+# --- the ranking's interval and an A/B of runs with nothing in common ---------------------------
+
+def test_the_ranking_interval_of_a_bounded_reward_stays_within_its_bounds():
+    """A few rewards near 1: mean +- 1.96 standard errors passed 1 (issue 33 saw 1.0895); the
+    percentile bootstrap lies within the values' range, and is still a 95% interval."""
+    from judge_gateway.browse.stats import BOOTSTRAP_MAX_VALUES, mean_interval
+
+    near_one = np.array([1.0, 1.0, 0.7, 1.0, 0.95])
+    normal_high = near_one.mean() + 1.959964 * near_one.std(ddof=1) / np.sqrt(len(near_one))
+    assert normal_high > 1.0
+    low, high = mean_interval(near_one)
+    assert 0.7 <= low < near_one.mean() < high <= 1.0
+    assert mean_interval(near_one) == (low, high)  # a fixed seed: the same page every load
+    assert all(np.isnan(mean_interval(np.array([0.4]))))  # one value: no interval
+    many = np.array([1.0] * BOOTSTRAP_MAX_VALUES + [0.0, 0.0])  # the normal interval, clipped
+    assert mean_interval(many)[1] == 1.0 and mean_interval(many)[0] < many.mean()
+    # Coverage: rewards from Beta(8, 1) (mean 8/9, piled up near 1), 20 a group, 200 groups.
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(200):
+        v = rng.beta(8, 1, 20)
+        lo, hi = mean_interval(v)
+        assert 0.0 <= lo <= hi <= 1.0
+        hits += lo <= 8 / 9 <= hi
+    assert hits / 200 >= 0.88, hits  # the percentile bootstrap at n = 20: a little under 95%
+
+
+def test_an_ab_of_runs_with_no_common_sample_says_so_instead_of_a_table_of_nan(tmp_path):
+    def run(d, tag, rewards):
+        return _write_run(d, [{"index": i, "source": f"{tag}{i}.png", "key": f"{tag}k{i}", "prompt": f"{tag} {i}",
+                               "scores": {"q": _q(r)}, "reward": r, "valid": True} for i, r in enumerate(rewards)])
+
+    ra, rb = load_runs([str(run(tmp_path / "a", "cat", [0.2, 0.4, 0.9])), str(run(tmp_path / "b", "dog", [0.7]))])
+    assert compare_runs(ra, rb, "q").paired == 0
+    page = _local([ra, rb]).get("/compare?a=0&b=1").text
+    assert 'id="ab-no-pairs"' in page and "No sample of a pairs with a sample of b" in page
+    assert "nan" not in page and 'id="ab-summary"' not in page
+    assert "<td>b</td><td>1</td><td>0.7000</td><td>- (one sample)</td>" in page  # each run's mean still ranked
+
+
+def test_the_sample_page_shows_the_text_ocr_recognised(tmp_path):
+    """OCR's target and recognised text are the reason for its number: shown with the score, not
+    only in the collapsed details (a video's, per frame)."""
+    ocr = {"judge": "ocr", "reward": 0.8, "valid": True,
+           "details": {"target": "Hello World", "recognized": "HelloWorId", "edit_distance": 1}}
+    video_ocr = {**ocr, "reward": 0.5, "details": {"target": "OPEN", "recognized": ["OPEN", "0PEN"], "frames": 2}}
+    lines = [{"index": 0, "source": "0.png", "key": "k0", "prompt": 'a sign "Hello World"', "scores": {"ocr": ocr},
+              "reward": 0.8, "valid": True},
+             {"index": 1, "source": "1.png", "key": "k1", "prompt": 'a sign "OPEN"', "scores": {"ocr": video_ocr},
+              "reward": 0.5, "valid": True}]
+    client = _local(load_runs([str(_write_run(tmp_path / "a", lines))]))
+    page = client.get("/run/0/sample/0").text
+    shown = page.split("<details>")[0]  # before anything collapsed
+    assert ('<p class="ocr-text"><b>target:</b> Hello World · <b>recognised:</b> HelloWorId · '
+            "<b>edit distance</b> 1</p>") in shown
+    assert "<b>recognised:</b> OPEN | 0PEN" in client.get("/run/0/sample/1").text.split("<details>")[0]

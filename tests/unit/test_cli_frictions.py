@@ -320,16 +320,9 @@ def test_prompts_diff_shows_what_changed_between_two_versions(capsys):
 
 
 def test_verify_names_the_command_that_locks_a_new_template(tmp_path, monkeypatch, capsys):
-    import shutil
+    from tests.support.template_copy import templates_with_an_unlocked_version
 
-    from judge_gateway.prompts import registry
-
-    root = tmp_path / "prompts"
-    shutil.copytree(registry.TEMPLATES_DIR, root, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
-    monkeypatch.setattr(registry, "TEMPLATES_DIR", root)
-    monkeypatch.setattr(registry, "LOCK_PATH", root / "templates.lock")
-    (root / "image_quality" / "9.toml").write_text(
-        (root / "image_quality" / "1.toml").read_text().replace('version = "1"', 'version = "9"'))
+    templates_with_an_unlocked_version(tmp_path, monkeypatch)
     assert cli_main(["prompts", "verify"]) == 1
     err = capsys.readouterr().err
     assert "release it with `judge-gateway prompts lock`" in err and "lock_new_templates()" not in err

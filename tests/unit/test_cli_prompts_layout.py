@@ -27,7 +27,7 @@ PACKAGE = ROOT / "judge_gateway"
 # judges NAME/--server/--json, prompts diff). The test checks these alone: commands, flags,
 # required-ness and defaults are unchanged; help texts, metavars and choices are not compared.
 COMMANDS = {
-    '': [('-v/--verbose', False, False)],
+    '': [('--version', False, '==SUPPRESS=='), ('-v/--verbose', False, False)],  # --version: added with samples
     'browse': [('run_dirs', True, None), ('--host', False, '127.0.0.1'), ('--port', False, 8765),
                ('--allowed-host', False, None), ('--export', False, None), ('--refresh', False, 10),
                ('--gateway', False, None), ('--api-key', False, None)],
@@ -67,7 +67,8 @@ COMMANDS = {
                        ('--folds', False, 5), ('--seed', False, 0), ('--out-dir', False, None),
                        ('--name', False, None), ('--plot', False, None)]
        for cmd, flag in (('rubric', '--judge'), ('weights', '--judges'))},
-    # Commands added after the split: env, prepare, up.
+    # Commands added after the split: env, prepare, up, samples.
+    'samples': [('folder', False, 'samples')],
     'env': [],
     'env list': [],
     'env build': [('name', True, None), ('--venv', False, None), ('--force', False, False), ('--dry-run', False, False),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import uvicorn
 
-from judge_gateway import AsyncRewardClient, RewardAPIError, RewardClient, RewardResponse
+from judge_gateway import AsyncRewardClient, RewardAPIError, RewardClient, RewardConnectionError, RewardResponse
 from judge_gateway.cli import main as cli_main
 from judge_gateway.config import validate_config
 from judge_gateway.gateway import Gateway
@@ -120,8 +120,10 @@ async def test_client_sends_again_what_the_service_could_not_take_or_lost(served
     for timeout in ("read_timeout", "write_timeout", "pool_timeout"):  # may still be scoring: not sent again
         front = _FlakyFront(served, [timeout])
         async with _client_through(front) as client:
-            with pytest.raises(TRANSPORT_FAULTS[timeout]):
+            with pytest.raises(RewardConnectionError) as err:  # naming the URL, httpx's error its cause
                 await client.rewards.create(samples=sample, judges=["final"])
+        assert isinstance(err.value.__cause__, TRANSPORT_FAULTS[timeout]) and isinstance(err.value, httpx.TransportError)
+        assert "http://gateway.invalid/v1/rewards" in str(err.value)
         assert front.calls == 1, timeout
     front = _FlakyFront(served, [503, 503, 503])
     async with _client_through(front) as client:  # retries spent: the last answer is the error

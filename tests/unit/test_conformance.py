@@ -7,6 +7,7 @@ tests/integration/test_conformance_heads.py and test_conformance_vlm.py."""
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from judge_gateway.config import CosmosRLConfig, load_config
+from judge_gateway.config.cosmos_rl_toml import UNIFIED_REWARD_PATTERN
 from judge_gateway.gateway import Gateway
 from judge_gateway.heads.geneval import rules
 from judge_gateway.heads.geneval.judge import sample_metadata, verdict_from_detections
@@ -21,12 +23,13 @@ from judge_gateway.heads.ocr_text import extract_target_text, ocr_reward
 from judge_gateway.heads.videoalign.config import normalize as videoalign_normalize
 from judge_gateway.judges import ScoreContext
 from judge_gateway.media import ImageMedia, MediaCache
-from judge_gateway.parsers import parse_yes_no
+from judge_gateway.parsers import ParseError, parse_yes_no
 from judge_gateway.prompts import load_template
-from judge_gateway.schema import JudgeScore, SampleInput
+from judge_gateway.schema import ErrorCode, JudgeScore, SampleInput
 from judge_gateway.server.cosmos_rl.envelope import legacy_lists
 from tests.conftest import png_bytes
 from tests.support import peer_formulas as peer
+from tests.support import peer_source
 
 ROOT = Path(__file__).resolve().parents[2]
 REL = 1e-5
@@ -91,6 +94,40 @@ def test_cosmos_reason1_keys_equal_the_originals_formula_on_the_same_logits():
         assert got["yes_logit"][i] - got["no_logit"][i] == pytest.approx(yes_logit - no_logit, rel=REL, abs=1e-9)
         assert got["yes_logit"][i] == pytest.approx(yes_logit - log_z, rel=REL)
         assert got["no_logit"][i] == pytest.approx(no_logit - log_z, rel=REL)
+
+
+def test_cosmos_reason1_below_the_answer_floor_reports_the_services_softmax():
+    """When "Yes" and "No" hold less than half of the first token's mass, configs/cosmos_rl.toml's
+    judge (min_answer_mass 0.5) marks the sample invalid (answer_missing): that stays in `valid`,
+    `errors` and the JudgeScore. cosmos-rl still reports softmax over the two logits and its label
+    (model/cosmos_reason1.py 216-232), so the legacy keys do too (filled_by: peer_value)."""
+    judge = load_config(ROOT / "configs" / "cosmos_rl.toml").judges["cosmos_reason1"]
+    template = load_template(judge.template)
+    rows = [np.array([1.0, 1.0] + [2.5] * (len(VOCAB) - 2)),  # a tie in a spread-out distribution: 0.50 "Good"
+            np.array([1.5, 1.0] + [2.0] * (len(VOCAB) - 2))]  # "Yes" ahead: 0.38 "Bad"
+    cells, want = [], []
+    for logits in rows:
+        top, log_z = _top20(logits, VOCAB)
+        with pytest.raises(ParseError) as err:
+            parse_yes_no(top, positive=template.positive, yes_words=template.yes_words, no_words=template.no_words,
+                         min_answer_mass=judge.options.min_answer_mass, counting=judge.options.counting)
+        assert err.value.code == "answer_missing" and err.value.details["answer_mass"] < 0.5
+        cells.append(JudgeScore.failure("cosmos_reason1", ErrorCode.answer_missing, str(err.value),
+                                        details=err.value.details))
+        want.append((peer.cosmos_reason1(float(logits[0]), float(logits[1])), float(logits[0]) - log_z,
+                     float(logits[1]) - log_z))
+    cfg = CosmosRLConfig()
+    reward = cfg.rewards["cosmos_reason1"]
+    out = legacy_lists(reward, cfg.fill_of(reward), cells, ["p"] * len(cells))
+    assert out.valid == [False, False] and out.filled_by == ["peer_value", "peer_value"]
+    assert all(e.startswith("answer_missing") for e in out.errors)
+    for i, ((prediction, no_score), yes_logit, no_logit) in enumerate(want):
+        assert out.scores["prediction"][i] == prediction
+        assert out.scores["no_score"][i] == pytest.approx(no_score, rel=REL)
+        assert out.scores["yes_logit"][i] == pytest.approx(yes_logit, rel=REL)
+        assert out.scores["no_logit"][i] == pytest.approx(no_logit, rel=REL)
+    assert [round(v, 2) for v in out.scores["no_score"]] == [0.5, 0.38]
+    assert out.scores["prediction"] == ["Good", "Bad"]
 
 
 def test_cosmos_reason1_answer_outside_the_top_k_is_bounded_not_read():
@@ -169,6 +206,57 @@ def test_ocr_reward_equals_the_originals_formula_on_the_same_recognised_text(pro
     assert reward == pytest.approx(peer.ocr(prompt, [(line, 0.9) for line in lines]), rel=REL, abs=1e-12)
 
 
+def _ocr_service(monkeypatch: pytest.MonkeyPatch):
+    """cosmos-rl's own OcrScorer.__call__ (model/ocr.py 33-80 at 89f2e5b5) on given recognised lines:
+    its `self.ocr.ocr` answers PaddleOCR's layout ([[box, (text, confidence)], ...]), and
+    `Levenshtein.distance` is python-Levenshtein's unit-cost distance (the oracle's). Else the oracle."""
+    import sys
+    import types
+
+    found = peer_source.peer_functions(peer_source.COSMOS_RL, f"{peer.COSMOS}/ocr.py", ["OcrScorer.__call__"],
+                                       {"np": np, "List": list, "Union": Any,
+                                        "logger": types.SimpleNamespace(info=lambda *a: None, error=lambda *a: None)})
+    if found is None:
+        return (lambda prompt, lines: peer.ocr(prompt, [(t, 0.9) for t in lines])), "oracle"
+    monkeypatch.setitem(sys.modules, "Levenshtein", types.SimpleNamespace(distance=peer.levenshtein))
+
+    def run(prompt: str, lines: list[str]) -> float:
+        paddle = types.SimpleNamespace(ocr=lambda img: [[[None, (t, 0.9)] for t in lines]] if lines else [[]])
+        scorer = types.SimpleNamespace(ocr=paddle)
+        return found["OcrScorer.__call__"](scorer, [np.zeros((4, 4, 3), np.uint8)], [prompt])[0]
+    return run, "peer"
+
+
+@pytest.mark.parametrize(("prompt", "lines"), [
+    ('a sign that says "Hello World', ["Hello World"]),     # one double quote: the rest of the prompt
+    ('a sign that says "Hello World', ["Hello Wor"]),
+    ('a sign that says "Hello\tWorld"', ["Hello World"]),  # only ASCII spaces are removed: 0.909
+    ('a sign "  " on a wall', ["anything"]),                # spaces only: cosmos-rl's 1.0 (ours: not_applicable)
+    ('a sign "" on a wall', []),
+    ('a sign that says "Hello World"', ["hello", "world"]),
+])
+def test_ocr_legacy_value_is_the_services_own_reading(prompt, lines, monkeypatch):
+    """The legacy ocr_reward is cosmos-rl's own number wherever its code returns one; a blank target
+    stays not_applicable in `valid` and the JudgeScore."""
+    from judge_gateway.heads.judge import OcrJudge
+    from judge_gateway.judges.base import JudgeFailure
+
+    service, which = _ocr_service(monkeypatch)
+    print(f"cosmos-rl's OCR scorer: {which}")
+    sample = SampleInput(prompt=prompt, image=ImageMedia.validate(base64.b64encode(png_bytes(3)).decode()))
+    try:
+        target = OcrJudge._target(None, sample)  # type: ignore[arg-type]
+        values, details = OcrJudge._per_frame(None, [{"lines": lines}], target, {})  # type: ignore[arg-type]
+        cell = JudgeScore(judge="ocr", reward=values[0], raw=values[0], valid=True, details=details)
+    except JudgeFailure as exc:
+        cell = JudgeScore.failure("ocr", exc.code, exc.message, details=exc.details)
+    cfg = CosmosRLConfig()
+    reward = cfg.rewards["ocr"]
+    out = legacy_lists(reward, cfg.fill_of(reward), [cell], ["p"])
+    assert out.scores["ocr_reward"] == [pytest.approx(service(prompt, lines), rel=REL, abs=1e-12)]
+    assert out.valid == [prompt.split('"')[1].strip(" ") != ""]
+
+
 # ---- gen_eval: gen_eval_score, gen_eval_reward, gen_eval_strict, gen_eval_group ------------
 
 GENEVAL_CASES = [
@@ -241,10 +329,18 @@ UNIFIED_REPLIES = [
     "Final Score: 4.2/5",
     "I first thought Final Score: 2, but on reflection\nFinal Score: 4",  # the first counts, as re.search
 ]
-UNIFIED_DIFFERENT = [  # cosmos-rl writes 0.0 or reads a digit of another number; ours is invalid
+UNIFIED_DIFFERENT = [  # ours is invalid; the service writes 0.0 (no match) or reads a digit of another number
     "No score given.",
     "Final Score: 0.5",
     "Final Score: 10",
+]
+UNIFIED_OURS_ONLY = [  # the service's pattern misses these (it writes 0.0); ours reads a number
+    "**Final Score:** 4",
+    "final score: 3",
+]
+UNIFIED_CASES = [  # our first label is not the service's: the service's own match counts
+    "final score: 2\nFinal Score: 4",
+    "FINAL SCORE: 1, then Final Score: 3.5",
 ]
 
 
@@ -265,16 +361,71 @@ async def _judge_reply(config: str | None, judge_name: str, reply: str, *, edit:
         await gateway.aclose()
 
 
-async def test_unified_reward_equals_the_originals_formula_on_the_same_reply():
-    cells = [await _judge_reply(str(ROOT / "configs" / "cosmos_rl.toml"), "unified_reward", r) for r in UNIFIED_REPLIES]
-    got = _legacy("unified_reward", cells)["unified_reward"]
-    assert got == [pytest.approx(peer.unified_reward(r), rel=REL) for r in UNIFIED_REPLIES]
-    for reply in UNIFIED_DIFFERENT:
-        score = await _judge_reply(str(ROOT / "configs" / "cosmos_rl.toml"), "unified_reward", reply)
-        assert not score.valid and score.error.code.value == "parse_error", reply
-    # markdown around the label: cosmos-rl's regex misses it (0.0), ours reads the number
-    score = await _judge_reply(str(ROOT / "configs" / "cosmos_rl.toml"), "unified_reward", "**Final Score:** 4")
-    assert peer.unified_reward("**Final Score:** 4") == 0.0 and score.valid and score.raw == 4.0
+def _unified_extract():
+    """cosmos-rl's own UnifiedReward._extract_scores (model/unified_reward.py 48-60 at 89f2e5b5),
+    else its written-out oracle."""
+    found = peer_source.peer_functions(peer_source.COSMOS_RL, f"{peer.COSMOS}/unified_reward.py",
+                                       ["UnifiedReward._extract_scores"], {"re": __import__("re")})
+    if found is not None:
+        return (lambda reply: found["UnifiedReward._extract_scores"](None, [reply])[0] / 5.0), "peer"
+    return peer.unified_reward, "oracle"
+
+
+async def test_unified_reward_legacy_value_is_the_services_own_reading():
+    """Wherever cosmos-rl's own code matches its pattern, the legacy value is its number (/ 5), also
+    where our parse reads another label or calls the reply invalid. Where its pattern matches
+    nothing the service writes 0.0, a constant for a reply it cannot read: there ours reads its
+    number when it can (a row of the conformance page) and is invalid, with the reward's policy,
+    when it cannot."""
+    service, which = _unified_extract()
+    config = str(ROOT / "configs" / "cosmos_rl.toml")
+    cfg = CosmosRLConfig()
+    reward = cfg.rewards["unified_reward"]
+    print(f"cosmos-rl's reading: {which}")
+    for reply in UNIFIED_REPLIES + UNIFIED_DIFFERENT + UNIFIED_OURS_ONLY + UNIFIED_CASES:
+        cell = await _judge_reply(config, "unified_reward", reply)
+        out = legacy_lists(reward, cfg.fill_of(reward), [cell], ["p"])
+        theirs = service(reply)
+        assert theirs == pytest.approx(peer.unified_reward(reply), rel=REL)  # the oracle reads as the service
+        if re.search(UNIFIED_REWARD_PATTERN, reply):
+            assert out.scores["unified_reward"] == [pytest.approx(theirs, rel=REL)], reply
+            assert out.filled_by == [None if cell.valid else "peer_value"], reply
+        elif cell.valid:  # the service fills 0.0; ours reads the number
+            assert theirs == 0.0 and out.scores["unified_reward"] == [pytest.approx(cell.raw / 5, rel=REL)], reply
+        else:  # neither reads a number: the reward's invalid policy, never the service's 0.0 as a score
+            assert theirs == 0.0 and out.filled_by == ["fill_value"], reply
+    assert {r: (await _judge_reply(config, "unified_reward", r)).valid for r in UNIFIED_OURS_ONLY} == \
+        dict.fromkeys(UNIFIED_OURS_ONLY, True)
+
+
+async def test_unified_reward_is_sent_as_the_service_sends_it():
+    """model/unified_reward.py 41-46 and 62-85: a PNG as `data:image;base64,...`, then the question;
+    temperature 0 and no max_tokens (the server's own limit)."""
+    gateway = Gateway(load_config(str(ROOT / "configs" / "cosmos_rl.toml")))
+    judge = gateway.judges["unified_reward"]
+    sent: dict[str, Any] = {}
+
+    async def chat(**kwargs: Any) -> dict[str, Any]:
+        sent.update(kwargs)
+        return {"choices": [{"message": {"role": "assistant", "content": "Final Score: 4"}, "finish_reason": "stop"}]}
+
+    judge.pool.chat = chat  # type: ignore[method-assign]
+    png = png_bytes(3)
+    sample = SampleInput(prompt="a red car", image=ImageMedia.validate(base64.b64encode(png).decode()))
+    try:
+        await judge.score(sample, ScoreContext(media=MediaCache(), request_id="conformance"))
+    finally:
+        await gateway.aclose()
+    assert "max_tokens" not in sent and "max_completion_tokens" not in sent and sent["temperature"] == 0.0
+    (message,) = sent["messages"]
+    image, text = message["content"]
+    url = image["image_url"]["url"]
+    assert url.startswith("data:image;base64,")
+    from PIL import Image
+    import io
+    sent_pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
+    assert np.array_equal(sent_pixels, np.asarray(Image.open(io.BytesIO(png)).convert("RGB")))
+    assert text == {"type": "text", "text": peer.UNIFIED_REWARD_QUESTION.format(prompt="a red car")}
 
 
 # ---- Flow-Factory rational_rewards_t2i / rational_rewards_edit -------------------------------
@@ -342,6 +493,87 @@ async def test_rational_rewards_without_a_number_is_invalid_where_flow_factory_g
     assert not score.valid and score.error.code.value == "parse_error"
 
 
+RATIONAL_LAYOUTS = [
+    T2I.format(a="3.5", b="2.75", c="N/A"),
+    # Flow-Factory's fallback layout: no numbered header lines, the titles with a colon
+    "# Detailed Judgement\nText Faithfulness: good.\nScore: 3.5\nPhysical and Visual Quality: fine\nScore: 2\n"
+    "Text Rendering: none\nScore: N/A\n# Summary: ok",
+    # a bold score: Flow-Factory skips it (the next Score line of the block, else the aspect is absent)
+    T2I.format(a="**3.5**", b="3", c="N/A"),
+    # bold numbered headers: no line starts with "1.", so Flow-Factory cuts at the titles
+    T2I.replace("1. Text Faithfulness:", "**1. Text Faithfulness:**").replace(
+        "2. Physical and Visual Quality:", "**2. Physical and Visual Quality:**").replace(
+        "3. Text Rendering:", "**3. Text Rendering:**").format(a="4", b="1.5", c="2"),
+    T2I.format(a="N/A", b="N/A", c="N/A"),  # no number: Flow-Factory returns 0.0, ours is invalid
+]
+
+
+def _rational_service():
+    """Flow-Factory's own parse_scores_from_detailed_judgement + aggregate_aspect_scores and the
+    model's 0.0 for a reply they cannot read (rational_rewards_t2i.py 59-204, 414-425 at a0b2bc5);
+    else the oracle."""
+    import math
+    import typing
+
+    names = ["SUPPORTED_ASPECTS", "extract_numeric_score", "_extract_score_from_block",
+             "parse_scores_from_detailed_judgement", "aggregate_aspect_scores"]
+    found = peer_source.peer_functions(peer_source.FLOW_FACTORY, f"{peer.FLOW}/rational_rewards_t2i.py", names,
+                                       {"re": re, "math": math, **{n: getattr(typing, n) for n in (
+                                           "Any", "Dict", "List", "Optional", "Sequence", "Tuple", "Union")}})
+    if found is None:
+        return (lambda text: peer.rational_reward(text, peer.RATIONAL_T2I_SECTIONS)), "oracle"
+
+    def reward(text: str) -> float:
+        try:
+            return found["aggregate_aspect_scores"](found["parse_scores_from_detailed_judgement"](text),
+                                                   found["SUPPORTED_ASPECTS"])
+        except (TypeError, ValueError):
+            return 0.0
+    return reward, "peer"
+
+
+async def test_rational_rewards_t2i_profile_answers_flow_factorys_own_reading():
+    """configs/flow_factory.toml's rational_rewards_t2i profile over HTTP: its `rewards` are
+    Flow-Factory's own reading of the reply wherever that reads a number (also where our rubric
+    parser reads the layout otherwise, or calls it invalid: `valid` says so); where Flow-Factory
+    returns its 0.0 for a reply it cannot read, ours is invalid and the profile's policy fills."""
+    from judge_gateway.server import create_app
+    import httpx
+
+    service, which = _rational_service()
+    print(f"Flow-Factory's reading: {which}")
+    gateway = Gateway(load_config(str(ROOT / "configs" / "flow_factory.toml")))
+    judge = gateway.judges["rational_rewards_t2i"]
+    replies = iter(RATIONAL_LAYOUTS)
+
+    async def chat(**_: Any) -> dict[str, Any]:
+        return {"choices": [{"message": {"role": "assistant", "content": next(replies)}, "finish_reason": "stop"}]}
+
+    async def ready() -> tuple[bool, None]:
+        return True, None
+
+    judge.pool.chat = chat  # type: ignore[method-assign]
+    judge.probe = ready  # type: ignore[method-assign]
+    png = base64.b64encode(png_bytes(3)).decode()
+    app = create_app(gateway)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            for reply in RATIONAL_LAYOUTS:
+                r = await client.post("/flow-factory/rational_rewards_t2i/compute", json={
+                    "prompt": ["a red car"], "image": [png], "video": None, "condition_images": None,
+                    "condition_videos": None})
+                body = r.json()
+                assert r.status_code == 200, body
+                theirs = service(reply)
+                assert theirs == pytest.approx(peer.rational_reward(reply, peer.RATIONAL_T2I_SECTIONS), rel=REL)
+                if reply is RATIONAL_LAYOUTS[-1]:
+                    assert theirs == 0.0 and body["valid"] == [False] and body["rewards"] == [0.0]  # fill_value
+                else:
+                    assert body["rewards"] == [pytest.approx(theirs, rel=REL)], reply
+    finally:
+        await gateway.aclose()
+
+
 # ---- Flow-Factory PickScore_Rank ---------------------------------------------------------------
 
 
@@ -371,11 +603,14 @@ def test_cosmos_reason1_at_2_sends_the_services_request():
     assert load_config(ROOT / "configs" / "cosmos_rl.toml").judges["cosmos_reason1"].template == "cosmos_reason1@2"
 
 
-def test_unified_reward_at_2_sends_the_services_question():
-    rendered = load_template("unified_reward@2").render("a red car", {"image": [IMG]})
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_unified_reward_at_2_and_3_send_the_services_question(version):
+    """@3 is @2's question with no max_tokens (the service sends none); configs/cosmos_rl.toml pins @3."""
+    rendered = load_template(f"unified_reward@{version}").render("a red car", {"image": [IMG]})
     assert rendered == [{"role": "user", "content": [IMG, {"type": "text",
                                                             "text": peer.UNIFIED_REWARD_QUESTION.format(prompt="a red car")}]}]
-    assert load_config(ROOT / "configs" / "cosmos_rl.toml").judges["unified_reward"].template == "unified_reward@2"
+    assert not load_template("unified_reward@3").send_max_tokens  # none sent
+    assert load_config(ROOT / "configs" / "cosmos_rl.toml").judges["unified_reward"].template == "unified_reward@3"
 
 
 def test_rational_rewards_t2i_at_3_sends_flow_factorys_request():

@@ -22,7 +22,7 @@ from judge_gateway.schema import ErrorCode, JudgeScore
 from judge_gateway.server import create_app
 from judge_gateway.server.cosmos_rl.envelope import legacy_lists
 from judge_gateway.store import MemoryStore
-from judge_gateway.server.cosmos_rl.tensors import bf16_view_to_float32
+from judge_gateway.server.cosmos_rl.tensors import PayloadError, bf16_view_to_float32
 from tests.support.cosmos_client import enqueue_body, headers, poll
 from tests.support.fault_gateway import fault_config
 
@@ -161,6 +161,10 @@ IMG_META = {"reward_fn": {"quality": 1.0}, "prompts": ["a", "b"], "media_type": 
      "weight <= 0"),
     (json.dumps({**IMG_META, "reward_fn": {"quality": "high"}}).encode() + b"\n" + _npy(image_batch(2, 16)),
      "must be a number"),
+    # every reward of cosmos-rl's reward service reads metadata["prompts"]: no uuid without it
+    (json.dumps({"reward_fn": {"quality": 1.0}, "media_type": "image"}).encode() + b"\n" + _npy(image_batch(2, 16)),
+     "no `prompts`"),
+    (json.dumps({**IMG_META, "prompt": "a"}).encode() + b"\n" + _npy(image_batch(2, 16)), "both `prompts` and `prompt`"),
 ])
 async def test_bad_enqueue_is_400_with_reason_and_no_uuid(make_client, body, reason):
     client = await make_client()
@@ -209,8 +213,8 @@ async def test_pending_then_done_and_statuses(make_client):
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    # the README's "400 Not Ready" and cosmos-rl's message (not 425: its clients check for 400)
-    assert r.status_code == 400 and r.json()["status"] == "pending"
+    # 425 by default (cosmos-rl's trainer polls through it), with cosmos-rl's message
+    assert r.status_code == 425 and r.json()["status"] == "pending"
     assert r.json()["message"].startswith(f"Not found scores for {uid}")
     done = await poll(client, uid, "stalled")
     assert done.status_code == 200 and done.json()["valid"] == [False, False]
@@ -224,13 +228,14 @@ async def test_pending_then_done_and_statuses(make_client):
     assert r.status_code == 404 and r.json()["type"] == "dance_grpo" and "send `type`" in r.json()["message"]
 
 
-async def test_pending_status_425_behind_its_option(make_client):
-    client = await make_client(pending_status=425)
+async def test_pending_status_400_behind_its_option(make_client):
+    """The reward service README's "400 Not Ready", for clients written to that README."""
+    client = await make_client(pending_status=400)
     meta = {**IMG_META, "reward_fn": {"stalled": 1.0}}
     uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "stalled"})
-    assert r.status_code == 425 and r.json()["status"] == "pending"
+    assert r.status_code == 400 and r.json()["status"] == "pending"
 
 
 async def test_ping_answers_on_the_readmes_pin_path_too(make_client):
@@ -519,3 +524,65 @@ async def test_pull_of_anything_but_a_uuid_is_unknown(make_client, uid):
     client = await make_client()
     r = await client.post("/api/reward/pull", data={"uuid": uid, "type": "quality"})
     assert r.status_code == 404 and r.json()["status"] == "unknown" and "not a uuid" in r.json()["message"]
+
+
+async def test_the_readmes_single_prompt_is_every_samples_prompt(make_client):
+    """The reward service README's GenEval body sends one `prompt` (a string) for its image."""
+    client = await make_client()
+    meta = {"reward_fn": {"quality": 1.0}, "prompt": "a red car", "media_type": "image"}
+    prepared = await client._transport.app.state.cosmos_rl.prepare(enqueue_body(meta, image_batch(2, 16)))
+    assert prepared.meta.prompts == ["a red car", "a red car"]
+
+
+async def test_a_head_that_cannot_load_is_refused_before_a_uuid(fake_backend):
+    """cosmos-rl's rewards.toml names dance_grpo's checkpoint as a folder (`/workspace/VideoReward`);
+    one that does not exist can never load: the enqueue is 424 with the reason, at once (no worker is
+    started), on every reward whose judge it is, never a uuid whose pull is filled."""
+    data = cosmos_config(fake_backend.base_url)
+    data["judges"]["videoalign"] = {"kind": "videoalign", "default": False,
+                                    "options": {"checkpoint": "/nonexistent/VideoReward"}}
+    gw = Gateway(validate_config(data))
+    app = create_app(gw)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            meta = {"reward_fn": {"dance_grpo": 1.0}, "prompts": ["a", "b"], "media_type": "video",
+                    "video_infos": [{"video_fps": 8}, {"video_fps": 8}]}
+            for reward in ("dance_grpo", "videoalign"):
+                r = await client.post("/api/reward/enqueue", headers=headers(),
+                                      content=enqueue_body({**meta, "reward_fn": {reward: 1.0}}, video_batch()))
+                assert r.status_code == 424 and "uuid" not in r.json(), r.text
+                assert "'/nonexistent/VideoReward' does not exist" in r.json()["message"]
+        assert gw.judges["videoalign"].worker.pid is None  # nothing was started for it
+    finally:
+        await app.state.cosmos_rl.aclose()
+        await gw.aclose()
+
+
+# The reward service README's GenEval body (reward_service/README.md "Image (GenEval)" at cosmos-rl
+# 833ddb86, before 28d72cf6 renamed its fields): one `prompt`, a `tag`, the image's `include` list.
+README_GENEVAL_BODY = {"prompt": "a photo of a brown giraffe and a white stop sign", "reward_fn": {"gen_eval": 1.0},
+                       "media_type": "image", "tag": "single_object",
+                       "include": [{"class": "giraffe", "count": 1, "color": "brown"},
+                                   {"class": "stop sign", "count": 1, "color": "black"}]}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+async def test_the_readmes_geneval_body_is_read_as_documented(fake_backend, batch):
+    data = cosmos_config(fake_backend.base_url)
+    data["judges"]["gen_eval"] = {"kind": "gen_eval", "default": False,
+                                  "options": {"detector_checkpoint": "det.pth", "clip_pretrained": "openai"}}
+    gw = Gateway(validate_config(data))
+    app = create_app(gw)
+    try:
+        prepared = await app.state.cosmos_rl.prepare(enqueue_body(README_GENEVAL_BODY, image_batch(batch, 16)),
+                                                     check_ready=False)
+        assert prepared.meta.prompts == [README_GENEVAL_BODY["prompt"]] * batch
+        assert prepared.ignored == []  # tag and include are read, not reported ignored
+        for md in prepared.extra_meta:  # every sample: the README's tag and its whole include list
+            assert md == {"geneval_tags": "single_object", "geneval_includes": README_GENEVAL_BODY["include"]}
+        both = {**README_GENEVAL_BODY, "geneval_tags": ["single_object"] * batch}
+        with pytest.raises(PayloadError, match="both `tag`"):
+            await app.state.cosmos_rl.prepare(enqueue_body(both, image_batch(batch, 16)), check_ready=False)
+    finally:
+        await app.state.cosmos_rl.aclose()
+        await gw.aclose()

@@ -93,7 +93,7 @@ async def test_a_pull_answers_entries_stored_before_as_it_always_did(served):
     # on_failed = fill: every sample invalid, the stored reason and code beside the filled lists
     assert r_failed.status_code == 200 and r_failed.json()["status"] == "failed"
     assert r_failed.json()["valid"] == [False, False] and r_failed.json()["reason"].startswith("not finished")
-    assert r_pending.status_code == 400 and r_pending.json()["status"] == "pending"
+    assert r_pending.status_code == 425 and r_pending.json()["status"] == "pending"
     # no cosmos-rl entry: a failure with the reason (no prompts to fill), never a guess
     assert r_odd.status_code == 500 and "'running'" in r_odd.json()["reason"]
 

@@ -50,12 +50,16 @@ def ff_config(base_url: str) -> dict:
     data["judges"]["final"]["weight"] = 1.0
     data["judges"]["edit"] = {"kind": "rubric", "backend": "rubric", "template": "rational_rewards_edit@1"}
     data["judges"]["video_q"] = {"kind": "yes_no", "backend": "yes", "template": "cosmos_reason1@1"}
+    # a head whose weights are a local folder that does not exist: it can never load
+    data["judges"]["no_weights"] = {"kind": "pickscore", "default": False,
+                                    "options": {"model": "/nonexistent/PickScore_v1"}}
     data["flow_factory"] = {"profiles": {
         "t2i": {"judges": {"quality": 1.0, "final": 0.5}},
         "group": {"judges": {"quality": 1.0, "final": 1.0}, "mode": "groupwise", "group_transform": "rank"},
         "edit": {"judges": {"edit": 1.0}},
         "video": {"judges": {"video_q": 1.0}, "video_fps": 8},
         "down": {"judges": {"down": 1.0}},
+        "no_weights": {"judges": {"no_weights": 1.0}},
         "mixed_mean": {"judges": {"quality": 1.0, "no_answer": 1.0}, "on_invalid": "mean"},
         "mixed_fill": {"judges": {"quality": 1.0, "no_answer": 1.0}, "on_invalid": "fill", "fill_value": -3.0},
         "mixed_error": {"judges": {"quality": 1.0, "no_answer": 1.0}, "on_invalid": "error"},
@@ -139,8 +143,25 @@ async def test_not_json_is_an_error(client):
 
 
 async def test_backends_down_is_503_so_the_client_retries(client):
+    """A profile whose judge's backend does not answer: 503 (never rewards filled for it), and
+    /health not ok."""
     r = await client.post("/flow-factory/down/compute", json=build_payload(["a"], image=pil_images(1)))
     assert r.status_code == 503 and "backend_unavailable" in r.json()["detail"]
+    assert "rewards" not in r.json()
+    h = await client.get("/flow-factory/down/health")
+    assert h.status_code == 503 and h.json()["status"] == "unavailable" and "cannot connect" in h.json()["reason"]
+
+
+async def test_a_judge_that_cannot_load_is_503_with_the_reason_and_health_not_ok(client):
+    """Never `rewards` filled for a request that could not be scored at all: the stock client
+    checks /health once at start-up (a status >= 400 stops it) and retries a 503 /compute, then
+    raises with it."""
+    h = await client.get("/flow-factory/no_weights/health")
+    assert h.status_code == 503 and h.json()["status"] == "unavailable"
+    assert "'/nonexistent/PickScore_v1' does not exist" in h.json()["reason"]
+    r = await client.post("/flow-factory/no_weights/compute", json=build_payload(["a"], image=pil_images(1)))
+    assert r.status_code == 503 and "rewards" not in r.json()
+    assert "'/nonexistent/PickScore_v1' does not exist" in r.json()["detail"]
 
 
 async def test_invalid_sample_policies(client):

@@ -14,7 +14,7 @@ import pytest
 
 from judge_gateway.config import ConfigError, validate_config
 from judge_gateway.heads.batcher import Control, Job, MicroBatcher
-from judge_gateway.heads.ocr_text import extract_target_text, levenshtein, ocr_reward
+from judge_gateway.heads.ocr_text import extract_target_text, is_blank_target, levenshtein, ocr_reward
 from judge_gateway.heads.pooling import pool_scores
 from judge_gateway.heads.protocol import images_from_payload, images_header
 from judge_gateway.heads.models.text_cache import TextEmbeddingCache
@@ -31,10 +31,18 @@ from tests.support.worker_pipes import worker_on_pipes
     ('first "A" then "B"', "A"),
     ("don't stop me now", None),
     ("a red bicycle", None),
-    ('an empty sign ""', None),
+    ('an empty sign ""', ""),  # blank: the judge calls it not_applicable (is_blank_target)
+    # cosmos-rl's prompt.split('"')[1]: one double quote, the rest of the prompt is the target
+    ('a sign that says "Hello World', "Hello World"),
+    ('a sign " Open ', " Open "),  # as written: its spaces count in the reward's length
 ])
 def test_target_text_from_quotes(prompt, target):
     assert extract_target_text(prompt) == target
+
+
+def test_blank_targets_are_ascii_spaces_only_as_cosmos_rl_reads_them():
+    assert is_blank_target("") and is_blank_target("   ")
+    assert not is_blank_target("\t") and not is_blank_target("\u00a0")  # cosmos-rl strips " " only
 
 
 def test_ocr_reward_matches_the_reference_formula():
@@ -45,6 +53,8 @@ def test_ocr_reward_matches_the_reference_formula():
     assert reward == pytest.approx(1 - 1 / 11) and details["edit_distance"] == 1
     assert ocr_reward("ab", ["xyzxyzxyz"])[0] == 0.0  # distance clipped to the target length
     assert levenshtein("kitten", "sitting") == 3
+    # cosmos-rl removes ASCII spaces only (model/ocr.py 56-57): a tab in the target stays a character
+    assert ocr_reward("Hello\tWorld", ["Hello World"])[0] == pytest.approx(1 - 1 / 11)
 
 
 def test_pooling():
@@ -392,3 +402,13 @@ def test_a_failing_transform_fails_its_batch_and_the_pool_keeps_serving():
         assert pool.pids and os.getpid() not in pool.pids
     finally:
         pool.close()
+
+
+def test_cosine_in_the_model_dtype_is_flow_factorys_transformers_arithmetic():
+    from pydantic import ValidationError
+
+    from judge_gateway.config.head_options import ClipOptions
+
+    assert ClipOptions(dtype="bf16", cosine_dtype="model").cosine_dtype == "model"
+    with pytest.raises(ValidationError, match="library = 'transformers'"):
+        ClipOptions(library="open_clip", model="ViT-L-14", cosine_dtype="model")

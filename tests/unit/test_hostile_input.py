@@ -307,19 +307,19 @@ def test_torch_zip_that_inflates_is_refused_before_torch_reads_it(tmp_path):
 
 
 @pytest.mark.parametrize("meta, arr, media, reason", [
-    ({"media_type": "video", "reward_fn": {"cosmos_reason1": 1}, "video_infos": [{"video_fps": 16}]},
+    ({"media_type": "video", "reward_fn": {"cosmos_reason1": 1}, "video_infos": [{"video_fps": 16}], "prompts": ["a"]},
      np.zeros((1, 3, 100_000, 2, 2), np.uint8), None,
      "tensor [1, 100000, 2, 2, 3]: 100000 frames per video, above media.max_video_frames = 4096"),
     ({"media_type": "image", "reward_fn": {"quality": 1}, "prompts": ["x" * 100_001]},
      np.zeros((1, 8, 8, 3), np.uint8), None, "prompts[0] has 100001 characters, above the limit of 100000"),
-    ({"media_type": "image", "reward_fn": {"quality": 1}}, np.zeros((1, 100, 100, 3), np.uint8),
+    ({"media_type": "image", "reward_fn": {"quality": 1}, "prompts": ["a"]}, np.zeros((1, 100, 100, 3), np.uint8),
      {"max_image_pixels": 4096, "max_video_pixels": 16384, "max_request_pixels": 32768},
      "100x100 = 10000 pixels per frame, above media.max_image_pixels = 4096"),
-    ({"media_type": "video", "reward_fn": {"cosmos_reason1": 1}, "video_infos": [{"video_fps": 16}]},
+    ({"media_type": "video", "reward_fn": {"cosmos_reason1": 1}, "video_infos": [{"video_fps": 16}], "prompts": ["a"]},
      np.zeros((1, 3, 8, 64, 64), np.uint8), {"max_image_pixels": 4096, "max_video_pixels": 16384,
                                                "max_request_pixels": 32768},
      "8 frames of 64x64 = 32768 pixels per video, above media.max_video_pixels = 16384"),
-    ({"media_type": "image", "reward_fn": {"quality": 1}}, np.zeros((9, 64, 64, 3), np.uint8),
+    ({"media_type": "image", "reward_fn": {"quality": 1}, "prompts": ["a"] * 9}, np.zeros((9, 64, 64, 3), np.uint8),
      {"max_image_pixels": 4096, "max_video_pixels": 16384, "max_request_pixels": 32768},
      "9 samples of 4096 pixels = 36864, above media.max_request_pixels = 32768"),
 ])

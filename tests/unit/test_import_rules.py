@@ -33,6 +33,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
         "exceptions", "_version",  # the exception tree's root and branches; the version string
         "extras",  # the pip extras and the check that names a missing one
+        "env_vars",  # the JG_ environment variables and their deprecated JUDGE_GATEWAY_ spellings
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
     )),
     ("config, schema", (

@@ -45,6 +45,7 @@ SHIPPED = [
     "rational_rewards_t2i@3",
     "unified_reward@1",
     "unified_reward@2",
+    "unified_reward@3",
     "video_edit@1",
     "vqa_alignment@1",
     "vqa_alignment@2",

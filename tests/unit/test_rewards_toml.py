@@ -148,8 +148,10 @@ def test_every_field_is_mapped_or_said_unused(tmp_path, monkeypatch):
     assert cfg.backends["cosmos_reason1"].base_urls == ["http://10.0.0.5:8001/v1"]
     assert cfg.backends["unified_reward"].model == "UnifiedReward-7b-v1.5"
     assert cfg.backends["unified_reward"].api_key() == "secret-key"
-    assert (j["videoalign"].dtype, j["image_reward"].dtype, j["pickscore"].dtype, j["hpsv3"].dtype) == \
-        ("fp16", "fp32", "fp32", "fp16")
+    assert (j["videoalign"].dtype, j["image_reward"].dtype, j["pickscore"].dtype) == ("fp16", "fp32", "fp32")
+    # cosmos-rl's hpsv3 handler (model/hpsv3.py 84-109 at 89f2e5b5) never passes its dtype on: the hpsv3
+    # package's HPSv3_7B.yaml runs bfloat16, whatever the file's "float16" says
+    assert j["hpsv3"].dtype == "bf16"
     assert j["hpsv2"].dtype == "fp32"  # cosmos-rl's hpsv2 runs float32 whatever dtype says
     assert j["ocr"].device == "cpu" and j["gen_eval"].device == "cuda"
     assert j["pickscore"].model == "yuvalkirstain/PickScore_v1"  # model_path "": cosmos-rl's hub ids
@@ -162,6 +164,8 @@ def test_every_field_is_mapped_or_said_unused(tmp_path, monkeypatch):
                  "(dance_grpo).model_path = '/workspace/VideoReward' -> judges.videoalign.options.checkpoint",
                  "(dance_grpo).download_path = '/workspace' has no Qwen2-VL-2B-Instruct",
                  "(hpsv2).dtype = 'float16' -> not used", "(cosmos_reason1).dtype = 'float16' -> not used",
+                 "(hpsv3).dtype = 'float16' -> not used: judges.hpsv3.options.dtype = 'bf16'",
+                 "a pull not ready yet -> 425",
                  "(unified_reward).endpoint_api_key -> backends.unified_reward.api_key_env",
                  "decode_args.dtype / device", "chunk_duration / temporal_window / wan2pt2_credential_path",
                  "(ocr): the request's ocr_use_gpu"):
@@ -261,7 +265,7 @@ def test_serve_prints_the_mapping_and_starts_its_redis(tmp_path):
     text = SHIPPED.replace("port=8080", f"port={port}").replace("redis_port=6379", f"redis_port={redis_port}")
     path = _write(tmp_path, text)
     log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUDGE_GATEWAY_API_KEYS": ""}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JG_API_KEYS": ""}
     proc = subprocess.Popen([sys.executable, "-m", "judge_gateway.cli", "serve", "--config", str(path)], cwd=tmp_path,
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:

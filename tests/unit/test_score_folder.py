@@ -231,14 +231,21 @@ def test_a_server_returning_fewer_results_invalidates_the_missing_samples(tmp_pa
         resp = await create(self, **kwargs)
         return resp.model_copy(update={"results": resp.results[:-1]})
 
+    from judge_gateway.config import load_config
+    from judge_gateway.gateway import Gateway
+    from judge_gateway.server import create_app
+    from tests.support.live_server import LiveServer
+
     monkeypatch.setattr(client_module._AsyncRewards, "create", short)
     media = tmp_path / "media"
     media.mkdir()
     for i in range(3):
         write_image(media / f"{i}.png", seed=i)
     run = tmp_path / "run"
-    rc = cli_main(["score", str(media), "-o", str(run), "--config", _config(tmp_path, fake_backend.base_url),
-                   "--judges", "quality", "--batch-size", "3", "--no-progress"])
+    # Through a server: there a batch is one request (in-process, each sample is its own call).
+    with LiveServer(create_app(Gateway(load_config(_config(tmp_path, fake_backend.base_url))))) as server:
+        rc = cli_main(["score", str(media), "-o", str(run), "--server", server.url,
+                       "--judges", "quality", "--batch-size", "3", "--no-progress"])
     assert rc == 1
     assert "error: 1 of 3 samples invalid (request_error=1)" in capsys.readouterr().err
     rows = _rows(run)

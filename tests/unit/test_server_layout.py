@@ -27,8 +27,9 @@ SERVER = Path(__file__).resolve().parents[2] / "judge_gateway" / "server"
 KEY = "k" * 32
 
 
-def _config(prefix: str, profile: str, judges: dict[str, float], **server) -> dict:
-    data = fault_config("http://127.0.0.1:9/v1")
+def _config(prefix: str, profile: str, judges: dict[str, float], base_url: str = "http://127.0.0.1:9/v1",
+            **server) -> dict:
+    data = fault_config(base_url)
     data["flow_factory"] = {"path_prefix": prefix, "profiles": {profile: {"judges": judges}}}
     data["server"] = server
     return data
@@ -75,11 +76,13 @@ def test_route_dependencies_run_on_the_event_loop():
     assert checked >= 10  # the gateway, admission and both protocols' services are dependencies
 
 
-async def test_two_apps_in_one_process_each_serve_their_own_state():
+async def test_two_apps_in_one_process_each_serve_their_own_state(fake_backend):
     """The routers are module-level: what a route serves comes from its app's state, so two
-    gateways in one process (tests, Ray replicas) never see each other's profiles or keys."""
-    app_a = create_app(Gateway(validate_config(_config("/ff-a", "t2i", {"quality": 1.0}))), api_keys=[KEY])
-    app_b = create_app(Gateway(validate_config(_config("/ff-b", "edit", {"final": 2.0, "quality": 1.0}))),
+    gateways in one process (tests, Ray replicas) never see each other's profiles or keys.
+    (Their judges' backend answers: /health is ok only for a profile whose judges can score.)"""
+    url = fake_backend.base_url
+    app_a = create_app(Gateway(validate_config(_config("/ff-a", "t2i", {"quality": 1.0}, url))), api_keys=[KEY])
+    app_b = create_app(Gateway(validate_config(_config("/ff-b", "edit", {"final": 2.0, "quality": 1.0}, url))),
                        api_keys=[])
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_a), base_url="http://a") as a, \

@@ -37,6 +37,16 @@ from .text_cache import TextEmbeddingCache
 log = logging.getLogger(__name__)
 
 
+def _vector_norm(emb: torch.Tensor) -> torch.Tensor:
+    """CLIPModel.forward's norm: transformers' own _get_vector_norm where it has one (pow, sum,
+    pow 0.5, in the tensor's dtype), else the same three steps."""
+    try:
+        from transformers.models.clip.modeling_clip import _get_vector_norm
+    except ImportError:
+        return torch.pow(torch.sum(torch.pow(emb, 2), dim=-1, keepdim=True), 0.5)
+    return _get_vector_norm(emb)
+
+
 def _features(out: Any) -> torch.Tensor:
     """transformers < 5 returns a tensor from get_*_features; 5.x an output object whose
     pooler_output is the projected embedding."""
@@ -121,10 +131,23 @@ class ClipFamilyHead(HeadModel):
         return 1.0
 
     # -- shared scoring ------------------------------------------------------------------------
+    @property
+    def cosine_in_model_dtype(self) -> bool:
+        """clip's `cosine_dtype = "model"`: normalise and multiply in the model's dtype (Flow-Factory)."""
+        return getattr(self.options, "cosine_dtype", "float32") == "model"
+
+    def _unit(self, emb: torch.Tensor) -> torch.Tensor:
+        """Unit rows: in float32, or, with cosine_in_model_dtype, in the model's dtype exactly as
+        Flow-Factory's CLIP reward gets them (src/flow_factory/rewards/clip.py 85-94 at a0b2bc5):
+        CLIPModel.forward's division by the norm (transformers' _get_vector_norm), then F.normalize."""
+        if not self.cosine_in_model_dtype:
+            emb = emb.float()
+            return emb / emb.norm(dim=-1, keepdim=True)
+        emb = emb / _vector_norm(emb)
+        return torch.nn.functional.normalize(emb, p=2, dim=-1)
+
     def _text_rows(self, prompts: list[str]) -> list[torch.Tensor]:
-        emb = self._encode_text(prompts).float()
-        emb = emb / emb.norm(dim=-1, keepdim=True)
-        return list(emb)
+        return list(self._unit(self._encode_text(prompts)))
 
     def _start_stage(self) -> dict[str, Any]:
         """Build the prepare stage once the model is loaded; its facts for the score's details."""
@@ -168,8 +191,7 @@ class ClipFamilyHead(HeadModel):
         assert self.stage is not None
         if staged is None:
             staged = self.stage.prepare(images)
-        emb = self._encode_image(self.stage.pixels(staged)).float()
-        return emb / emb.norm(dim=-1, keepdim=True)
+        return self._unit(self._encode_image(self.stage.pixels(staged)))
 
     def infer(self, images: Sequence[np.ndarray], prompts: Sequence[str],
               prepared: PreparedBatch | None = None) -> list[dict[str, Any]]:
@@ -182,7 +204,8 @@ class ClipFamilyHead(HeadModel):
             timer.start()
             img = self.embed_images(images, staged)
             timer.stop()
-            cosine = (img * self._text_on_current_stream(text)).sum(dim=-1)
+            # in the rows' dtype: float32, or the model's (cosine_dtype = "model", then cast once)
+            cosine = (img * self._text_on_current_stream(text)).sum(dim=-1).float()
             raw = cosine * self._scale()
             out = [{"raw": float(r), "cosine": float(c)} for r, c in zip(raw.tolist(), cosine.tolist())]
         self.gpu_forward_s += timer.elapsed_s()  # the readback above synchronised: no wait here

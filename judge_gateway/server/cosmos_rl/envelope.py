@@ -16,6 +16,12 @@ policy decides what that is (`cosmos_rl.on_invalid`, per reward `on_invalid`):
 
 Per-tag keys (`by_tag`, gen_eval_group) give an invalid sample the not-applicable value in every
 tag under every policy: it was scored in none.
+
+Before any of that, the peer's own number: a key with a `peer_source` reports what the judge
+recorded there (the number cosmos-rl's reward service computes for this sample, e.g. its
+two-logit softmax for cosmos_reason1) whenever it is present, even on a sample our judge marks
+invalid (`valid` stays false, `filled_by` says `peer_value`): the legacy value equals the peer's
+wherever the peer's code returns a number (docs/integrations/conformance.md).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class LegacyLists:
     scores: dict[str, Any]  # key -> list (or, for by_tag keys, tag -> list)
     valid: list[bool]
     errors: list[str | None]
-    filled_by: list[str | None]  # None (valid), group_mean, request_mean, fill_value, sentinel, not_applicable
+    filled_by: list[str | None]  # None (valid), peer_value, group_mean, request_mean, fill_value, sentinel, not_applicable
 
 
 def source_value(cell: JudgeScore, source: str) -> Any:
@@ -61,8 +67,22 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _peer_values(cell: JudgeScore, reward: CosmosReward) -> dict[str, float] | None:
+    """Every key's number from its `peer_source`, when the judge recorded one for each; else None."""
+    values: dict[str, float] = {}
+    for key, spec in reward.keys.items():
+        value = source_value(cell, spec.peer_source) if spec.peer_source and spec.by_tag is None else None
+        if not _number(value) or not math.isfinite(value):
+            return None
+        values[key] = float(value) * spec.scale
+    return values
+
+
 def _read(cell: JudgeScore, reward: CosmosReward) -> tuple[dict[str, Any], str | None]:
     """The sample's value per key before labelling (tag, value for by_tag keys), or the problem."""
+    peer = _peer_values(cell, reward)
+    if peer is not None:
+        return peer, None
     if not cell.valid:
         return {}, (f"{cell.error.code.value}: {cell.error.message}" if cell.error else "invalid")
     values: dict[str, Any] = {}
@@ -93,7 +113,7 @@ def _mean(values: list[Any]) -> float | None:
 def legacy_lists(reward: CosmosReward, fill: InvalidFill, cells: list[JudgeScore],
                  prompts: list[str]) -> LegacyLists:
     read = [_read(cell, reward) for cell in cells]
-    valid = [problem is None for _, problem in read]
+    valid = [cell.valid and problem is None for cell, (_, problem) in zip(cells, read)]
     filled_by: list[str | None] = [None] * len(cells)
     scores: dict[str, Any] = {}
     for key, spec in reward.keys.items():
@@ -117,8 +137,14 @@ def legacy_lists(reward: CosmosReward, fill: InvalidFill, cells: list[JudgeScore
                          if filled_by[i] == "fill_value" else _label(spec, value))
             column.append(value)
         scores[key] = column
-    filled_by = [None if ok else (f or "not_applicable") for ok, f in zip(valid, filled_by)]
-    return LegacyLists(scores, valid, [p for _, p in read], filled_by)
+    filled_by = [None if ok else ("peer_value" if problem is None else (f or "not_applicable"))
+                 for ok, f, (_, problem) in zip(valid, filled_by, read)]
+    errors = [None if ok else (problem or _problem(cell)) for ok, cell, (_, problem) in zip(valid, cells, read)]
+    return LegacyLists(scores, valid, errors, filled_by)
+
+
+def _problem(cell: JudgeScore) -> str:
+    return f"{cell.error.code.value}: {cell.error.message}" if cell.error else "invalid"
 
 
 def _fill(fill: InvalidFill, key: str, i: int, read: list[tuple[dict[str, Any], str | None]],

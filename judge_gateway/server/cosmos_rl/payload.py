@@ -123,6 +123,33 @@ class Prepared:
 
 # The GenEval fields a gen_eval judge reads per sample (heads/geneval/judge.py).
 GENEVAL_FIELDS = ("geneval_tags", "geneval_includes", "geneval_only_strict")
+# The reward service README's GenEval body (its "Image (GenEval)" example up to 28d72cf6: `prompt`,
+# `tag`, `include`, one image) -> the code's per-sample names.
+README_GENEVAL = {"tag": "geneval_tags", "include": "geneval_includes"}
+
+
+def readme_geneval_fields(extra: dict[str, Any], batch: int) -> None:
+    """Rewrite the README's `tag` (one tag, or one per sample) and `include` (one image's list of
+    {class, count, color?, position?}, or one list per sample) as `geneval_tags` /
+    `geneval_includes`, one entry per sample; both spellings of one field is refused."""
+    for readme, code in README_GENEVAL.items():
+        if readme not in extra:
+            continue
+        if code in extra:
+            raise PayloadError(f"the JSON line has both `{readme}` (the README's GenEval field) and `{code}`: send one")
+        value = extra.pop(readme)
+        if readme == "tag":
+            if isinstance(value, str):
+                value = [value] * batch
+            elif not (isinstance(value, list) and len(value) == batch and all(isinstance(t, str) for t in value)):
+                raise PayloadError(f"`tag` must be a GenEval tag (for every sample) or a list of {batch} tags")
+        else:
+            if isinstance(value, list) and all(isinstance(inc, dict) for inc in value):
+                value = [value] * batch  # one image's include list, as the README sends it
+            elif not (isinstance(value, list) and len(value) == batch and all(isinstance(v, list) for v in value)):
+                raise PayloadError(f"`include` must be a list of {{class, count, ...}} objects (for every sample) "
+                                   f"or a list of {batch} such lists")
+        extra[code] = value
 
 
 class JudgeUnready(Unavailable):
@@ -189,9 +216,29 @@ class PayloadChecks:
             elif reward.judge in self._failed_heads:  # it failed before and is retrying its load now
                 why = (f"reward {name!r} cannot be scored now: judge {reward.judge!r} failed to load "
                        f"({self._failed_heads[reward.judge]}) and is retrying")
-            else:
-                continue  # a head loading for the first time: accept; scoring waits for the load
+            else:  # loading for the first time: no uuid until it has loaded (or failed)
+                ok, why = await self._wait_loaded(name, reward.judge, judge)
+                if ok:
+                    continue
             raise JudgeUnready(why + "; fix the judge's model files (see /readyz) and restart or retry later", 424)
+
+    async def _wait_loaded(self, name: str, judge_name: str, judge: Any) -> tuple[bool, str]:
+        """Wait up to cosmos_rl.load_wait_s for a head's first load: (True, "") once it is ready,
+        (False, why) when it failed (424 then); JudgeUnready 503 (+ Retry-After, which cosmos-rl's
+        trainer retries) while it is still loading."""
+        try:
+            async with asyncio.timeout(self.cfg.load_wait_s):
+                ok, reason = await judge.check()
+        except TimeoutError:
+            raise JudgeUnready(f"reward {name!r} cannot be scored yet: judge {judge_name!r} is still loading its "
+                               f"model after {self.cfg.load_wait_s:g}s (cosmos_rl.load_wait_s); retry shortly",
+                               503) from None
+        if ok:
+            self._readiness[judge_name] = (time.monotonic(), True, None)
+            return True, ""
+        self._failed_heads[judge_name] = reason or "failed"
+        self._readiness.pop(judge_name, None)
+        return False, f"reward {name!r} cannot be scored: judge {judge_name!r} failed to load ({reason})"
 
     def _check_decoder(self, channels: int) -> None:
         assert self.worker is not None
@@ -264,7 +311,10 @@ class PayloadChecks:
             raise PayloadError(f"batch {batch} exceeds cosmos_rl.max_batch = {self.cfg.max_batch}")
         if meta.prompts is not None and len(meta.prompts) != batch:
             raise PayloadError(f"the tensor's batch is {batch} but `prompts` has {len(meta.prompts)} entries")
+        meta.prompts = meta.prompts_for(batch)
         self._check_limits(batch, pixels, latents, meta.prompts)
+        if any(self.gateway.judges[r.judge].kind == "gen_eval" for r in rewards.values()):
+            readme_geneval_fields(meta.extra, batch)
         fps = None
         if medium == "video":
             infos = meta.video_infos

@@ -3,8 +3,9 @@
 
 cosmos-rl's reward service (`reward_service/` in cosmos-rl) answers an enqueue with `{"uuid"}`, a
 pull with the stored scores (200) or, while it has none, 400 `{"message": "Not found scores for
-<uuid>"}` (its README: "400 Not Ready"), and 500 `{"message"}` on an error; its trainer client
-(`cosmos_rl/reward/remote_calculator.py`) retries a pull that is not 200. Our bodies keep its
+<uuid>"}` (its README: "400 Not Ready"), and 500 `{"message"}` on an error. Its trainer client
+(`cosmos_rl/reward/remote_calculator.py`, 0.4.7) retries a pull answered 408/425/429 and gives up
+on any other 4xx, so a pending pull answers 425 here by default (cosmos_rl.pending_status). Our bodies keep its
 shape (`message`, `status`; ours add `error`, `reason`), not the native API's error body, and
 this module alone picks each status code: the service says what happened (pull.py's outcomes),
 `pull_response` maps it.
@@ -147,9 +148,9 @@ async def pull(request: Request, service: CosmosRLDep) -> JSONResponse:
 def pull_response(uid: str, reward: str, outcome: Pulled, pending_status: int, *,
                   type_given: bool = True) -> tuple[int, dict[str, Any]]:
     """A pull's status code and body: 200 with the result envelope (a failed request's filled one
-    under on_failed = fill); `pending_status` (cosmos_rl.pending_status; 400 "Not Ready" in
-    cosmos-rl's reward service) while it is scored; 404 for a uuid never given out or a reward the
-    request did not ask for; 410 for a result the store no longer has; 500 for a failed request
+    under on_failed = fill); `pending_status` (cosmos_rl.pending_status: 425 by default, which
+    cosmos-rl's trainer polls through; 400, the reward service README's "Not Ready") while it is
+    scored; 404 for a uuid never given out or a reward the request did not ask for; 410 for a result the store no longer has; 500 for a failed request
     under on_failed = error."""
     base = {"uuid": uid, "type": reward}
     match outcome:

@@ -37,10 +37,18 @@ class PayloadError(InvalidInput):
 @dataclass
 class EnqueueMeta:
     reward_fn: dict[str, float]
-    prompts: list[str] | None
+    prompts: list[str] | None  # None only while `prompt` (one for every sample) awaits the batch size
     media_type: MediaType
     video_infos: list[dict[str, Any]] | None
     extra: dict[str, Any]
+    prompt: str | None = None  # the reward service README's GenEval body: one `prompt` for the batch
+
+    def prompts_for(self, batch: int) -> list[str]:
+        """One prompt per sample: `prompts`, or the README's single `prompt` repeated."""
+        if self.prompts is not None:
+            return self.prompts
+        assert self.prompt is not None
+        return [self.prompt] * batch
 
 
 def split_body(body: bytes) -> tuple[dict[str, Any], bytes]:
@@ -75,17 +83,27 @@ def parse_meta(meta: dict[str, Any]) -> EnqueueMeta:
         if isinstance(w, bool) or not isinstance(w, (int, float)):
             raise PayloadError(f"`reward_fn.{name}` must be a number (the weight), got {w!r}")
         weights[name] = float(w)
-    prompts = meta.get("prompts")
+    prompts, prompt = meta.get("prompts"), meta.get("prompt")
     if prompts is not None and (not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts)):
         raise PayloadError("`prompts` must be a list of strings")
+    if prompts is not None and prompt is not None:
+        raise PayloadError("the JSON line has both `prompts` and `prompt`: send `prompts`, one per sample")
+    if prompt is not None and not isinstance(prompt, str):
+        raise PayloadError("`prompt` must be a string (the prompt of every sample; or send `prompts`, a list)")
+    if prompts is None and prompt is None:
+        # Every reward handler of cosmos-rl's reward service reads metadata["prompts"]: without it
+        # nothing can be scored, so there is no uuid to give (not a pull of fills later).
+        raise PayloadError("the JSON line has no `prompts` (a list of strings, one per sample): every cosmos-rl "
+                           "reward scores a sample against its prompt")
     mt = meta.get("media_type")
     # without a media_type, cosmos-rl's reward service decodes the bytes as latents
     media_type: MediaType = mt if mt in ("image", "video") else "latent"
     infos = meta.get("video_infos")
     if infos is not None and (not isinstance(infos, list) or not all(isinstance(i, dict) for i in infos)):
         raise PayloadError("`video_infos` must be a list of objects, one per sample")
-    extra = {k: v for k, v in meta.items() if k not in ("reward_fn", "prompts", "media_type", "video_infos")}
-    return EnqueueMeta(weights, prompts, media_type, infos, extra)
+    extra = {k: v for k, v in meta.items()
+             if k not in ("reward_fn", "prompts", "prompt", "media_type", "video_infos")}
+    return EnqueueMeta(weights, prompts, media_type, infos, extra, prompt)
 
 
 def sniff(data: bytes) -> Literal["npy", "torch"]:
