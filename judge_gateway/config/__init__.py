@@ -52,7 +52,6 @@ from .models import (
     AdmissionConfig,
     BackendConfig,
     CombineConfig,
-    DeviceVideoConfig,
     EvalConfig,
     GatewayConfig,
     ImageEncodingConfig,
@@ -64,6 +63,7 @@ from .models import (
     check_api_key,
     is_loopback,
 )
+from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import (
     DEFAULT_COSMOS_REWARDS,

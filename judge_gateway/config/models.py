@@ -38,6 +38,7 @@ from .base import Strict
 from .custom_heads import resolve_path
 from .kinds import KINDS, JudgeOptions, KindSpec
 from .launch import LaunchConfig
+from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
@@ -167,21 +168,6 @@ def check_api_key(key: str, where: str = "API key") -> str:
     if key != key.strip():
         raise ValueError(f"{where} has leading/trailing whitespace, which no Authorization header keeps")
     return key
-
-
-class DeviceVideoConfig(Strict):
-    """[media.device]: encoded videos a VLM judge resizes are decoded and resized by a torch worker on
-    the device (the latent decoder's worker process, latent_worker.py), which sends back only the
-    judge's frames at the judge's size; the gateway's CPU then only encodes them."""
-
-    python: str = Field(description="Interpreter with torch, and torchcodec (NVDEC on a CUDA device) or PyAV, "
-                        "e.g. .venv-latents/bin/python.")
-    device: str = Field("cuda", description="torch device the frames are resized on (and decoded on, by NVDEC, "
-                        "where torchcodec is installed and the device is CUDA).")
-    decoder: Literal["auto", "torchcodec", "pyav"] = Field(
-        "auto", description="auto: torchcodec on a CUDA device when installed, else PyAV on the worker's CPU.")
-    start_timeout_s: float = Field(120.0, gt=0, description="Worker start and torch's import.")
-    timeout_s: float = Field(120.0, gt=0, description="One video's decode and resize.")
 
 
 class MediaConfig(Strict):
