@@ -28,8 +28,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 if TYPE_CHECKING:
     from ..media.budget import MediaBudget
 
@@ -91,38 +89,29 @@ def trim() -> None:
         _LIBC.malloc_trim(0)
 
 
-class ReleaseMemoryMiddleware:
+class HeapTrimmer:
     """After a response to a request whose body reached TRIM_AFTER_BODY_BYTES, or while which
     `budget` got TRIM_AFTER_DECODED_PIXELS of decoded media back, trim the heap (rate-limited; in
-    a worker thread, so the event loop never waits for it)."""
+    a worker thread, so the event loop never waits for it). The request guard (guards.py) calls
+    `released()` when a request starts and `after` when it ends."""
 
-    def __init__(self, app: ASGIApp, budget: MediaBudget | None = None) -> None:
-        self.app = app
+    def __init__(self, budget: MediaBudget | None = None) -> None:
         self.budget = budget
+        self.enabled = _LIBC is not None
         self._last = 0.0
         self._pending: asyncio.Task | None = None
         fix_mmap_threshold()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _LIBC is None:
-            await self.app(scope, receive, send)
+    def released(self) -> int:
+        """Decoded pixels given back to the budget so far (a request's start mark)."""
+        return self.budget.released_total if self.budget is not None else 0
+
+    def after(self, body_bytes: int, released_at_start: int) -> None:
+        if not self.enabled:
             return
-        seen = 0
-        released_before = self.budget.released_total if self.budget is not None else 0
-
-        async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-            return message
-
-        try:
-            await self.app(scope, counting_receive, send)
-        finally:
-            decoded = self.budget.released_total - released_before if self.budget is not None else 0
-            if seen >= TRIM_AFTER_BODY_BYTES or decoded >= TRIM_AFTER_DECODED_PIXELS:
-                self._schedule()
+        decoded = self.released() - released_at_start
+        if body_bytes >= TRIM_AFTER_BODY_BYTES or decoded >= TRIM_AFTER_DECODED_PIXELS:
+            self._schedule()
 
     def _schedule(self) -> None:
         if self._pending is not None and not self._pending.done():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from judge_gateway.media import MediaLimits
+from judge_gateway.server.guards import RequestGuardMiddleware
 from judge_gateway.server.heap import SERVING_GEN0_THRESHOLD
 from tests.support.cli_configs import vlm_config, write_config
 
@@ -82,12 +84,14 @@ async def test_the_heap_is_trimmed_after_decoded_media_not_only_after_large_bodi
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    middleware = heap.ReleaseMemoryMiddleware(app, budget=budget)
+    trimmer = heap.HeapTrimmer(budget)
+    middleware = RequestGuardMiddleware(app, max_headers=100, max_header_bytes=1 << 16, media_limits=MediaLimits(),
+                                        max_body_bytes=1 << 20, trimmer=trimmer)  # the app's one guard
     decode["pixels"] = heap.TRIM_AFTER_DECODED_PIXELS // 2
     await _request(middleware)
     await asyncio.sleep(0.05)
     assert trims == []
     decode["pixels"] = heap.TRIM_AFTER_DECODED_PIXELS
     await _request(middleware)
-    await middleware._pending
+    await trimmer._pending
     assert trims == [1]

@@ -59,6 +59,21 @@ def test_every_protocol_is_an_api_router():
         "/{profile}/health", "/{profile}/compute", "/{profile}/load", "/{profile}/offload"}
 
 
+async def test_every_request_passes_one_middleware_of_ours():
+    """Header and body limits, API keys, media budgets, the JSON 500 and the heap trim are one
+    layer (guards.RequestGuardMiddleware); the peer check is a second only where it is configured."""
+    from judge_gateway.server.guards import RequestGuardMiddleware
+    from judge_gateway.server.networks import PeerNetworksMiddleware
+
+    for server, stack in (({}, [RequestGuardMiddleware]),
+                          ({"allow_networks": ["127.0.0.1/32"]}, [PeerNetworksMiddleware, RequestGuardMiddleware])):
+        app = create_app(Gateway(validate_config(_config("/ff", "p", {"quality": 1.0}, **server))), api_keys=[KEY])
+        try:
+            assert [m.cls for m in app.user_middleware] == stack
+        finally:
+            await _closed(app)
+
+
 def test_route_dependencies_run_on_the_event_loop():
     """A plain `def` dependency runs on FastAPI's thread pool (the one that parses request bodies):
     a thread hop per request, and a probe queued behind body parsing. Every route's are async."""
