@@ -106,11 +106,12 @@ def report(name: str, n: int, wall: float, lat: list[float], cpu_s: float | None
     return row
 
 
-def config_toml(base_url: str, model: str) -> str:
+def config_toml(base_url: str, model: str, api_key: str | None = None) -> str:
+    keys = f'api_keys = ["{api_key}"]\n' if api_key else ""
     return f"""
 [server]
 max_body_bytes = 268435456
-[backends.vlm]
+{keys}[backends.vlm]
 model = "{model}"
 base_urls = ["{base_url}"]
 max_concurrency = 256
@@ -133,7 +134,7 @@ def free_port() -> int:
 async def main_async(args: argparse.Namespace, base_url: str) -> None:
     images = make_images(args.samples, args.size)
     b64 = [base64.b64encode(b).decode() for b in images]
-    cfg_text = config_toml(base_url, args.model)
+    cfg_text = config_toml(base_url, args.model, args.api_key)
 
     # The exact messages the judge sends, built once, for the direct side.
     import tomllib
@@ -170,7 +171,9 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
                                             stdout=log, stderr=log, env=env, cwd=code), port)
         try:
             limits = httpx.Limits(max_connections=args.concurrency + 8)
-            https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits)
+            auth = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+            https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits,
+                                             headers=auth)
                      for name, (_, port) in procs.items()}
             for name, http in https.items():
                 await wait_healthy(http, f"gateway {name}'s log", timeout_s=300)  # several start at once
@@ -269,6 +272,7 @@ def main() -> int:
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--before", help="another judge-gateway checkout to serve beside this one (before/after)")
+    p.add_argument("--api-key", help="serve the gateways with this API key (and send it): the key check's cost")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
                    help="one more checkout served beside this one in every round (repeatable)")
     p.add_argument("--profile", help="write a py-spy profile of this checkout's gateway (collapsed stacks) here")
