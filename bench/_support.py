@@ -52,7 +52,7 @@ def _tiny_models(*args: str) -> str:
 
 @functools.cache
 def tiny_model(kind: str, size: str = "tiny") -> Path:
-    """The folder of a tiny model (kinds: vlm, heads, hpsv3, videoalign, geneval, image_reward, wan)."""
+    """The folder of a tiny model (kinds: vlm, qwen3vl, heads, hpsv3, videoalign, geneval, image_reward, wan)."""
     return Path(_tiny_models("path", kind, "--size", size))
 
 
@@ -83,12 +83,14 @@ def moving_square_clip(fps: float, seconds: float = 2.0, h: int = 48, w: int = 6
 
 
 class CpuVllm:
-    """A CPU vLLM server on the tiny VLM, through scripts/start_vllm.sh (start on enter, stop on exit)."""
+    """A CPU vLLM server on a tiny VLM (`tiny`: vlm, the Qwen2.5-VL; qwen3vl, the Qwen3-VL), through
+    scripts/start_vllm.sh (start on enter, stop on exit)."""
 
     def __init__(self, served_names: list[str], run_dir: str | os.PathLike[str], wait_timeout: int = 240,
-                 extra: str = "", max_model_len: int = 4096, env: dict[str, str] | None = None):
+                 extra: str = "", tiny: str = "vlm", max_model_len: int = 4096, env: dict[str, str] | None = None):
         self.served_names, self.run_dir, self.wait_timeout = served_names, Path(run_dir), wait_timeout
         self.extra = extra  # more vLLM arguments (start_vllm.sh --extra)
+        self.tiny = tiny
         self.max_model_len = max_model_len
         self.env = env or {}  # more environment for start_vllm.sh (e.g. VLLM_ENABLE_V1_MULTIPROCESSING=1)
         with socket.socket() as s:
@@ -111,7 +113,7 @@ class CpuVllm:
     def __enter__(self) -> CpuVllm:  # noqa: PYI034
         names = [a for n in self.served_names for a in ("--served-model-name", n)]
         started = time.monotonic()
-        self._script("start", "--cpu", "--model", str(tiny_model("vlm")), "--host", "127.0.0.1",
+        self._script("start", "--cpu", "--model", str(tiny_model(self.tiny)), "--host", "127.0.0.1",
                      "--port", str(self.port), "--max-model-len", str(self.max_model_len), "--limit-mm-per-prompt",
                      '{"image":4,"video":1}', "--wait-timeout", str(self.wait_timeout), *names,
                      *(("--extra", self.extra) if self.extra else ()), timeout=self.wait_timeout + 60)
@@ -147,6 +149,38 @@ def child_pids(pid: int) -> list[int]:
     return out
 
 
+def png_images(n: int, size: int, seed: int) -> list:
+    """n square PNG images of `size` that look generated (frames of `natural_clip`), as the
+    gateway's ImageMedia."""
+    import io
+
+    from judge_gateway.media import ImageMedia
+
+    out = []
+    for frame in natural_clip(n, size, size, seed=seed):
+        buf = io.BytesIO()
+        Image.fromarray(frame).save(buf, format="PNG")
+        out.append(ImageMedia.validate(buf.getvalue()))
+    return out
+
+
+async def vllm_counters(base_url: str) -> dict[str, float]:
+    """A vLLM server's counters (`vllm:*_total` of its /metrics), each summed over its labels."""
+    import re
+
+    import httpx
+
+    root = base_url.rsplit("/v1", 1)[0]
+    async with httpx.AsyncClient(timeout=30) as client:
+        text = (await client.get(f"{root}/metrics")).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(vllm:[a-z_]+_total)(\{[^}]*\})? ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+    return out
+
+
 def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     """uint8 [n, h, w, 3] frames that look like a generated clip to a codec and a resampler: a
     smooth photo-like texture, colour gradients and rendered text, panning a few pixels a frame
@@ -173,18 +207,42 @@ def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
 
 
-def run_on_vllm(main_async, args, extra: str = "") -> int:
+def run_on_vllm(main_async, args, extra: str = "", wait_timeout: int = 240, tiny: str = "vlm") -> int:
     """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
-    for the run (served as `args.model`, with `extra` vLLM arguments) when no URL was given."""
+    for the run (the `tiny` model served as `args.model`, with `extra` vLLM arguments, healthy
+    within `wait_timeout` seconds) when no URL was given."""
     import asyncio
     import tempfile
 
     if args.base_url:
         asyncio.run(main_async(args, args.base_url))
         return 0
-    with tempfile.TemporaryDirectory() as run_dir, CpuVllm([args.model], run_dir, extra=extra) as server:
+    with tempfile.TemporaryDirectory() as run_dir, \
+            CpuVllm([args.model], run_dir, extra=extra, wait_timeout=wait_timeout, tiny=tiny) as server:
         asyncio.run(main_async(args, server.base_url))
     return 0
+
+
+async def score_images(gateway, judges: list[str], imgs: list, concurrency: int,
+                       prompt: str = "a photo of a fox") -> tuple[float, int]:
+    """Each image scored by `judges` in a request of its own through an in-process Gateway, at most
+    `concurrency` at once: (wall seconds, invalid scores)."""
+    import asyncio
+
+    from judge_gateway.schema import RewardRequest, SampleInput
+
+    sem = asyncio.Semaphore(concurrency)
+    invalid = 0
+
+    async def one(img) -> None:
+        nonlocal invalid
+        async with sem:
+            resp = await gateway.score(RewardRequest(samples=[SampleInput(prompt=prompt, image=img)], judges=judges))
+            invalid += sum(not s.valid for s in resp.results[0].scores.values())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(img) for img in imgs))
+    return time.perf_counter() - start, invalid
 
 
 async def wait_healthy(http, log_path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:

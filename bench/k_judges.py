@@ -20,68 +20,20 @@ as at most ~64 tokens, so most of its cost per request is not the prefill.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import io
-import re
 import statistics
 import sys
-import time
 from pathlib import Path
-
-import httpx
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _support import natural_clip  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+from _support import png_images as images, score_images, vllm_counters  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
-from judge_gateway.media import ImageMedia  # noqa: E402
-from judge_gateway.schema import RewardRequest, SampleInput  # noqa: E402
 
 JUDGES = {"image_quality": "image_quality@1", "alignment": "vqa_alignment@1",
           "beautiful": "flow_factory_beautiful@1"}
-
-
-def images(n: int, size: int, seed: int) -> list[ImageMedia]:
-    frames = natural_clip(n, size, size, seed=seed)
-    out = []
-    for f in frames:
-        buf = io.BytesIO()
-        Image.fromarray(f).save(buf, format="PNG")
-        out.append(ImageMedia.validate(buf.getvalue()))
-    return out
-
-
-async def vllm_counters(base_url: str) -> dict[str, float]:
-    """vLLM's counters whose names mention a cache (prefix cache, multi-modal caches)."""
-    root = base_url.rsplit("/v1", 1)[0]
-    async with httpx.AsyncClient(timeout=30) as client:
-        text = (await client.get(f"{root}/metrics")).text
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = re.match(r"^(vllm:[a-z_]*cache[a-z_]*_total)(\{[^}]*\})? ([0-9.e+-]+)$", line)
-        if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
-    return out
-
-
-async def run(gateway: Gateway, judges: list[str], imgs: list[ImageMedia], concurrency: int) -> tuple[float, int]:
-    sem = asyncio.Semaphore(concurrency)
-    invalid = 0
-
-    async def one(img: ImageMedia) -> None:
-        nonlocal invalid
-        async with sem:
-            resp = await gateway.score(RewardRequest(samples=[SampleInput(prompt="a photo of a fox", image=img)],
-                                                     judges=judges))
-            invalid += sum(not s.valid for s in resp.results[0].scores.values())
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one(img) for img in imgs))
-    return time.perf_counter() - start, invalid
 
 
 def hit_rate(before: dict[str, float], after: dict[str, float], kind: str) -> str:
@@ -97,7 +49,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     })
     gateway = Gateway(cfg)
     warm = images(4, args.size, seed=999)
-    await run(gateway, list(JUDGES), warm, args.concurrency)
+    await score_images(gateway, list(JUDGES), warm, args.concurrency)
     kinds = sorted({k.removeprefix("vllm:").removesuffix("_queries_total")
                     for k in await vllm_counters(base_url) if k.endswith("_queries_total")})
     print(f"{args.images} images of {args.size}x{args.size} per run, {args.concurrency} concurrent, model "
@@ -107,7 +59,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
         for k in (1, 3):
             imgs = images(args.images, args.size, seed=100 * rnd + k)
             before = await vllm_counters(base_url)
-            wall, invalid = await run(gateway, list(JUDGES)[:k], imgs, args.concurrency)
+            wall, invalid = await score_images(gateway, list(JUDGES)[:k], imgs, args.concurrency)
             after = await vllm_counters(base_url)
             walls[k].append(wall)
             rates = "   ".join(f"{kind} hits {hit_rate(before, after, kind)}" for kind in kinds)

@@ -35,6 +35,10 @@ from .schema import (
 
 log = logging.getLogger(__name__)
 MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
+# Cells started per turn of the event loop: each takes its first step (media identified, encoded
+# inline when small) in the turn after it starts, so a request of 4,096 samples started at once
+# held every other request for over a second; in groups of this many, the others run in between.
+CELLS_PER_TURN = 256
 
 
 class UnknownJudgeError(InvalidInput):
@@ -43,6 +47,10 @@ class UnknownJudgeError(InvalidInput):
 
 class RequestTooLargeError(InvalidInput):
     """A request holds more samples than server.max_samples_per_request."""
+
+
+class GroupTooLargeError(InvalidInput):
+    """A request's group is larger than a comparative judge's max_group_size (its budget)."""
 
 
 class Gateway:
@@ -93,6 +101,34 @@ class Gateway:
                 out[f"head:{name}"] = int(getattr(judge.cfg.options, "max_batch_size", 1))
         return out
 
+    def backend_slots(self) -> dict[str, int]:
+        """Per VLM backend a configured judge uses: its replicas x max_concurrency."""
+        out: dict[str, int] = {}
+        for judge in self.judges.values():
+            backend = judge.backend_name
+            if backend is not None and backend in self.config.backends:
+                b = self.config.backends[backend]
+                out[backend] = len(b.base_urls) * b.max_concurrency
+        return out
+
+    def backend_demand(self, request: RewardRequest) -> dict[str, int]:
+        """Backend -> the calls scoring `request` sends it (each VLM judge's backend_calls: a call
+        per sample, more with a shadow template or comparisons); {} for a request score() refuses at once (unknown judges, too many
+        samples), so it holds no backend's room while it is refused."""
+        if len(request.samples) > self.config.server.max_samples_per_request:
+            return {}
+        try:
+            names = self.resolve_judges(request.judges)
+        except UnknownJudgeError:
+            return {}
+        out: dict[str, int] = {}
+        for name in names:
+            judge = self.judges[name]
+            backend = judge.backend_name
+            if backend is not None:
+                out[backend] = out.get(backend, 0) + judge.backend_calls(request.samples)
+        return out
+
     def default_judges(self) -> list[str]:
         return [name for name, j in self.config.judges.items() if j.default]
 
@@ -127,6 +163,9 @@ class Gateway:
         names = self.resolve_judges(request.judges)
         if not names:
             raise UnknownJudgeError("no judges to run: the request names none and no judge is a default")
+        for name in names:  # refused before anything is scored: a request no retry can change
+            if (reason := self.judges[name].refusal(request.samples)) is not None:
+                raise GroupTooLargeError(reason)
         ctx = ScoreContext(media=MediaCache(self.media_pool, self.video_device), request_id=request.request_id or uuid.uuid4().hex,
                            samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
@@ -145,12 +184,13 @@ class Gateway:
             self._observe(score)
             return score
 
-        with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
-            tasks = [
-                [asyncio.ensure_future(cell(i, name)) for name in names]
-                for i in range(len(request.samples))
-            ]
+        tasks: list[list[asyncio.Future[JudgeScore]]] = []
         try:
+            with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
+                for i in range(len(request.samples)):
+                    tasks.append([asyncio.ensure_future(cell(i, name)) for name in names])
+                    if (i + 1) % max(1, CELLS_PER_TURN // len(names)) == 0:
+                        await asyncio.sleep(0)  # these cells take their first steps before more start
             await asyncio.gather(*(t for row in tasks for t in row))
         except BaseException:
             for row in tasks:

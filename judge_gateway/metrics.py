@@ -79,7 +79,7 @@ class Metrics:
         )
         self.admission_refused = Counter(
             "judge_gateway_admission_refused_total", "Synchronous requests refused by admission control, by API "
-            "and reason (queue_full, wait_timeout, media_budget, judge_queue).",
+            "and reason (queue_full, wait_timeout, backend_busy, media_budget, media_backlog, judge_queue).",
             ["api", "reason"], registry=self.registry,
         )
         self.media_budget = Gauge(

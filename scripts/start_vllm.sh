@@ -33,6 +33,12 @@ Presets (--preset NAME, env JG_VLLM_PRESET):
   unified_reward         CodeGoat24/UnifiedReward-qwen-7b          port 8004  len 8192   {"image":1}
   qwen_vl                Qwen/Qwen2.5-VL-7B-Instruct               port 8005  len 8192   {"image":2,"video":1}
                          (generic yes/no questions)
+  cosmos_reason2         nvidia/Cosmos-Reason2-8B                  port 8006  len 16384  {"image":1,"video":1}
+  unified_reward_2       CodeGoat24/UnifiedReward-2.0-qwen3vl-8b   port 8007  len 16384  {"image":2,"video":1}
+  unified_reward_think   CodeGoat24/UnifiedReward-Think-qwen3vl-8b port 8008  len 16384  {"image":2,"video":1}
+  videoscore2            TIGER-Lab/VideoScore2                     port 8009  len 16384  {"video":1}
+  qwen3_vl               Qwen/Qwen3-VL-8B-Instruct                 port 8010  len 8192   {"image":2,"video":1}
+                         (GenEval 2's VQA model; checklists)
 
 Options:
   --preset NAME                  one of the presets above               JG_VLLM_PRESET
@@ -169,7 +175,23 @@ case "$PRESET" in
     qwen_vl)
         P_MODEL="Qwen/Qwen2.5-VL-7B-Instruct"; P_SERVED="Qwen/Qwen2.5-VL-7B-Instruct"
         P_PORT=8005; P_MAX_LEN=8192; P_LIMIT_MM='{"image":2,"video":1}' ;;
-    *) die "unknown preset '$PRESET' (cosmos_reason1, rational_rewards_t2i, rational_rewards_edit, unified_reward, qwen_vl)" ;;
+    # The Qwen3-VL-era judges (docs/judges/vlm.md): their model cards' context; one medium each.
+    cosmos_reason2)
+        P_MODEL="nvidia/Cosmos-Reason2-8B"; P_SERVED="nvidia/Cosmos-Reason2-8B"
+        P_PORT=8006; P_MAX_LEN=16384; P_LIMIT_MM='{"image":1,"video":1}' ;;
+    unified_reward_2)
+        P_MODEL="CodeGoat24/UnifiedReward-2.0-qwen3vl-8b"; P_SERVED="CodeGoat24/UnifiedReward-2.0-qwen3vl-8b"
+        P_PORT=8007; P_MAX_LEN=16384; P_LIMIT_MM='{"image":2,"video":1}' ;;
+    unified_reward_think)
+        P_MODEL="CodeGoat24/UnifiedReward-Think-qwen3vl-8b"; P_SERVED="CodeGoat24/UnifiedReward-Think-qwen3vl-8b"
+        P_PORT=8008; P_MAX_LEN=16384; P_LIMIT_MM='{"image":2,"video":1}' ;;
+    videoscore2)
+        P_MODEL="TIGER-Lab/VideoScore2"; P_SERVED="TIGER-Lab/VideoScore2"
+        P_PORT=8009; P_MAX_LEN=16384; P_LIMIT_MM='{"video":1}' ;;
+    qwen3_vl)
+        P_MODEL="Qwen/Qwen3-VL-8B-Instruct"; P_SERVED="Qwen/Qwen3-VL-8B-Instruct"
+        P_PORT=8010; P_MAX_LEN=8192; P_LIMIT_MM='{"image":2,"video":1}' ;;
+    *) die "unknown preset '$PRESET' (cosmos_reason1, rational_rewards_t2i, rational_rewards_edit, unified_reward, qwen_vl, cosmos_reason2, unified_reward_2, unified_reward_think, videoscore2, qwen3_vl)" ;;
 esac
 
 FF_USED=()   # read before HOST and PORT below take their final values

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from .. import runs
 from ..inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, read_inputs, sample_key
+from ..config.kinds import KINDS
 from ..runs import RunFolder, ScoreLine
 from ..schema import ErrorCode, RewardResponse, SampleInput
 
@@ -104,16 +105,43 @@ def _result_lines(ok: list[tuple[ScoreLine, SampleInput]], resp: RewardResponse)
     return lines
 
 
+def request_units(todo: Todo, batch_size: int, per_sample: bool) -> list[Todo]:
+    """The samples of each request, in input order. A group (the samples sharing a group_id) is
+    one request, whatever its size: a judge that compares a group's samples, and a group
+    transform, see it whole, never split across requests. Ungrouped samples go `batch_size` to a
+    request, or one each where `per_sample`."""
+    units: list[Todo] = []
+    by_group: dict[str, Todo] = {}
+    loose: Todo = []
+    for entry in todo:
+        group = entry[0].group_id
+        if group is None:
+            loose.append(entry)
+            if len(loose) == (1 if per_sample else batch_size):
+                units.append(loose)
+                loose = []
+        elif group in by_group:
+            by_group[group].append(entry)
+        else:
+            by_group[group] = [entry]
+            units.append(by_group[group])
+    if loose:
+        units.append(loose)
+    return units
+
+
 async def _score(todo: Todo, client: Any, *, judges: list[str] | None,
                  batch_size: int, concurrency: int, fps: float | None, out: TextIO,
                  progress: bool, total: int, done: int, per_sample: bool) -> list[ScoreLine]:
-    """Score `todo` in batches of `batch_size`, `concurrency` batches at a time, appending each
-    line to `out` as it is known. `per_sample` (in-process): each sample of a batch is its own
-    call, so a line (and the progress bar) moves as each sample finishes, not once per batch;
-    through a server a batch is one request, which the service answers whole."""
+    """Score `todo`, `concurrency` batches at a time, appending each line to `out` as it is
+    known. A batch is a group, or `batch_size` ungrouped samples (`request_units`). `per_sample`
+    (in-process, no judge that scores groups): each ungrouped sample is its own call, so a line
+    (and the progress bar) moves as each sample finishes, not once per batch; through a server
+    a batch is one request, which the service answers whole."""
     from tqdm import tqdm
 
-    sem = asyncio.Semaphore(concurrency)
+    # In-process, one sample a call: batch_size x concurrency samples in flight, as in batches.
+    sem = asyncio.Semaphore(concurrency * (batch_size if per_sample else 1))
     written: list[ScoreLine] = []
     bar = tqdm(total=total, initial=done, unit="sample", desc="scoring", disable=not progress,
                file=sys.stderr)
@@ -136,13 +164,11 @@ async def _score(todo: Todo, client: Any, *, judges: list[str] | None,
             ok, bad = await asyncio.to_thread(_prepare, batch, fps)
             if bad:
                 record(bad)
-            if per_sample:
-                await asyncio.gather(*(request([one]) for one in ok))
-            elif ok:
+            if ok:
                 await request(ok)
 
     try:
-        await asyncio.gather(*(run_batch(todo[i:i + batch_size]) for i in range(0, len(todo), batch_size)))
+        await asyncio.gather(*(run_batch(unit) for unit in request_units(todo, batch_size, per_sample)))
     finally:
         bar.close()
     return written
@@ -187,6 +213,11 @@ def print_summary(lines: list[ScoreLine], judges: list[str], summary: dict[str, 
     # Written to a file or a pipe: wide enough that no judge name or error code is cut.
     console = Console(file=file, width=None if file.isatty() else 200)
     console.print(table)
+
+
+def _scores_groups(kinds: Any) -> bool:
+    """Whether one of these judge kinds scores a request's samples together (comparative)."""
+    return any(KINDS[kind].scores_groups for kind in kinds if kind in KINDS)
 
 
 def _run_identity(infos: list[Any], config_doc: dict[str, Any] | None) -> dict[str, Any]:
@@ -311,7 +342,8 @@ async def _score_into(folder: RunFolder, samples: Todo, *, args: argparse.Namesp
             new = await _score([samples[i] for i in resumed.todo], client, judges=identity["judges"],
                                batch_size=args.batch_size, concurrency=args.concurrency, fps=args.fps, out=out,
                                progress=not args.no_progress, total=len(samples),
-                               done=len(samples) - len(resumed.todo), per_sample=not args.server)
+                               done=len(samples) - len(resumed.todo),
+                               per_sample=not args.server and not _scores_groups(identity["kinds"].values()))
         return identity, resumed.kept + new
     finally:
         await client.close()
@@ -332,8 +364,9 @@ def register_score(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--api-key", help="Bearer token for --server")
     s.add_argument("--judges", help="comma-separated judge names (default: the config's defaults)")
     s.add_argument("--batch-size", type=int, default=16,
-                   help="samples per request to --server; in-process, each sample is its own call and "
-                        "batch-size x concurrency samples are in flight")
+                   help="ungrouped samples per request to --server; in-process, each is its own call "
+                        "(batch-size x concurrency in flight) unless a judge compares a request's samples; "
+                        "a group (samples sharing a group_id) is always one request")
     s.add_argument("--concurrency", type=int, default=4, help="batches in flight")
     s.add_argument("--fps", type=float, default=None, help="fps of videos given as frame folders")
     s.add_argument("--no-progress", action="store_true",

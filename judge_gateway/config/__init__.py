@@ -4,6 +4,7 @@
     models.py        the sections' models (GatewayConfig, ServerConfig, JudgeConfig, ...)
     kinds.py         the one table of judge kinds: options model, VLM or head, media, classes
     vlm_options.py   the VLM kinds' options;  head_options.py  the head kinds' options
+    comparative_options.py  the comparative kind's options (schedule, swap, budget, group deadline)
     custom_heads.py  the options of heads you bring (a class named by import path)
     normalize.py     raw -> reward ([judges.NAME.normalize])
     protocols.py     [store], [cosmos_rl], [flow_factory]: the drop-in protocol adapters' sections
@@ -16,6 +17,7 @@
 This face re-exports the names callers use.
 """
 
+from .comparative_options import ComparativeOptions
 from .custom_heads import (
     CosmosRLHandlerOptions,
     CustomHeadOptions,
@@ -49,7 +51,6 @@ from .loading import (
     validate_config,
 )
 from .models import (
-    AdmissionConfig,
     BackendConfig,
     CombineConfig,
     EvalConfig,
@@ -58,10 +59,7 @@ from .models import (
     JudgeConfig,
     MediaConfig,
     PromptsConfig,
-    ServerConfig,
     VideoSamplingConfig,
-    check_api_key,
-    is_loopback,
 )
 from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
@@ -85,7 +83,18 @@ from .protocols import (
     WanVaeConfig,
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
-from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .server import AdmissionConfig, ServerConfig, check_api_key, is_loopback
+from .vlm_options import (
+    AnswerProbabilityOptions,
+    AspectWeightOptions,
+    ChecklistOptions,
+    CriticOptions,
+    FinalScoreOptions,
+    MultiAxisOptions,
+    RubricOptions,
+    VLMOptions,
+    YesNoOptions,
+)
 from .watch import WatchAlarms, WatchConfig
 
 __all__ = [
@@ -102,6 +111,8 @@ __all__ = [
     # judge kinds and their options
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",
+    "ComparativeOptions",
+    "AspectWeightOptions", "MultiAxisOptions", "ChecklistOptions", "AnswerProbabilityOptions",
     "HeadOptions", "ClipOptions", "PickScoreOptions", "HPSv2Options", "HPSv3Options", "OcrOptions",
     "GenEvalOptions", "VideoAlignOptions", "ImageRewardOptions", "ImageRewardVit",
     "ImportedHeadOptions", "CustomHeadOptions", "FlowFactoryModelOptions", "CosmosRLHandlerOptions", "class_ref",

@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .comparative_options import ComparativeOptions
 from .custom_heads import CosmosRLHandlerOptions, CustomHeadOptions, FlowFactoryModelOptions
 from .head_options import (
     ClipOptions,
@@ -29,7 +30,16 @@ from .head_options import (
     PickScoreOptions,
     VideoAlignOptions,
 )
-from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .vlm_options import (
+    AnswerProbabilityOptions,
+    ChecklistOptions,
+    CriticOptions,
+    FinalScoreOptions,
+    MultiAxisOptions,
+    RubricOptions,
+    VLMOptions,
+    YesNoOptions,
+)
 
 # The typed options of any kind (JudgeConfig.options).
 JudgeOptions = VLMOptions | HeadOptions
@@ -50,6 +60,9 @@ class KindSpec:
     # Head kinds: the frames sampled uniformly from a video when the judge sets no `video` table
     # (None: the table's defaults, every frame up to max_frames).
     video_frames: int | None = None
+    # A judge that scores a group of samples together (by comparing them): a caller must send a
+    # group's samples in one request, never one sample per call (cli/score.py).
+    scores_groups: bool = False
 
     @property
     def template_kind(self) -> str | None:
@@ -57,9 +70,9 @@ class KindSpec:
         return self.name if self.runs_on == "vlm" else None
 
 
-def _vlm(name: str, options: type[VLMOptions], judge: str) -> KindSpec:
+def _vlm(name: str, options: type[VLMOptions], judge: str, *, scores_groups: bool = False) -> KindSpec:
     # A VLM kind's media are its template's slots (VLMJudge.media), not the kind's.
-    return KindSpec(name, options, "vlm", judge)
+    return KindSpec(name, options, "vlm", judge, scores_groups=scores_groups)
 
 
 def _head(name: str, options: type[HeadOptions], head_model: str, *, judge: str = "heads.judge:HeadJudge",
@@ -76,6 +89,11 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
     _vlm("rubric", RubricOptions, "judges.generative:RubricJudge"),
     _vlm("final_score", FinalScoreOptions, "judges.generative:FinalScoreJudge"),
     _vlm("critic", CriticOptions, "judges.critic:CriticJudge"),
+    # A group judged by comparing its samples (docs/judges/comparative.md).
+    _vlm("comparative", ComparativeOptions, "judges.comparative:ComparativeJudge", scores_groups=True),
+    _vlm("multi_axis", MultiAxisOptions, "judges.multi_axis:MultiAxisJudge"),
+    _vlm("answer_probability", AnswerProbabilityOptions, "judges.answer_probability:AnswerProbabilityJudge"),
+    _vlm("checklist", ChecklistOptions, "judges.checklist:ChecklistJudge"),
     _head("clip", ClipOptions, _CLIP_FAMILY),
     _head("pickscore", PickScoreOptions, _CLIP_FAMILY),
     _head("hpsv2", HPSv2Options, _CLIP_FAMILY),

@@ -13,7 +13,8 @@ from pydantic import Field, field_validator, model_validator
 from .base import Strict
 
 # The presets of scripts/start_vllm.sh (its usage text lists them; a unit test checks both agree).
-VLLM_PRESETS = ("cosmos_reason1", "rational_rewards_t2i", "rational_rewards_edit", "unified_reward", "qwen_vl")
+VLLM_PRESETS = ("cosmos_reason1", "rational_rewards_t2i", "rational_rewards_edit", "unified_reward", "qwen_vl",
+                "cosmos_reason2", "unified_reward_2", "unified_reward_think", "videoscore2", "qwen3_vl")
 
 _MEDIA_LIMIT = re.compile(r"^[a-z_]+$")
 

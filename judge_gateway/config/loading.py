@@ -16,7 +16,8 @@ from .models import GatewayConfig, JudgeConfig
 from .protocols import check_protocols
 from .ray import check_ray
 from .watch import check_watch
-from .vlm_options import CriticOptions, RubricOptions, VLMOptions
+from .comparative_options import ComparativeOptions
+from .vlm_options import AnswerProbabilityOptions, AspectWeightOptions, CriticOptions, VLMOptions
 
 # The configs shipped inside the package (the repository's configs/ folder), loadable by name.
 SHIPPED_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "shipped_configs"
@@ -123,7 +124,7 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
     if template.kind != spec.template_kind:
         problems.append(f"{key}.template: {judge.template} is a {template.kind!r} template, "
                         f"but the judge's kind is {judge.kind!r}")
-    elif isinstance(opts, RubricOptions):
+    elif isinstance(opts, AspectWeightOptions):
         names = {a.name for a in template.aspects}
         for aspect in opts.aspect_weights or {}:
             if aspect not in names:
@@ -132,6 +133,10 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
         problems += _check_profile(key, judge, opts, template, source)
     elif isinstance(opts, CriticOptions):
         problems += _check_critic(key, name, judge, opts, template, cfg, broken)
+    elif isinstance(opts, AnswerProbabilityOptions):
+        problems += _check_atoms_file(key, opts, source)
+    elif isinstance(opts, ComparativeOptions):
+        problems += _check_comparative(key, name, judge, opts, template, cfg)
     problems += _check_shadow(key, judge, opts, template)
     if (judge.video.codec == "jpeg_frames" and judge.backend in cfg.backends
             and not cfg.backends[judge.backend].takes_jpeg_frames()):
@@ -172,6 +177,26 @@ def _check_critic(key: str, name: str, judge: JudgeConfig, opts: CriticOptions, 
     return problems
 
 
+def _check_comparative(key: str, name: str, judge: JudgeConfig, opts: ComparativeOptions, template: Any,
+                       cfg: GatewayConfig) -> list[str]:
+    """The reference image is not one the template shows as a source; a comparative judge compares
+    a group, so a Flow-Factory profile that serves it must be groupwise (a pointwise request is a
+    batch of samples of any prompts)."""
+    problems = []
+    shown = template.media_slots.count("condition_image")
+    if opts.schedule == "reference" and opts.reference_index < shown:
+        problems.append(f"{key}.options.reference_index: condition_images[{opts.reference_index}] is shown by "
+                        f"{judge.template} as a source image (its first {shown}); the reference must be another one")
+    if name in cfg.watch.shadow_judges:
+        problems.append(f"watch.shadows: judge {name!r} compares whole groups; the watch scores a sampled share "
+                        "of samples, not whole groups, so it cannot be a shadow judge")
+    for profile_name, profile in cfg.flow_factory.profiles.items():
+        if name in profile.judges and profile.mode != "groupwise":
+            problems.append(f"flow_factory.profiles.{profile_name}.mode: judge {name!r} compares a group's samples; "
+                            "a pointwise request is a batch of any prompts: set mode = \"groupwise\"")
+    return problems
+
+
 def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any) -> list[str]:
     """A shadow template must be pinned, exist, differ from the judge's, and be of its kind."""
     from ..prompts import TemplateError, load_template
@@ -188,7 +213,7 @@ def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any)
         return [f"{where}: {ref} is a {shadow.kind!r} template, but the judge's kind is {judge.kind!r}"]
     if shadow.sha256 == template.sha256:
         return [f"{where}: {ref} is the judge's own template"]
-    if isinstance(opts, RubricOptions):
+    if isinstance(opts, AspectWeightOptions):
         names = {a.name for a in shadow.aspects}
         wanted = set(opts.aspect_weights or {})
         if wanted - names:
@@ -196,8 +221,25 @@ def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any)
     return []
 
 
-def _check_profile(key: str, judge: JudgeConfig, opts: RubricOptions, template: Any, source: str) -> list[str]:
-    """Load the rubric judge's aggregation profile (path resolved next to the config file)."""
+def _check_atoms_file(key: str, opts: AnswerProbabilityOptions, source: str) -> list[str]:
+    """The atoms file (path resolved next to the config file) must be readable GenEval 2 JSONL."""
+    if opts.atoms_file is None:
+        return []
+    from ..atoms import AtomsFileError, load_atoms_file
+
+    path = Path(opts.atoms_file)
+    if not path.is_absolute() and Path(source).is_file():
+        path = Path(source).resolve().parent / path
+    try:
+        load_atoms_file(path)
+    except AtomsFileError as err:
+        return [f"{key}.options.atoms_file: {err}"]
+    opts.atoms_file = str(path)  # resolved once, here
+    return []
+
+
+def _check_profile(key: str, judge: JudgeConfig, opts: AspectWeightOptions, template: Any, source: str) -> list[str]:
+    """Load the judge's aggregation profile (path resolved next to the config file)."""
     ref = opts.aggregation_profile
     if ref is None:
         return []

@@ -1,6 +1,6 @@
 """The config's models, one per section (docs/reference/configuration.md is generated from them):
 
-    [server]    host, port, api_keys / api_keys_env, max_body_bytes, timeouts, header limits, ...
+    [server]    (server.py) host, port, api_keys / api_keys_env, limits, admission, network guards
     [media]     decoded-pixel budgets per image, video and request
     [combine]   policy, on_invalid, fill_value
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
@@ -13,7 +13,6 @@ Each model checks its own section; the checks across sections are in loading.py.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -31,7 +30,6 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..bands import check_bands
-from ..env_vars import getenv
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
 from ..media.budget import auto_process_pixels
 from .base import Strict
@@ -42,132 +40,8 @@ from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
+from .server import LOOPBACK_HOSTS, ServerConfig
 from .watch import WatchConfig
-
-
-class AdmissionConfig(Strict):
-    """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
-    at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
-    most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
-    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending).
-    Unset bounds are derived from what the configured judges can work on at once (/readyz says)."""
-
-    max_active: int | None = Field(
-        None, gt=0, description="Synchronous requests scored at once (native + Flow-Factory). Default: the "
-        "judges' capacity, i.e. each used backend's replicas x max_concurrency plus each head's max_batch_size "
-        "(at most 256)."
-    )
-    max_waiting: int | None = Field(
-        None, ge=0, description="Requests that may wait for a slot; beyond: refused at once. Default: max_active "
-        "(at most 512)."
-    )
-    max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot (or for room in the decoded-media "
-                              "budget); then refused.")
-    retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
-
-    def bounds(self, capacity: int) -> tuple[int, int]:
-        """(max_active, max_waiting): as set, else derived from the judges' capacity."""
-        active = self.max_active if self.max_active is not None else max(1, min(capacity, DEFAULT_MAX_ACTIVE))
-        waiting = self.max_waiting if self.max_waiting is not None else min(active, DEFAULT_MAX_WAITING)
-        return active, waiting
-
-
-DEFAULT_MAX_ACTIVE = 256  # ceilings of the derived bounds
-DEFAULT_MAX_WAITING = 512
-
-
-class ServerConfig(Strict):
-    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
-    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port).")
-    api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
-    api_keys_env: str | None = Field(
-        "JG_API_KEYS",
-        description="Environment variable holding more accepted tokens, comma-separated (a JG_ name "
-        "also reads its deprecated JUDGE_GATEWAY_ spelling, with a warning, when unset).",
-    )
-    max_body_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest accepted request body.")
-    max_samples_per_request: int = Field(
-        4096, gt=0, description="Most samples (Flow-Factory: prompts) in one request; more is refused (native API: 413)."
-    )
-    readiness_interval_s: float = Field(
-        5.0, gt=0, description="How long a backend readiness probe result is reused."
-    )
-    allow_unauthenticated_public: bool = Field(
-        False,
-        description="Permit a non-loopback host without API keys (refused by default).",
-    )
-    allow_networks: list[str] = Field(
-        default_factory=list,
-        description="CIDR networks (e.g. 10.0.0.0/8, 192.168.1.7/32, fd00::/8) whose peers may connect; every "
-        "other peer address gets 403. Checked on the TCP peer of every request (X-Forwarded-For is not "
-        "trusted). Satisfies the guard on a non-loopback host as API keys do: for trainers whose client "
-        "sends no key (Flow-Factory's). Empty: every peer.",
-    )
-    # Slow or oversized clients (docs/guides/limits.md): enforced by the HTTP protocol the CLI runs.
-    header_timeout_s: float = Field(
-        10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
-        "(or of the connection opening); else 408 and the connection is closed."
-    )
-    body_timeout_s: float = Field(
-        60.0, gt=0, description="A request's body must arrive within this time of its headers; else "
-        "408 and the connection is closed."
-    )
-    keep_alive_s: float = Field(30.0, gt=0, description="An idle keep-alive connection is closed after this.")
-    max_header_bytes: int = Field(
-        16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 431 (400 when h11's own buffer bound trips first, on headers still arriving)."
-    )
-    max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
-    admission: AdmissionConfig = Field(
-        default_factory=AdmissionConfig, description="Bounds on the synchronous requests scoring at once."
-    )
-
-    @field_validator("allow_networks")
-    @classmethod
-    def _networks(cls, networks: list[str]) -> list[str]:
-        out = []
-        for i, text in enumerate(networks):
-            try:
-                out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
-            except ValueError as err:
-                raise ValueError(f"allow_networks[{i}] = {text!r} is not a network in CIDR form "
-                                 f"(e.g. 10.0.0.0/8 or 192.168.1.7/32): {err}") from None
-        return out
-
-    def public_bind_ok(self, api_keys: list[str]) -> bool:
-        """A non-loopback bind needs API keys, an allow-list of peer networks, or an explicit opt-out."""
-        return is_loopback(self.host) or bool(api_keys) or bool(self.allow_networks) \
-            or self.allow_unauthenticated_public
-
-    @field_validator("api_keys")
-    @classmethod
-    def _keys(cls, keys: list[str]) -> list[str]:
-        for i, key in enumerate(keys):
-            check_api_key(key, f"api_keys[{i}]")
-        return keys
-
-    def resolved_api_keys(self) -> list[str]:
-        keys = list(self.api_keys)
-        if self.api_keys_env:
-            extra = getenv(self.api_keys_env) or ""
-            keys += [k.strip() for k in extra.split(",") if k.strip()]
-        return keys
-
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    """A bind address only this machine reaches (serving elsewhere without API keys is refused)."""
-    return host in LOOPBACK_HOSTS
-
-
-def check_api_key(key: str, where: str = "API key") -> str:
-    """An empty key would match a request that sends none: refuse it (and keys no header can carry)."""
-    if not key.strip():
-        raise ValueError(f"{where} is empty or whitespace: it would accept requests without a key")
-    if key != key.strip():
-        raise ValueError(f"{where} has leading/trailing whitespace, which no Authorization header keeps")
-    return key
 
 
 class MediaConfig(Strict):

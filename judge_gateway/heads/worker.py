@@ -11,7 +11,8 @@ Protocol (workers/framing.py frames carrying the head messages of protocol.py) o
                      {"op": "stats", "id"}
                      {"op": "cancel", "id"}   the request of a queued score message was abandoned:
                                               drop it (no result is sent for it)
-  worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error"}
+  worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error", "detail"?} (error: for replies;
+                     detail: for the gateway's log only)
                      {"op": "result", "id", "ok": true, "outputs": [...]}
                      {"op": "result", "id", "ok": false, "error"}
                      {"op": "stats", "id", "stats"}
@@ -161,9 +162,10 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     except HeadLoadError as exc:
         writer.send({"op": "fatal", "error": str(exc)})
         return 3
-    except Exception as exc:  # an unforeseen load fault: say what it was
+    except Exception as exc:  # an unforeseen load fault: its kind in replies, its message in the log
         traceback.print_exc()
-        writer.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
+        writer.send({"op": "fatal", "error": f"{type(exc).__name__} while loading (the gateway's log has its message)",
+                     "detail": f"{type(exc).__name__}: {exc}"})
         return 3
     make_batcher = getattr(head, "make_batcher", None)  # video-level heads batch whole videos
     max_batch, max_wait = options.max_batch_size, options.max_wait_ms

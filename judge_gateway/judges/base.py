@@ -48,6 +48,26 @@ class ScoreContext:
     shared: dict[Hashable, Any] = field(default_factory=dict)
 
 
+class SharedTask:
+    """A task several cells await (a group scored once for all its members): cancelled only
+    when every one of them has given up."""
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+        self.waiting = 0
+
+    async def wait(self) -> Any:
+        self.waiting += 1
+        try:
+            return await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            if self.waiting == 1:
+                self.task.cancel()
+            raise
+        finally:
+            self.waiting -= 1
+
+
 @dataclass
 class Verdict:
     """What a judge kind computes for one sample before the shared bookkeeping."""
@@ -65,10 +85,17 @@ class Judge(ABC):
     _nonfinite_code: ErrorCode = ErrorCode.backend_error  # a NaN / inf verdict: whose fault it is
     # The bounded queue its work waits in (heads: one worker each); None: no queue of its own.
     queue: JudgeQueue | None = None
+    # How many samples `prepare`'s probe scores at once (a comparative judge needs a group).
+    probe_group_size: int = 1
 
     def demand(self, sample: "SampleInput") -> tuple[int, int]:
         """(items, pixels) scoring `sample` adds to this judge's queue (judges with a queue)."""
         return 0, 0
+
+    def refusal(self, samples: Sequence["SampleInput"]) -> str | None:
+        """Why this judge can never score these samples as one request (a group over its budget),
+        checked before anything is scored; None when it can."""
+        return None
 
     def __init__(self, name: str, cfg: JudgeConfig) -> None:
         self.name = name

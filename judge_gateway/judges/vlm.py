@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..backends import BackendPool
@@ -96,6 +96,11 @@ class VLMJudge(Judge):
     def backend_name(self) -> str:
         return self.pool.name
 
+    def backend_calls(self, samples: Sequence["SampleInput"]) -> int:
+        """The most calls scoring `samples` sends the backend (admission holds that many of its
+        slots): one per sample, two with a shadow template."""
+        return len(samples) * (2 if self.shadow is not None else 1)
+
     async def probe(self) -> tuple[bool, str | None]:
         return await self.pool.probe()
 
@@ -122,13 +127,12 @@ class VLMJudge(Judge):
 
     async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
         """The chat messages for one sample, and the media facts for `details`."""
-        prompt = await self.build_prompt(sample, ctx)
-        return prompt.messages, prompt.facts
+        parts, facts = await self.media_parts(sample, ctx)
+        return self.template.render(sample.prompt, parts), facts
 
-    async def build_prompt(self, sample: "SampleInput", ctx: ScoreContext) -> "Prompt":
-        """The chat messages for one sample, the media facts for `details`, and what the request's
-        body carries besides (a JPEG frame list's `media_io_kwargs`)."""
-        extra: dict[str, Any] = {}
+    async def media_parts(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[dict[str, list[dict]], dict[str, Any]]:
+        """The content parts of the template's media slots for one sample (each medium encoded once
+        per request), and the media facts for `details`: render them once per question."""
         parts: dict[str, list[dict]] = {}
         facts: dict[str, Any] = {}
         slots = self.template.media_slots
@@ -157,34 +161,22 @@ class VLMJudge(Judge):
                                              lambda v: ctx.media.video(v, self.video_sampling))
             parts["condition_video"] = [{"type": "video_url", "video_url": {"url": e.data_url}} for e in encoded]
             facts["condition_videos"] = [{**e.details(), "sampling": asdict(self.video_sampling)} for e in encoded]
-            _add_media_io_kwargs(extra, encoded)
         if "video" in slots:
             if sample.video is None:
                 raise JudgeFailure(ErrorCode.bad_input, f"judge {self.name!r} needs a video for each sample")
             enc_v = await ctx.media.video(sample.video, self.video_sampling)
             parts["video"] = [{"type": "video_url", "video_url": {"url": enc_v.data_url}}]
             facts["video"] = {**enc_v.details(), "sampling": asdict(self.video_sampling)}
-            _add_media_io_kwargs(extra, [enc_v])
-        return Prompt(self.template.render(sample.prompt, parts), facts, extra)
+        return parts, facts
 
 
-@dataclass
-class Prompt:
-    """One sample's chat request as a judge builds it: the messages, the media facts for `details`,
-    and the body's other fields (merged into the call's extra_body)."""
-
-    messages: list[dict]
-    facts: dict[str, Any]
-    extra_body: dict[str, Any] = field(default_factory=dict)
-
-    def body(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """extra_body for the backend call: the prompt's fields, then the judge's own (`extra`)."""
-        return {**self.extra_body, **(extra or {})}
-
-
-def _add_media_io_kwargs(extra: dict[str, Any], encoded: list[Any]) -> None:
-    """A JPEG frame list's rate goes in the body (vLLM's media_io_kwargs, one per modality: the
-    config refuses jpeg_frames on a template with several video slots)."""
-    for enc in encoded:
-        if enc.media_io_kwargs is not None:
-            extra.setdefault("media_io_kwargs", {})["video"] = dict(enc.media_io_kwargs)
+def media_body(facts: dict[str, Any]) -> dict[str, Any]:
+    """The request body's fields a sample's media need besides the messages (`extra_body`): a JPEG
+    frame list's rate and frame count as vLLM's `media_io_kwargs` (one per modality: the config
+    refuses jpeg_frames on a template with several video slots). Read from the media facts, where
+    `EncodedVideo.details()` records them."""
+    videos = [facts.get("video"), *(facts.get("condition_videos") or [])]
+    for video in videos:
+        if isinstance(video, dict) and video.get("media_io_kwargs"):
+            return {"media_io_kwargs": {"video": dict(video["media_io_kwargs"])}}
+    return {}

@@ -247,6 +247,8 @@ class EncodedVideo:
             "codec": self.codec,
             "passthrough": self.passthrough,
             "path": self.path,
+            # codec jpeg_frames: what the request's media_io_kwargs carry (the judges' vlm.media_body)
+            **({"media_io_kwargs": dict(self.media_io_kwargs)} if self.media_io_kwargs else {}),
             "encoder_options": dict(self.encoder_options),
             "num_bytes": self.num_bytes,
             **({"decoded_by": self.decoded_by} if self.decoded_by else {}),

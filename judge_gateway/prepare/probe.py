@@ -78,7 +78,9 @@ async def check_judge(gw: Gateway, name: str, *, load_only: bool = False) -> Che
             return CheckResult(f"not serving: {reason}", "-", time.monotonic() - started, False)
     if load_only:
         return CheckResult("ok", "-", time.monotonic() - started, True)
-    response = await gw.score(RewardRequest(samples=[probe_sample(judge.media)], judges=[name]))
+    # a comparative judge compares a group: it is probed with a group of its probe_group_size
+    samples = [probe_sample(judge.media) for _ in range(judge.probe_group_size)]
+    response = await gw.score(RewardRequest(samples=samples, judges=[name]))
     score = response.results[0].scores[name]
     seconds = time.monotonic() - started
     if not score.valid:

@@ -22,6 +22,7 @@ from .errors import request_validation_error
 from .guards import RequestGuardMiddleware
 from .heap import HeapTrimmer
 from .networks import PeerNetworksMiddleware
+from .origin import OriginPolicy
 
 
 def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
@@ -35,11 +36,12 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
     queue = make_work_queue(result_store, gateway.config.store.queue, instance)
     watch = Watch(gateway)  # [watch]: shadow judges over what the routes below score
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch)
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch,
+                                       persistence=gateway.config.store.persistence)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        # A Redis without AOF/RDB loses every result on restart: refuse or warn (store.persistence).
+        # A Redis without AOF loses accepted work when it is killed: refuse or warn (store.persistence).
         await result_store.check_persistence(gateway.config.store.persistence)
         if gateway.config.cosmos_rl.enabled:
             await cosmos.start()
@@ -62,17 +64,25 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     )
     app.state.gateway = gateway
     app.state.api_keys = keys
-    # Header and body limits, API keys, [media] budgets, a JSON 500 for a bug, the freed heap given
-    # back after large requests: one middleware (guards.py), outermost but for the peer check.
+    # Without API keys a web page in the user's browser can reach the port: foreign Host names,
+    # cross-site state changes and non-JSON bodies on JSON routes are refused there (origin.py).
+    ff = gateway.config.flow_factory
+    origin = None if keys else OriginPolicy(
+        cfg.allowed_hosts, json_paths=("/v1/rewards",),
+        json_suffix_under=(ff.path_prefix + "/", "/compute") if ff.enabled else None)
+    # Header and body limits, API keys or the origin policy, [media] budgets, a JSON 500 for a bug,
+    # the freed heap given back after large requests: one middleware (guards.py), outermost but for
+    # the peer check.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
                        media_limits=gateway.config.media.limits(), max_body_bytes=cfg.max_body_bytes,
-                       api_keys=keys, trimmer=HeapTrimmer(gateway.media_budget))
+                       api_keys=keys, trimmer=HeapTrimmer(gateway.media_budget), origin=origin)
     if cfg.allow_networks:  # outermost: a refused peer reaches nothing else
         app.add_middleware(PeerNetworksMiddleware, networks=cfg.allow_networks)
     app.add_exception_handler(RequestValidationError, request_validation_error)
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
     app.state.admission = Admission(cfg.admission, gateway.metrics, capacity=gateway.capacity(),
-                                    budget=gateway.media_budget, busy=gateway.media_backlog)
+                                    backend_slots=gateway.backend_slots(), budget=gateway.media_budget,
+                                    busy=gateway.media_backlog)
     app.state.cosmos_rl = cosmos
     app.state.watch = watch
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)

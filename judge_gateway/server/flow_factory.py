@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from ..combine import combine_sample, group_transform
 from ..config import CombineConfig
 from ..exceptions import InvalidInput
-from ..gateway import Gateway, RequestTooLargeError
+from ..gateway import Gateway, GroupTooLargeError, RequestTooLargeError
 from ..json_body import JSONBodyError, parse_json
 from ..media import ImageMedia, MediaError, VideoMedia
 from ..config import FlowFactoryConfig, FlowFactoryProfile
@@ -239,7 +239,7 @@ class FlowFactoryService:
         judges = list(profile.judges)
         try:  # Refused (media budget, head queues) is the route's 503 + Retry-After: the client retries
             response = await admission.scored("flow_factory", self.gateway, RewardRequest(samples=samples, judges=judges))
-        except RequestTooLargeError as err:  # bad input: the client must not retry it
+        except (RequestTooLargeError, GroupTooLargeError) as err:  # bad input: the client must not retry it
             return 200, {"error": str(err)}
         if on_scored is not None:
             on_scored(samples, response)

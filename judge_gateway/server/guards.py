@@ -13,7 +13,9 @@ and a JSON 500 as the last resort for a bug.
   with both Content-Length and Transfer-Encoding (400, connection closed: h11 lets
   Transfer-Encoding win, a proxy in front may not, and the difference smuggles requests), a body
   over `server.max_body_bytes` (413, declared or counted as it arrives), a request without an API
-  key when keys are set (401, auth.py); validates the request's media under the `[media]` budgets
+  key when keys are set (401, auth.py) or, without keys, what a web page in a browser may not send
+  (a foreign Host, a cross-site state change, a non-JSON body on a JSON route: origin.py); validates
+  the request's media under the `[media]` budgets
   (`media.request_limits`); turns an unexpected exception into a logged 500 with a JSON body; and
   after the response has the heap trimmed when the request was large (heap.HeapTrimmer).
 """
@@ -21,6 +23,7 @@ and a JSON 500 as the last resort for a bug.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +38,7 @@ from ..media import MediaLimits, request_limits
 from .auth import refusal
 from .errors import error_bytes, error_response
 from .heap import HeapTrimmer
+from .origin import OriginPolicy
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +119,11 @@ def uvicorn_options(cfg: ServerConfig) -> dict[str, Any]:
         "http": guarded_protocol(cfg),
         "h11_max_incomplete_event_size": cfg.max_header_bytes,
         "timeout_keep_alive": cfg.keep_alive_s,
+        # uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told otherwise (its default
+        # forwarded_allow_ips, or the FORWARDED_ALLOW_IPS variable): any local process could then
+        # name an allowed address and pass server.allow_networks. Only the named proxies are trusted.
+        "proxy_headers": bool(cfg.trusted_proxies),
+        "forwarded_allow_ips": list(cfg.trusted_proxies),
     }
 
 
@@ -127,11 +136,13 @@ async def _empty_receive() -> Message:
 
 
 class RequestGuardMiddleware:
-    """Outermost but for the peer check: header limits, the body limit, API keys, media budgets, a
-    JSON 500 for unexpected errors, the heap trimmed after large requests (the module docstring)."""
+    """Outermost but for the peer check: header limits, the body limit, API keys or the origin policy,
+    media budgets, a JSON 500 for unexpected errors, the heap trimmed after large requests (the module
+    docstring)."""
 
     def __init__(self, app: ASGIApp, max_headers: int, max_header_bytes: int, media_limits: MediaLimits,
-                 max_body_bytes: int, api_keys: Sequence[bytes] = (), trimmer: HeapTrimmer | None = None) -> None:
+                 max_body_bytes: int, api_keys: Sequence[bytes] = (), trimmer: HeapTrimmer | None = None,
+                 origin: OriginPolicy | None = None) -> None:
         self.app = app
         self.max_headers = max_headers
         self.max_header_bytes = max_header_bytes
@@ -139,6 +150,7 @@ class RequestGuardMiddleware:
         self.max_body_bytes = max_body_bytes
         self.api_keys = list(api_keys)
         self.trimmer = trimmer
+        self.origin = origin  # without API keys: what a web page may not send (origin.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -174,6 +186,13 @@ class RequestGuardMiddleware:
                 "a request with both Content-Length and Transfer-Encoding is refused: its body length is "
                 "ambiguous; send one of them")))
             return
+        if self.origin is not None:
+            refused_origin = self.origin.check(scope["method"], scope["path"], headers)
+            if refused_origin is not None:
+                log.info("refused %s %s: %s", scope["method"], scope["path"][:200], refused_origin.message)
+                await _send_json(send, refused_origin.status, error_bytes(refused_origin.code, refused_origin.message),
+                                 message=refused_origin.message)
+                return
         if declared is not None and declared > self.max_body_bytes:
             await self._too_large(send)
             return
@@ -225,7 +244,9 @@ class RequestGuardMiddleware:
         await response({"type": "http"}, _empty_receive, send)
 
 
-async def _send_json(send: Send, status: int, body: bytes) -> None:
+async def _send_json(send: Send, status: int, body: bytes, message: str | None = None) -> None:
+    if message is not None:  # `message` and `status` at the top too: cosmos-rl's clients read them
+        body = json.dumps({**json.loads(body), "message": message, "status": "rejected"}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})

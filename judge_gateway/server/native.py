@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from ..gateway import Gateway, RequestTooLargeError, UnknownJudgeError
+from ..gateway import Gateway, GroupTooLargeError, RequestTooLargeError, UnknownJudgeError
 from ..json_body import JSON_RULES, JSONBodyError, check_json_counts
 from ..schema import ErrorBody, JudgeInfo, RewardRequest, RewardResponse
 from ..watch import BadTags
@@ -87,6 +87,9 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
     except RequestTooLargeError as err:
         outcome.status = "invalid"
         return error_response("too_many_samples", str(err), 413, field="samples")
+    except GroupTooLargeError as err:
+        outcome.status = "invalid"
+        return error_response("group_too_large", str(err), 422, field="samples")
     outcome.status = "ok"
     # Serialised here so the response model is not validated twice.
     return Response(response.model_dump_json(), media_type="application/json",

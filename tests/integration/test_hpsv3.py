@@ -200,7 +200,7 @@ async def test_http_api_returns_the_shared_schema(gw, ref, tiny):
     app = create_app(gw)
     body = {"samples": [{"prompt": p, "image": base64.b64encode((tiny / "images" / f"{i}.png").read_bytes()).decode()}
                         for i, p in enumerate(ref["prompts"])], "judges": ["hpsv3"], "request_id": "hps-1"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         r = await client.post("/v1/rewards", json=body)
     assert r.status_code == 200, r.text
     data = r.json()
@@ -222,7 +222,7 @@ async def test_cosmos_rl_hpsv3_reward_is_mu(gw):
     app = create_app(gw)
     meta = {"reward_fn": {"hpsv3": 1.0}, "prompts": prompts, "media_type": "image"}
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
             assert r.status_code == 200, r.text
             body = (await poll(client, r.json()["uuid"], "hpsv3", timeout=120, interval=0.1)).json()
@@ -260,7 +260,7 @@ async def test_cosmos_rl_hpsv3_is_the_inferencers_mu(gw, ref, images, tiny, tmp_
     app = create_app(gw)
     got = []
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             for image, prompt in zip(images, ref["prompts"]):
                 meta = {"reward_fn": {"hpsv3": 1.0}, "prompts": [prompt], "media_type": "image"}
                 r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image[None]), headers=headers())

@@ -181,7 +181,7 @@ async def test_flow_factory_20_concurrent_requests_and_health_stays_fast(served)
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = RedisServer(tmp_path_factory.mktemp("redis"), persist=True)  # AOF: store.persistence refuses Redis without it
     yield server
     server.stop()
 

@@ -20,6 +20,10 @@ backends at once. Real scoring is tested against the real vLLM (tests/integratio
 - `fake-critic-nonconforming`: JSON that breaks the critic schema (a word for a score, a section missing).
 - `fake-p-from-image`: P(Yes) = the mean pixel value / 255 of the first image sent (a flat gray
   image of value v scores v / 255), P(No) the rest: a judge whose scores a test chooses.
+- `fake-compare`: a comparative judge (unified_reward_think@1's form): of the last two images
+  sent, the brighter is better (`<answer>Image 1 is better</answer>` / Image 2); a pair of two dark
+  images (both means below 16) is never answered (it stalls as `fake-stall` does).
+- `fake-compare-garbage`: a comparative reply with no `<answer>` in it.
 
 Every request body is kept in `counters["bodies"]` (the last 100), for tests of what was sent.
 """
@@ -77,7 +81,7 @@ SURE_NO_TOP = [("No", 0.97), ("The", 0.012), ("A", 0.008)]
 
 MODELS = ["fake-yes", "fake-no", "fake-sure-no", "fake-no-answer", "fake-no-logprobs", "fake-rubric-garbage",
           "fake-rubric-ok", "fake-final-4", "fake-stall", "fake-flaky", "fake-down", "fake-400", "fake-critic-ok",
-          "fake-critic-nonconforming", "fake-p-from-image"]
+          "fake-critic-nonconforming", "fake-p-from-image", "fake-compare", "fake-compare-garbage"]
 
 
 def _first_image_mean(body: dict[str, Any]) -> float:
@@ -96,6 +100,23 @@ def _first_image_mean(body: dict[str, Any]) -> float:
     raise ValueError("no image in the request")
 
 
+def _image_means(body: dict[str, Any]) -> list[float]:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    means = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        for part in content if isinstance(content, list) else []:
+            if part.get("type") == "image_url":
+                data = base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
+                means.append(float(np.asarray(Image.open(io.BytesIO(data)).convert("L"), dtype=float).mean()))
+    return means
+
+
 def make_app(stall_s: float = 30.0, flaky_failures: int = 1, down_s: float = 0.0) -> FastAPI:
     app = FastAPI()
     state: dict[str, Any] = {"flaky": 0, "requests": 0, "inflight": 0, "max_inflight": 0, "bodies": [],
@@ -112,6 +133,14 @@ def make_app(stall_s: float = 30.0, flaky_failures: int = 1, down_s: float = 0.0
         state["requests"] += 1
         state["bodies"] = [*state["bodies"][-99:], body]
         model = body.get("model", "")
+        if model == "fake-compare":
+            first, second = _image_means(body)[-2:]
+            if max(first, second) >= 16:
+                winner = 1 if first >= second else 2
+                return _completion(model, f"<think>brightness</think>\n<answer>Image {winner} is better</answer>")
+            model = "fake-stall"  # a dark pair: never answered
+        if model == "fake-compare-garbage":
+            return _completion(model, "Both images have their merits; I cannot decide.")
         if model == "fake-stall":
             state["inflight"] += 1
             state["max_inflight"] = max(state["max_inflight"], state["inflight"])

@@ -120,7 +120,7 @@ def test_a_truncated_video_keeps_the_reason_the_api_gives(tmp_path, fake_backend
     run = tmp_path / "run"
     assert cli_main(["score", str(media), "-o", str(run), "--config", config, "--no-progress"]) == 1
     message = _rows(run)[0]["error"]["message"]
-    with TestClient(create_app(Gateway(load_config(config)))) as client:
+    with TestClient(create_app(Gateway(load_config(config))), base_url="http://localhost") as client:
         r = client.post("/v1/rewards", json={"samples": [
             {"prompt": "a clip", "video": {"mp4": base64.b64encode((media / "cut.mp4").read_bytes()).decode()}}]})
     assert r.status_code == 422

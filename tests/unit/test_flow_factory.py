@@ -71,7 +71,7 @@ def ff_config(base_url: str) -> dict:
 async def client(fake_backend):
     gw = Gateway(validate_config(ff_config(fake_backend.base_url)))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                  timeout=60) as c:
         yield c
     await gw.aclose()
@@ -138,7 +138,7 @@ async def test_bad_input_fails_fast_with_error_key(client, payload, reason):
 
 
 async def test_not_json_is_an_error(client):
-    r = await client.post("/flow-factory/t2i/compute", content=b"{oops")
+    r = await client.post("/flow-factory/t2i/compute", content=b"{oops", headers={"content-type": "application/json"})
     assert r.status_code == 200 and "not JSON" in r.json()["error"]
 
 

@@ -31,10 +31,12 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "aggregation_profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
+        "atoms",  # GenEval 2's VQA atoms of a prompt: read by config (the atoms file) and the judge
         "exceptions", "_version",  # the exception tree's root and branches; the version string
         "extras",  # the pip extras and the check that names a missing one
         "env_vars",  # the JG_ environment variables and their deprecated JUDGE_GATEWAY_ spellings
         "envs",  # the environment specs and their builder: pip and venvs, nothing of the gateway
+        "comparisons",  # comparative judging's arithmetic: schedules, outcomes, aggregations, report
     )),
     ("config, schema", (
         "config", "schema",

@@ -60,7 +60,7 @@ async def test_a_spent_budget_is_waited_for_then_refused_with_retry_after(slow_b
         gw = Gateway(validate_config(budget_config(slow_backend.base_url, max_wait_s)))
         app = create_app(gw)
         try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                          timeout=60) as client:
                 replies = await _two_at_once(client, api)
                 metrics = (await client.get("/metrics")).text

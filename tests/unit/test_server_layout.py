@@ -100,8 +100,8 @@ async def test_two_apps_in_one_process_each_serve_their_own_state(fake_backend):
     app_b = create_app(Gateway(validate_config(_config("/ff-b", "edit", {"final": 2.0, "quality": 1.0}, url))),
                        api_keys=[])
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_a), base_url="http://a") as a, \
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app_b), base_url="http://b") as b:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_a), base_url="http://localhost") as a, \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app_b), base_url="http://localhost") as b:
             auth = {"Authorization": f"Bearer {KEY}"}
             r = await a.get("/ff-a/t2i/health", headers=auth)
             assert (r.status_code, r.json()) == (200, {"status": "ok", "profile": "t2i", "mode": "pointwise",
@@ -128,7 +128,7 @@ async def test_every_native_refusal_has_the_one_error_body():
                                                      max_headers=40))), api_keys=[KEY])
     auth = {"Authorization": f"Bearer {KEY}"}
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             replies = {
                 "unauthorized": await c.post("/v1/rewards", json={}),
                 "body_too_large": await c.post("/v1/rewards", content=b"x" * 5000, headers=auth),

@@ -55,7 +55,7 @@ def _help(*command: str) -> str:
 
 def test_flag_help_shows_each_default_that_exists():
     score = _help("score")
-    assert "batch-size x concurrency samples are in flight (default: 16)" in score
+    assert "is always one request (default: 16)" in score
     assert "batches in flight (default: 4)" in score
     assert "(default: None)" not in score and "(default: False)" not in score  # unset flags and switches
     assert "fps of videos given as frame folders (default" not in score  # unset: no default to show

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...config import ImportedHeadOptions, JudgeConfig
-from ...judges.base import JudgeFailure, ScoreContext, Verdict
+from ...judges.base import JudgeFailure, ScoreContext, SharedTask, Verdict
 from ...media import sample_frame_indices
 from ...schema import ErrorCode
 from ..judge import HeadJudge
@@ -137,7 +137,7 @@ class CustomJudge(HeadJudge):
         key = (self.name, sample.group_id)
         shared = ctx.shared.get(key)
         if shared is None:
-            shared = ctx.shared[key] = _Shared(asyncio.ensure_future(self._score_group(members)))
+            shared = ctx.shared[key] = SharedTask(asyncio.ensure_future(self._score_group(members)))
         outputs, facts = await shared.wait()
         group = {"group_id": sample.group_id, "group_size": len(members), "group_index": index}
         return outputs[index], {**facts[index], **group}
@@ -162,22 +162,3 @@ class CustomJudge(HeadJudge):
         prepared = await asyncio.to_thread(prepare)
         outputs = await self._infer([item for item, _ in prepared])
         return outputs, [facts for _, facts in prepared]
-
-
-class _Shared:
-    """A task several cells await: cancelled only when every one of them has given up."""
-
-    def __init__(self, task: asyncio.Future[Any]) -> None:
-        self.task = task
-        self.waiting = 0
-
-    async def wait(self) -> Any:
-        self.waiting += 1
-        try:
-            return await asyncio.shield(self.task)
-        except asyncio.CancelledError:
-            if self.waiting == 1:
-                self.task.cancel()
-            raise
-        finally:
-            self.waiting -= 1

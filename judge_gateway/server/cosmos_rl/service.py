@@ -36,7 +36,7 @@ from ...config import CosmosReward, CosmosRLConfig
 from ...exceptions import Overloaded
 from ...gateway import Gateway
 from ...latents import LatentDecoderSupervisor
-from ...store import ResultStore
+from ...store import ResultStore, StoreError
 from ...watch import RunTags, Watch
 from ...work_queue import BacklogFull, RedisWorkQueue
 from .consumer import QueueConsumer
@@ -54,10 +54,12 @@ class QueueFull(Overloaded):
 
 class CosmosRLService:
     def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig,
-                 queue: RedisWorkQueue | None = None, instance: str | None = None, watch: Watch | None = None) -> None:
+                 queue: RedisWorkQueue | None = None, instance: str | None = None, watch: Watch | None = None,
+                 persistence: str = "refuse") -> None:
         self.gateway = gateway
         self.store = store
         self.cfg = cfg
+        self.persistence = persistence  # store.persistence: refuse accepts while the store would lose them
         self.instance = instance or uuidlib.uuid4().hex
         # store.queue: accepted work sits on a Redis Stream until its result is stored; any replica
         # on that Redis scores it (work_queue.py). None: this process scores what it accepts.
@@ -103,6 +105,9 @@ class CosmosRLService:
                 await self.queue.check_room()
             except BacklogFull as err:
                 raise QueueFull(str(err)) from None
+        refusal = await self.store.accept_refusal(self.persistence)
+        if refusal is not None:  # no uuid is given out that a Redis kill would lose
+            raise StoreError(refusal)
         if not self.heartbeat.running:
             await self.heartbeat.write()  # before the first uuid is given: another replica's pull reads it
         await self.start()
