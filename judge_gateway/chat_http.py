@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 import httptools
 import openai
 
+from .exceptions import Unavailable
+
 try:  # the HTTP library of the installed SDK: httpx2 from openai 3, httpx before
     import httpx2 as _http
 except ImportError:  # pragma: no cover - older openai
@@ -36,15 +38,15 @@ except ImportError:  # pragma: no cover - older openai
 MAX_REPLY_BYTES = 64 << 20  # a chat completion is kilobytes; more is a broken server
 
 
-class ConnectTimeout(TimeoutError):
+class ConnectTimeout(Unavailable, TimeoutError):
     """No connection within connect_timeout_s (its name says "Connect": backends reads it as down)."""
 
 
-class ConnectFailed(ConnectionError):
+class ConnectFailed(Unavailable, ConnectionError):
     """The connection could not be made (refused, unreachable, no such host); the cause says how."""
 
 
-class ReplyCut(OSError):
+class ReplyCut(Unavailable, OSError):
     """The server closed a connection before its reply ended (not a ConnectionError: the replica was
     there, backends reads it as a failed connection, not as a down server)."""
 
