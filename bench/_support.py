@@ -87,10 +87,12 @@ class CpuVllm:
     scripts/start_vllm.sh (start on enter, stop on exit)."""
 
     def __init__(self, served_names: list[str], run_dir: str | os.PathLike[str], wait_timeout: int = 240,
-                 extra: str = "", tiny: str = "vlm"):
+                 extra: str = "", tiny: str = "vlm", max_model_len: int = 4096, env: dict[str, str] | None = None):
         self.served_names, self.run_dir, self.wait_timeout = served_names, Path(run_dir), wait_timeout
         self.extra = extra  # more vLLM arguments (start_vllm.sh --extra)
         self.tiny = tiny
+        self.max_model_len = max_model_len
+        self.env = env or {}  # more environment for start_vllm.sh (e.g. VLLM_ENABLE_V1_MULTIPROCESSING=1)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -98,7 +100,7 @@ class CpuVllm:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def _script(self, *args: str, timeout: float) -> None:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **self.env}
         env.setdefault("JG_VLLM_VENV", str(ROOT / ".venv-vllm"))
         done = subprocess.run(["bash", str(ROOT / "scripts" / "start_vllm.sh"), *args, "--name", self.name,
                                "--run-dir", str(self.run_dir)], env=env, capture_output=True, text=True,
@@ -112,7 +114,7 @@ class CpuVllm:
         names = [a for n in self.served_names for a in ("--served-model-name", n)]
         started = time.monotonic()
         self._script("start", "--cpu", "--model", str(tiny_model(self.tiny)), "--host", "127.0.0.1",
-                     "--port", str(self.port), "--max-model-len", "4096", "--limit-mm-per-prompt",
+                     "--port", str(self.port), "--max-model-len", str(self.max_model_len), "--limit-mm-per-prompt",
                      '{"image":4,"video":1}', "--wait-timeout", str(self.wait_timeout), *names,
                      *(("--extra", self.extra) if self.extra else ()), timeout=self.wait_timeout + 60)
         self.startup_seconds = time.monotonic() - started
@@ -120,6 +122,31 @@ class CpuVllm:
 
     def __exit__(self, *exc) -> None:
         self._script("stop", timeout=120)
+
+    @property
+    def pid(self) -> int:
+        """The API server's process (start_vllm.sh's pid file): vLLM's frontend, and its engine
+        core too unless VLLM_ENABLE_V1_MULTIPROCESSING=1 runs that in a child process."""
+        return int((self.run_dir / f"{self.name}.pid").read_text().strip())
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of a process (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
 
 
 def png_images(n: int, size: int, seed: int) -> list:

@@ -61,6 +61,7 @@ from .models import (
     PromptsConfig,
     VideoSamplingConfig,
 )
+from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import (
     DEFAULT_COSMOS_REWARDS,
@@ -104,7 +105,7 @@ __all__ = [
     "resolve_config_path", "shipped_configs", "validate_config",
     "RewardsToml", "is_cosmos_rl_rewards", "map_rewards_toml",
     # sections
-    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
+    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "DeviceVideoConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig", "PromptsConfig",
     "check_api_key", "is_loopback",
     # judge kinds and their options

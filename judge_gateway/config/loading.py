@@ -138,6 +138,15 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
     elif isinstance(opts, ComparativeOptions):
         problems += _check_comparative(key, name, judge, opts, template, cfg)
     problems += _check_shadow(key, judge, opts, template)
+    if (judge.video.codec == "jpeg_frames" and judge.backend in cfg.backends
+            and not cfg.backends[judge.backend].takes_jpeg_frames()):
+        problems.append(f"{key}.video.codec: jpeg_frames needs a backend that takes them: backends."
+                        f"{judge.backend}.video_input is {cfg.backends[judge.backend].video_input!r} (set it to "
+                        "jpeg_frames once its server runs with --trust-request-mm-kwargs, or use codec mjpeg)")
+    if judge.video.codec == "jpeg_frames" and sum(slot in ("video", "condition_video")
+                                                   for slot in template.media_slots) > 1:
+        problems.append(f"{key}.video.codec: jpeg_frames sends one rate for all of a request's videos "
+                        f"(media_io_kwargs is per modality), and {judge.template} has several video slots: use mjpeg")
     if opts.video_first_frame and "image" not in template.media_slots:
         problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
                         "slot for a video's first frame to fill")

@@ -24,7 +24,7 @@ from ..config import AnswerProbabilityOptions, JudgeConfig
 from ..parsers import ParseError, atom_means, parse_answer_probability
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
-from .vlm import VLMJudge
+from .vlm import VLMJudge, media_body
 from .yes_no import ask_one_token
 
 if TYPE_CHECKING:
@@ -56,13 +56,14 @@ class AnswerProbabilityJudge(VLMJudge):
                                f"{self.template.ref} ({[s.question_prefix for s in sets]})")
         return default[0]
 
-    async def _atom(self, atom: Atom, prompt: str, parts: dict, affinity: int | None) -> dict[str, Any]:
+    async def _atom(self, atom: Atom, prompt: str, parts: dict, affinity: int | None,
+                    body: dict[str, Any]) -> dict[str, Any]:
         record: dict[str, Any] = {"question": atom.question, "answer": atom.answer, "skill": atom.skill}
         try:
             answers = self.answer_set(atom.question)
             record["answer_set"] = answers.name
             messages = self.template.render(prompt, parts, question=atom.question)
-            token, top = await ask_one_token(self.pool, messages, affinity, self.options.top_logprobs)
+            token, top = await ask_one_token(self.pool, messages, affinity, self.options.top_logprobs, body=body)
             result = parse_answer_probability(
                 top, atom.answer, answers.words, numerals=answers.numerals, counting=self.counting,
                 normalize=self.normalize, min_answer_mass=self.options.min_answer_mass)
@@ -81,7 +82,8 @@ class AnswerProbabilityJudge(VLMJudge):
             raise JudgeFailure(ErrorCode.bad_input, str(exc)) from None
         parts, facts = await self.media_parts(sample, ctx)
         affinity = self.media_affinity(sample, ctx)
-        records = await asyncio.gather(*(self._atom(a, sample.prompt, parts, affinity) for a in atoms))
+        body = media_body(facts)
+        records = await asyncio.gather(*(self._atom(a, sample.prompt, parts, affinity, body) for a in atoms))
         values = [r["probability"] for r in records if r["valid"]]
         failed = [i for i, r in enumerate(records) if not r["valid"]]
         base = {**facts, "atoms": list(records), "atoms_source": source, "answered": len(values),

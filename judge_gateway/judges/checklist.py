@@ -25,7 +25,7 @@ from ..parsers import ParseError, parse_yes_no
 from ..schema import ErrorCode
 from .aspects import AspectWeights
 from .base import JudgeFailure, ScoreContext, Verdict
-from .vlm import VLMJudge
+from .vlm import VLMJudge, media_body
 from .yes_no import ask_one_token
 
 if TYPE_CHECKING:
@@ -46,12 +46,13 @@ class ChecklistJudge(VLMJudge):
         self.yes_words = t.yes_words or ("yes",)
         self.no_words = t.no_words or ("no",)
 
-    async def _probe(self, probe: Aspect, prompt: str, parts: dict, affinity: int | None) -> dict[str, Any]:
+    async def _probe(self, probe: Aspect, prompt: str, parts: dict, affinity: int | None,
+                     body: dict[str, Any]) -> dict[str, Any]:
         assert probe.question is not None and probe.positive is not None
         question = probe.question.replace("{prompt}", prompt)  # template data: the sample's prompt in it
         messages = self.template.render(prompt, parts, question=question)
         try:
-            answer, top = await ask_one_token(self.pool, messages, affinity, self.options.top_logprobs)
+            answer, top = await ask_one_token(self.pool, messages, affinity, self.options.top_logprobs, body=body)
             result = parse_yes_no(top, positive=probe.positive, yes_words=self.yes_words, no_words=self.no_words,
                                   min_answer_mass=self.options.min_answer_mass, counting=self.options.counting)
         except JudgeFailure as exc:
@@ -67,7 +68,8 @@ class ChecklistJudge(VLMJudge):
     async def evaluate(self, sample: SampleInput, ctx: ScoreContext) -> Verdict:
         parts, facts = await self.media_parts(sample, ctx)
         affinity = self.media_affinity(sample, ctx)
-        results = await asyncio.gather(*(self._probe(p, sample.prompt, parts, affinity) for p in self.probes))
+        body = media_body(facts)
+        results = await asyncio.gather(*(self._probe(p, sample.prompt, parts, affinity, body) for p in self.probes))
         probes = {p.name: {"question": p.question, "weight": self.weighting.weights[p.name], **r}
                   for p, r in zip(self.probes, results)}
         scores = {name: r["p_positive"] for name, r in probes.items() if r["valid"]}

@@ -17,7 +17,7 @@ from ..parsers.peer_rubric import rational_reward
 from ..schema import ErrorCode
 from .aspects import AspectWeights
 from .base import JudgeFailure, ScoreContext, Verdict
-from .vlm import VLMJudge
+from .vlm import VLMJudge, media_body
 
 if TYPE_CHECKING:
     from ..backends import BackendPool
@@ -67,8 +67,10 @@ class _GenerativeJudge(VLMJudge):
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
         messages, media_facts = await self.build_messages(sample, ctx)
-        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx),
-                                          **self._request_params())
+        params = self._request_params()
+        if body := media_body(media_facts):
+            params["extra_body"] = {**body, **params.get("extra_body", {})}
+        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx), **params)
         choices = completion.get("choices") or []
         message = (choices[0].get("message") or {}) if choices else {}
         text = message.get("content")

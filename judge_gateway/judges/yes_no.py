@@ -13,7 +13,7 @@ from ..config import JudgeConfig, YesNoOptions
 from ..parsers import ParseError, parse_yes_no
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
-from .vlm import VLMJudge
+from .vlm import VLMJudge, media_body
 
 if TYPE_CHECKING:
     from ..backends import BackendPool
@@ -34,7 +34,7 @@ class YesNoJudge(VLMJudge):
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         messages, media_facts = await self.build_messages(sample, ctx)
         answer, top = await ask_one_token(self.pool, messages, self.media_affinity(sample, ctx),
-                                          self.options.top_logprobs, media_facts)
+                                          self.options.top_logprobs, media_facts, body=media_body(media_facts))
         try:
             result = parse_yes_no(
                 top,
@@ -53,9 +53,10 @@ class YesNoJudge(VLMJudge):
 
 
 async def ask_one_token(pool: "BackendPool", messages: list[dict], affinity: int | None, top_logprobs: int,
-                        facts: dict | None = None) -> tuple[str | None, list]:
+                        facts: dict | None = None, *, body: dict | None = None) -> tuple[str | None, list]:
     """One greedy token with its top-K logprobs: (the token, its candidates). JudgeFailure
-    (parse_error) when the backend returns no logprobs; `facts` go into its details."""
+    (parse_error) when the backend returns no logprobs; `facts` go into its details; `body`: the
+    request's other fields (vlm.media_body: a JPEG frame list's media_io_kwargs)."""
     completion = await pool.chat(
         messages=messages,
         affinity=affinity,
@@ -63,6 +64,7 @@ async def ask_one_token(pool: "BackendPool", messages: list[dict], affinity: int
         temperature=0.0,
         logprobs=True,
         top_logprobs=top_logprobs,
+        **({"extra_body": body} if body else {}),
     )
     content = _first_token_logprobs(completion)
     if not content:

@@ -24,6 +24,7 @@ from .weights import WeightRef, WeightStatus, backend_weights, check_weight, jud
 
 # The cosmos-rl latent decoder is no judge, but it has an environment and weights of its own: a row.
 LATENTS = "cosmos_rl.latents"
+MEDIA_DEVICE = "media.device"  # the torch worker that decodes judges' videos on the device
 
 
 @dataclass
@@ -111,6 +112,8 @@ def environment_needs(cfg: GatewayConfig, names: list[str], specs: Specs, rows: 
                 need("vllm", backend.launch.python, specs.env("vllm").venv, name)
     if LATENTS in rows and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         need("latents", cfg.cosmos_rl.latents.python, specs.env("latents").venv, LATENTS)
+    if MEDIA_DEVICE in rows and cfg.media.device is not None:
+        need("latents", cfg.media.device.python, specs.env("latents").venv, MEDIA_DEVICE)
     return list(needs.values())
 
 
@@ -245,6 +248,8 @@ def run_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, op
     rows = {n: Row(n, cfg.judges[n].kind) for n in names}
     if opts.judges is None and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         rows[LATENTS] = Row(LATENTS, "latents")
+    if opts.judges is None and cfg.media.device is not None:
+        rows[MEDIA_DEVICE] = Row(MEDIA_DEVICE, "latents")
     print(f"[prepare] {choice.describe()}", file=sys.stderr, flush=True)
     needs = environment_needs(cfg, names, builder.specs, rows)
     build_environments(needs, builder, opts)

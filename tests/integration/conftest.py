@@ -38,6 +38,9 @@ QWEN3VL_SERVED_NAMES = [
 # otherwise fills the reply with newlines, which the schema allows. vLLM takes this per server
 # (xgrammar ignores the per-request flag); regex constraints are unaffected.
 STRUCTURED_OUTPUTS_ARGS = ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+# Per-request media_io_kwargs / mm_processor_kwargs, as `up` starts a backend whose judges send JPEG
+# frame lists (backends.NAME.video_input; tests/integration/test_media_vllm.py).
+TRUST_REQUEST_MM_KWARGS = ["--trust-request-mm-kwargs"]
 
 # The tiny model's whole max_position_embeddings: test_cancel_vllm abandons a 30000-token reply.
 # Every judge request caps its reply (templates' max_tokens), so no other test runs longer for it.
@@ -52,7 +55,7 @@ def tiny_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def vllm(tiny_model_dir, tmp_path_factory):
     server = start_cpu_vllm(tiny_model_dir, SERVED_NAMES, run_dir=tmp_path_factory.mktemp("vllm-run"),
-                            max_model_len=MAX_MODEL_LEN, extra_args=STRUCTURED_OUTPUTS_ARGS)
+                            max_model_len=MAX_MODEL_LEN, extra_args=STRUCTURED_OUTPUTS_ARGS + TRUST_REQUEST_MM_KWARGS)
     try:
         yield server
     finally:

@@ -46,6 +46,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "backends", "store", "combine",
         "chat_http",  # the backends' chat completions over aiohttp
         "latents", "latent_worker",  # the cosmos-rl latent decoder
+        "device_video",  # judges' videos decoded and resized on the device, by the latent decoder's torch worker
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
         "launch",  # `up`: the vLLM servers and the gateway as supervised processes
