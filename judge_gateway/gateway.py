@@ -13,6 +13,7 @@ from typing import Literal
 from .backends import BackendPool, deadline_at
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
+from .device_video import DeviceVideoDecoder
 from .exceptions import InvalidInput
 from .judge_factory import build_judges
 from .judges import Judge, ScoreContext
@@ -64,6 +65,8 @@ class Gateway:
         self.judges: dict[str, Judge] = build_judges(config, self.pools)
         # Decoding, resizing and encoding of every request's media, on every core ([media]).
         self.media_pool = MediaPool(config.media.workers, config.media.max_pending)
+        # [media.device]: judges' videos decoded and resized by a torch worker on the GPU (device_video.py)
+        self.video_device = DeviceVideoDecoder(config.media.device) if config.media.device is not None else None
         self.metrics = Metrics()
         # Decoded pixels all requests scoring at once may hold (media/budget.py): the servers reserve a
         # request's share before it scores.
@@ -166,7 +169,7 @@ class Gateway:
         for name in names:  # refused before anything is scored: a request no retry can change
             if (reason := self.judges[name].refusal(request.samples)) is not None:
                 raise GroupTooLargeError(reason)
-        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex,
+        ctx = ScoreContext(media=MediaCache(self.media_pool, self.video_device), request_id=request.request_id or uuid.uuid4().hex,
                            samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
                   for name in names if (judge := self.judges[name]).queue is not None}
@@ -177,7 +180,7 @@ class Gateway:
             try:
                 score = await self.judges[name].score(request.samples[sample_index], ctx)
             except asyncio.CancelledError:  # the request was abandoned (client gone, shutdown)
-                self.metrics.cancelled_scores.labels(name).inc()
+                self.metrics.count(self.metrics.cancelled_scores, (name,))
                 raise
             finally:
                 held.give(name, sample_index)
@@ -216,7 +219,7 @@ class Gateway:
                                       request.group_transform)
         for result, value in zip(results, transformed):
             result.group_reward = value
-        self.metrics.samples.inc(len(results))
+        self.metrics.count(self.metrics.samples, (), len(results))
         combine = self.config.combine
         return RewardResponse(
             id=ctx.request_id,
@@ -232,10 +235,10 @@ class Gateway:
 
     def _observe(self, score: JudgeScore) -> None:
         m = self.metrics
-        m.judge_latency.labels(score.judge).observe(score.latency_ms / 1000.0)
-        m.scores.labels(score.judge, str(score.valid).lower()).inc()
+        m.observe(m.judge_latency, (score.judge,), score.latency_ms / 1000.0)
+        m.count(m.scores, (score.judge, "true" if score.valid else "false"))
         if not score.valid and score.error is not None:
-            m.invalid_scores.labels(score.judge, score.error.code.value).inc()
+            m.count(m.invalid_scores, (score.judge, score.error.code.value))
 
     async def readiness(self, *, fresh: bool = False) -> dict[str, tuple[bool, str | None]]:
         """Judge name -> (ready, reason). Probes are cached for server.readiness_interval_s."""
@@ -307,6 +310,8 @@ class Gateway:
                                        return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
+        if self.video_device is not None:
+            await self.video_device.aclose()
         self.media_pool.shutdown()
         errors = [(name, r) for name, r in zip(self.judges, results) if isinstance(r, BaseException)]
         for name, err in errors[1:]:  # only the first is raised: the others are not lost

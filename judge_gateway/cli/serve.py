@@ -69,7 +69,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..gateway import Gateway
     from ..server import create_app
     from ..server.guards import uvicorn_options
-    from ..server.heap import freeze_startup_objects
+    from ..server.heap import freeze_startup_objects, tune_gc_for_serving
     from . import local_redis
 
     cfg, rewards_toml = load_config_report(args.config)
@@ -120,6 +120,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         app = create_app(Gateway(cfg), api_keys=keys)
         freeze_startup_objects()  # full GC passes walk what requests make, not the started process
+        tune_gc_for_serving()  # and young ones come less often (server/heap.py)
         uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
                     **uvicorn_options(cfg.server))
     finally:

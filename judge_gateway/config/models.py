@@ -36,6 +36,7 @@ from .base import Strict
 from .custom_heads import resolve_path
 from .kinds import KINDS, JudgeOptions, KindSpec
 from .launch import LaunchConfig
+from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
@@ -62,6 +63,9 @@ class MediaConfig(Strict):
     max_pending: int | None = Field(
         None, gt=0, description="Media jobs queued or running beyond which new synchronous requests are refused "
         "(429 / 503 with Retry-After; default: 32 per worker).")
+    device: DeviceVideoConfig | None = Field(
+        None, description="Decode and resize videos for VLM judges on the device ([media.device]); a video the "
+        "worker cannot do is done here (details.video.device_fallback says why).")
     max_process_pixels: int | None = Field(
         None, gt=0, description="Decoded pixels all requests scoring at once may hold, process-wide: a request "
         "reserves what its compressed media (and cosmos-rl latents) decode to before it scores and waits for room "
@@ -81,7 +85,7 @@ class MediaConfig(Strict):
         return self
 
     def limits(self) -> MediaLimits:
-        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending"}))
+        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending", "device"}))
 
     def process_pixels(self) -> int:
         """max_process_pixels, or its default for this machine."""
@@ -147,6 +151,11 @@ class BackendConfig(Strict):
     launch: LaunchConfig | None = Field(
         None, description="How `judge-gateway up` starts this backend's vLLM servers here (one per base_urls "
         "entry); absent: an external server, never started by judge-gateway.")
+    video_input: Literal["auto", "jpeg_frames", "mp4"] = Field(
+        "auto", description="How its servers take a video a judge sampled (the judge's video.codec = auto): "
+        "jpeg_frames: a `video/jpeg` list of JPEG frames with the rate in the request's media_io_kwargs (vLLM "
+        "started with --trust-request-mm-kwargs, which `up` and `start_vllm.sh --trust-request-mm-kwargs` add); "
+        "mp4: Motion JPEG in mp4 (any server); auto: jpeg_frames when the backend has a launch table, else mp4.")
 
     @field_validator("base_urls")
     @classmethod
@@ -166,6 +175,10 @@ class BackendConfig(Strict):
                                      "a loopback host and a port (e.g. http://127.0.0.1:8001/v1); a server on another "
                                      "host has no launch table: drop it")
         return self
+
+    def takes_jpeg_frames(self) -> bool:
+        """Whether its servers take `video/jpeg` frame lists with per-request media_io_kwargs."""
+        return self.video_input == "jpeg_frames" or (self.video_input == "auto" and self.launch is not None)
 
     def api_key(self) -> str:
         # vLLM without --api-key accepts any token; the openai client insists on one.
@@ -197,9 +210,13 @@ class VideoSamplingConfig(Strict):
         True, description="Drop the last frame of an odd count (Qwen2.5-VL's temporal patch is 2 frames); a lone "
         "frame is sent twice."
     )
-    codec: Literal["auto", "mjpeg", "libx264", "mpeg4"] = Field(
-        "auto", description="auto: Motion JPEG (libjpeg-turbo frames in mp4); libx264 / mpeg4 through FFmpeg.")
-    jpeg_quality: int = Field(95, ge=1, le=100, description="Motion JPEG quality (4:4:4 chroma from 90).")
+    codec: Literal["auto", "jpeg_frames", "mjpeg", "libx264", "mpeg4"] = Field(
+        "auto", description="auto: jpeg_frames where the backend takes them (backends.NAME.video_input) and the "
+        "template has one video slot, else mjpeg; jpeg_frames: a `video/jpeg` list of JPEG frames (no container) "
+        "with its rate in the request's media_io_kwargs; mjpeg: Motion JPEG (libjpeg-turbo frames in mp4); "
+        "libx264 / mpeg4 through FFmpeg.")
+    jpeg_quality: int = Field(95, ge=1, le=100, description="JPEG quality of jpeg_frames and mjpeg (4:4:4 chroma "
+                              "from 90).")
     crf: int = Field(18, ge=0, le=51, description="libx264's quality.")
     resampler: Literal["fast", "pil"] = Field(
         "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")

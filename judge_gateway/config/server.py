@@ -16,7 +16,7 @@ class AdmissionConfig(Strict):
     """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
     at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
     most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
-    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending).
+    Flow-Factory (the status of its protocol for a transient fault). cosmos-rl has its own bound (max_pending).
     Unset bounds are derived from what the configured judges can work on at once (/readyz says)."""
 
     max_active: int | None = Field(

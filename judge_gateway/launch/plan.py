@@ -118,6 +118,10 @@ def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_di
         args += ["--max-model-len", str(launch.max_model_len)]
     if launch.limit_mm_per_prompt is not None:
         args += ["--limit-mm-per-prompt", _json(launch.limit_mm_per_prompt)]
+    if launch.api_server_count > 1:
+        args += ["--api-server-count", str(launch.api_server_count)]
+    if backend.takes_jpeg_frames():  # the judges send sampled videos as JPEG frame lists (config: video_input)
+        args.append("--trust-request-mm-kwargs")
     if launch.gpus == 0:
         args.append("--cpu")
     else:

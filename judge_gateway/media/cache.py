@@ -15,11 +15,13 @@ images held every other request of the gateway for 42 s).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -33,11 +35,22 @@ from .encode import (
 from .image import ImageMedia
 from .limits import MediaError
 from .pool import MediaPool, default_pool
-from .sampling import VideoSampling
-from .scope import working
+from .sampling import VideoSampling, _frame_size, sample_frame_indices
+from .scope import MediaCancelled, working
 from .video import VideoMedia
 
 Medium = ImageMedia | VideoMedia
+log = logging.getLogger(__name__)
+_FALLBACK_LOG_EVERY_S = 10.0
+_fallback_logged = 0.0
+
+
+class DevicePresampler(Protocol):
+    """Decodes an encoded video's frames `indices` at `size` (width, height) off the gateway's CPU
+    (device_video.DeviceVideoDecoder: a torch worker on the GPU), as a presampled clip."""
+
+    async def presample(self, video: VideoMedia, indices: list[int], size: tuple[int, int]) -> VideoMedia: ...
+
 
 _SAMPLE_CHUNKS = 16
 _CHUNK = 4096
@@ -178,8 +191,9 @@ class MediaCache:
     every waiter as a `MediaError`. `hits` / `encodes` count reuse for tests and metrics.
     """
 
-    def __init__(self, pool: MediaPool | None = None) -> None:
+    def __init__(self, pool: MediaPool | None = None, device: DevicePresampler | None = None) -> None:
         self.pool = pool or default_pool()
+        self.device = device  # [media.device]: encoded videos a judge resizes are decoded there
         self._tasks: dict[tuple[Any, ...], asyncio.Task[Any]] = {}
         # id(medium) -> (medium kept alive, its content id in this request, its fingerprint)
         self._ids: dict[int, tuple[Medium, int, tuple[Any, ...]]] = {}
@@ -203,9 +217,33 @@ class MediaCache:
 
     async def video(self, vid: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
         key = await self._content_id(vid)
+        if self.device is not None and vid.source_bytes() is not None:
+            return await self._get(("video", key, sampling), lambda: encode_video(vid, sampling), repr(vid),
+                                   run=lambda: self._on_device(vid, sampling))
         return await self._get(
             ("video", key, sampling), lambda: encode_video(vid, sampling), repr(vid)
         )
+
+    async def _on_device(self, vid: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
+        """An encoded video the judge resizes: its frames decoded and resized by the device worker,
+        then encoded here; whatever the worker cannot do is done here (`fallback` says why)."""
+        idx, _ = sample_frame_indices(vid.num_frames, vid.fps, sampling)
+        w, h, resized = _frame_size(vid.width, vid.height, len(idx), sampling)
+        local = self._run(lambda: encode_video(vid, sampling), repr(vid), False)
+        if not resized:  # kept at its size (or passed through): nothing for the device to save
+            return await local
+        assert self.device is not None
+        try:
+            clip = await self.device.presample(vid, idx, (w, h))
+        except (asyncio.CancelledError, MediaCancelled):
+            local.close()
+            raise
+        except Exception as err:  # the worker failed, crashed or timed out: the gateway's own path
+            _log_fallback(err)
+            return dataclasses.replace(await local, fallback=f"{type(err).__name__}: {err}")
+        local.close()
+        enc = await self._run(lambda: encode_video(clip, sampling), repr(vid), False)
+        return dataclasses.replace(enc, decoded_by=clip.decoded_by)
 
     async def first_frame(self, vid: VideoMedia, enc: ImageEncoding) -> EncodedImage:
         """A video's first frame encoded as an image (a judge's image-slot fallback)."""
@@ -270,13 +308,16 @@ class MediaCache:
                 _inline.charge(time.perf_counter() - started)
         return await self.pool.run(lambda: content_digest(medium))
 
-    async def _get(self, key: tuple[Any, ...], fn: Callable[[], T], what: str, inline: bool = False) -> T:
+    async def _get(self, key: tuple[Any, ...], fn: Callable[[], T], what: str, inline: bool = False,
+                   run: Callable[[], Any] | None = None) -> T:
+        """The task of `key`, started at its first caller: `fn` on the pool (inline: here), or the
+        coroutine `run` makes."""
         task = self._tasks.get(key)
         kind = key[0]
         if task is None or task.cancelled():  # a cancelled encode (loop shutdown) is no answer
             self.encodes += 1
             self.encodes_by_kind[kind] = self.encodes_by_kind.get(kind, 0) + 1
-            task = asyncio.get_running_loop().create_task(self._run(fn, what, inline))
+            task = asyncio.get_running_loop().create_task(run() if run is not None else self._run(fn, what, inline))
             # Retrieve the exception even if every waiter was cancelled (no asyncio warning).
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._tasks[key] = task
@@ -303,3 +344,12 @@ class MediaCache:
             raise
         except Exception as e:
             raise MediaError(f"encoding {what} failed: {type(e).__name__}: {e}") from e
+
+
+def _log_fallback(err: Exception) -> None:
+    """The device worker's failure, for the operator (at most every 10 s: an outage fails every video)."""
+    global _fallback_logged
+    now = time.monotonic()
+    if now - _fallback_logged >= _FALLBACK_LOG_EVERY_S:
+        _fallback_logged = now
+        log.warning("device video path failed, videos are decoded on the gateway: %s: %s", type(err).__name__, err)

@@ -25,6 +25,8 @@ from .weights import WeightRef, WeightStatus, backend_weights, check_weight, jud
 
 # The cosmos-rl latent decoder is no judge, but it has an environment and weights of its own: a row.
 LATENTS = "cosmos_rl.latents"
+MEDIA_DEVICE = "media.device"  # the torch worker that decodes judges' videos on the device
+WORKER_ROWS = (LATENTS, MEDIA_DEVICE)  # rows of workers that are not judges
 
 
 @dataclass
@@ -111,6 +113,8 @@ def environment_needs(cfg: GatewayConfig, names: list[str], specs: Specs, rows: 
                 need("vllm", backend.launch.python, specs.env("vllm").venv, name)
     if LATENTS in rows and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         need("latents", cfg.cosmos_rl.latents.python, specs.env("latents").venv, LATENTS)
+    if MEDIA_DEVICE in rows and cfg.media.device is not None:
+        need("latents", cfg.media.device.python, specs.env("latents").venv, MEDIA_DEVICE)
     return list(needs.values())
 
 
@@ -163,7 +167,7 @@ def check_all_weights(cfg: GatewayConfig, names: list[str], rows: dict[str, Row]
             seen[ref] = check_weight(ref, offline=opts.offline, download_dir=opts.download_dir)
         return seen[ref]
 
-    for name in [*names, *([LATENTS] if LATENTS in rows else [])]:
+    for name in [*names, *(n for n in WORKER_ROWS if n in rows)]:
         rows[name].weights = [check(r) for r in _weight_refs(cfg, name)]
     for row in rows.values():
         row.problems += [f"weights: {w.detail}" for w in row.weights if not w.ok]
@@ -238,12 +242,16 @@ def _rows(cfg: GatewayConfig, opts: Options) -> dict[str, Row]:
     rows = {n: Row(n, cfg.judges[n].kind) for n in names}
     if opts.judges is None and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         rows[LATENTS] = Row(LATENTS, "latents")
+    if opts.judges is None and cfg.media.device is not None:
+        rows[MEDIA_DEVICE] = Row(MEDIA_DEVICE, "latents")
     return rows
 
 
 def _weight_refs(cfg: GatewayConfig, name: str) -> list[WeightRef]:
     if name == LATENTS:
         return latent_weights(cfg)
+    if name == MEDIA_DEVICE:
+        return []  # torch only: the decode worker has no weights
     jc = cfg.judges[name]
     if jc.kind_spec.runs_on == "head":
         return judge_weights(jc)
@@ -261,7 +269,7 @@ def plan_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, o
     a launched backend's vLLM servers among them."""
     rows = _rows(cfg, opts)
     lines = [choice.describe()]
-    for need in environment_needs(cfg, [n for n in rows if n != LATENTS], builder.specs, rows):
+    for need in environment_needs(cfg, [n for n in rows if n not in WORKER_ROWS], builder.specs, rows):
         lines.append(f"environment {need.spec} for {', '.join(need.users)}:")
         lines += [f"  {line}" for line in builder.plan(builder.specs.env(need.spec), need.venv)]
     fetch = "check the local paths and caches, fetch nothing (--offline)" if opts.offline else "fetch what is missing"
@@ -271,6 +279,9 @@ def plan_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, o
             "none to fetch"
         if name == LATENTS:
             lines.append(f"latent decoder {LATENTS}: weights {weights}; its worker loads them when the gateway serves")
+            continue
+        if name == MEDIA_DEVICE:
+            lines.append(f"video decoder {MEDIA_DEVICE}: its environment only; its worker starts when the gateway serves")
             continue
         jc = cfg.judges[name]
         if jc.kind_spec.runs_on == "head":
@@ -290,7 +301,7 @@ def plan_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, o
 def run_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, opts: Options) -> tuple[int, list[Row]]:
     started = time.monotonic()
     rows = _rows(cfg, opts)
-    names = [n for n in rows if n != LATENTS]
+    names = [n for n in rows if n not in WORKER_ROWS]
     print(f"[prepare] {choice.describe()}", file=sys.stderr, flush=True)
     needs = environment_needs(cfg, names, builder.specs, rows)
     build_environments(needs, builder, opts)

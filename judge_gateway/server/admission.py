@@ -60,6 +60,7 @@ class Admission:
         metrics.admission_limit.labels("max_active").set(self.max_active)
         metrics.admission_limit.labels("max_waiting").set(self.max_waiting)
         metrics.admission_limit.labels("max_wait_s").set(cfg.max_wait_s)
+        metrics.watch_admission(self)  # active / waiting: read at each scrape
 
     def describe(self) -> dict[str, Any]:
         """The bounds in force and where they came from (for /readyz)."""
@@ -75,7 +76,7 @@ class Admission:
         return out
 
     def _refuse(self, api: str, reason: str, message: str) -> Refused:
-        self.metrics.admission_refused.labels(api, reason).inc()
+        self.metrics.count(self.metrics.admission_refused, (api, reason))
         return Refused(message, self.cfg.retry_after_s)
 
     async def scored(self, api: str, gateway: Gateway, request: RewardRequest) -> RewardResponse:
@@ -118,7 +119,6 @@ class Admission:
                 f"and {self.waiting} waiting (max_waiting = {self.max_waiting}); retry after "
                 f"{self.cfg.retry_after_s} s"))
         self.waiting += 1
-        self.metrics.admission_waiting.set(self.waiting)
         # Its own task, shielded: whoever gives up (timeout, client gone) gives back a slot taken
         # at that very moment, so a slot is never lost.
         acquired = asyncio.ensure_future(self._slots.acquire())
@@ -137,7 +137,6 @@ class Admission:
             raise
         finally:
             self.waiting -= 1
-            self.metrics.admission_waiting.set(self.waiting)
 
     @asynccontextmanager
     async def slot(self, api: str,
@@ -152,10 +151,8 @@ class Admission:
         else:
             await self._wait(api, until)
         self.active += 1
-        self.metrics.admission_active.set(self.active)
         try:
             yield
         finally:
             self.active -= 1
-            self.metrics.admission_active.set(self.active)
             self._slots.release()

@@ -119,8 +119,8 @@ async def test_a_cancelled_request_stops_decoding_at_the_next_frame(fake_backend
     decoded: list[float] = []
     original = VideoMedia._decode_container
 
-    def counting(self, idx):
-        for item in original(self, idx):
+    def counting(self, idx, transform=None):
+        for item in original(self, idx, transform):
             decoded.append(time.monotonic())
             time.sleep(0.02)  # a slow decoder: the cancel lands mid-clip
             yield item

@@ -78,6 +78,19 @@ def test_eight_gpus_are_placed_in_order_and_the_rest_go_to_the_gateway(tmp_path)
     assert "  head pickscore (pickscore): worker under the gateway's interpreter, on cuda (GPU 6)" in text
 
 
+def test_the_video_path_s_flags_reach_the_servers(tmp_path):
+    """A launched backend takes JPEG frame lists (its servers trust request media_io_kwargs) unless
+    its video_input says mp4; api_server_count runs that many vLLM API servers (vLLM's serve entry)."""
+    data = node_config(api_server_count=4)
+    data["backends"]["qwen_vl"]["video_input"] = "mp4"
+    plan = plan_up(validate_config(data), "/cfg.toml", run_dir=tmp_path, visible=EIGHT, port=9000)
+    cosmos, qwen = plan.servers[0].argv, plan.servers[2].argv
+    assert "--trust-request-mm-kwargs" in cosmos and _flag(cosmos, "--api-server-count") == "4"
+    assert cosmos[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "nvidia/Cosmos-Reason1-7B-Reward"]
+    assert "--trust-request-mm-kwargs" not in qwen and "--api-server-count" not in qwen
+    assert qwen[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+
+
 def test_up_dry_run_prints_the_plan_for_eight_gpus(tmp_path, capsys, monkeypatch):
     config = tmp_path / "node.toml"
     config.write_text(textwrap.dedent("""
