@@ -54,8 +54,10 @@ def test_the_docs_have_examples():
 def test_toml_example_loads(page, block):
     base = tomllib.loads(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"))
     example = tomllib.loads(block)
-    # A backend an example defines is the whole backend (a server elsewhere has no launch table of
-    # the default's): it replaces the default's of that name.
-    for name in example.get("backends", {}):
-        base.get("backends", {}).pop(name, None)
+    # A backend an example defines (its model) is the whole backend (a server elsewhere has no
+    # launch table of the default's): it replaces the default's of that name. One that only sets
+    # a key of a default backend (its launch's api_server_count) is merged over it.
+    for name, backend in example.get("backends", {}).items():
+        if "model" in backend:
+            base.get("backends", {}).pop(name, None)
     validate_config(_merge(base, example), source=page)
