@@ -34,6 +34,9 @@ from .schema import (
 )
 
 log = logging.getLogger(__name__)
+# How a head's readiness reason begins while its worker loads (workers/supervisor.py; preflight.py reads
+# the same): it will score.
+LOADING_STATES = ("starting:", "restarting:")
 MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
 # Cells started per turn of the event loop: each takes its first step (media identified, encoded
 # inline when small) in the turn after it starts, so a request of 4,096 samples started at once
@@ -274,6 +277,21 @@ class Gateway:
             return await (judge.check() if wait else judge.probe())
 
         return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
+
+    async def unscorable(self, names: Sequence[str]) -> dict[str, str]:
+        """Of the named judges, those that cannot score now, each with the reason (what a
+        protocol's health answer says): a VLM judge whose backend does not answer or serve its
+        model, a head whose model failed to load. A head still loading is not listed: requests
+        for it wait for the load. Probed now (probe_judges)."""
+        probed = await self.probe_judges(list(dict.fromkeys(names)))
+        out = {}
+        for name, (ok, reason) in probed.items():
+            if ok:
+                continue
+            loading = self.judges[name].backend_name is None and (reason or "").startswith(LOADING_STATES)
+            if not loading:
+                out[name] = reason or "not ready"
+        return out
 
     async def judge_infos(self, names: Sequence[str] | None = None, *, wait: bool = False) -> list[JudgeInfo]:
         """Every judge with its readiness (the cached probe of all of them), or only the named

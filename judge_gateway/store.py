@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from .config import StoreConfig
 from .exceptions import Unavailable
+from .extras import install_command
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ class RedisStore:
         try:
             import redis.asyncio as aioredis
         except ImportError:  # pragma: no cover - depends on the install
-            raise StoreError("store.kind = 'redis' needs the `redis` package: pip install 'judge-gateway[redis]'") from None
+            raise StoreError(f"store.kind = 'redis' needs the `redis` package: {install_command('redis')}") from None
         # A pool that waits for a free connection (up to pool_wait_s) when all max_connections are
         # busy: the client's default pool raised MaxConnectionsError past 100 operations at once, a
         # 503 to trainers polling with Redis healthy (200 pullers: 1,549 pulls and 11 of 34 enqueues).

@@ -18,7 +18,7 @@ from ..config import (
     resolve_config_path,
     shipped_configs,
 )
-from ..extras import require_extra
+from ..extras import install_command, require_extra
 
 
 def startup_lines(cfg: Any, config_ref: str | None) -> list[str]:
@@ -140,7 +140,7 @@ def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
     try:
         from ..ray_mode.deploy import deploy
     except ImportError as err:
-        print(f"error: Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'; in a checkout "
+        print(f"error: Ray mode needs the `ray` extra ({install_command('ray')}; in a checkout "
               f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
     url = deploy(cfg, keys, address)
@@ -156,7 +156,7 @@ def _cmd_ray_status(args: argparse.Namespace) -> int:
     try:
         from ..ray_mode.deploy import connect, format_status, status
     except ImportError as err:
-        print(f"error: Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'; in a checkout "
+        print(f"error: Ray mode needs the `ray` extra ({install_command('ray')}; in a checkout "
               f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
     connect(rc, args.address)

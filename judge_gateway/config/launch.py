@@ -1,4 +1,4 @@
-"""[backends.NAME.launch]: how `judge-gateway up` (and `prepare --start`) starts the backend's vLLM
+"""[backends.NAME.launch]: how `judge-gateway up` (and `prepare`, for its probes) starts the backend's vLLM
 servers on this machine: one server per `base_urls` entry (its port), through
 scripts/start_vllm.sh (a preset by name, or a model), each on `gpus` GPUs taken in order from
 CUDA_VISIBLE_DEVICES. A backend without `launch` is someone else's server: never started here.

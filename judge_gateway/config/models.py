@@ -142,6 +142,12 @@ class BackendConfig(Strict):
                                        "exponential back-off from 0.1 s).")
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
     eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
+    down_after_s: float = Field(
+        10.0, ge=0, description="A replica that cannot be connected to (refused, unreachable), by a call or its readiness probe, and has not "
+        "answered for this long is down; while every replica is down, calls fail at once with backend_unavailable "
+        "and the reason (one readiness check a second looks for its return; the first answer ends it). A fault "
+        "sooner after an answer is transient: retried until the call's deadline."
+    )
     launch: LaunchConfig | None = Field(
         None, description="How `judge-gateway up` starts this backend's vLLM servers here (one per base_urls "
         "entry); absent: an external server, never started by judge-gateway.")
@@ -166,7 +172,8 @@ class BackendConfig(Strict):
                 parsed = urlsplit(url)
                 if parsed.hostname not in (*LOOPBACK_HOSTS, "0.0.0.0") or parsed.port is None:
                     raise ValueError(f"launch starts servers on this machine: base_urls entry {url!r} must name "
-                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1)")
+                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1); a server on another "
+                                     "host has no launch table: drop it")
         return self
 
     def takes_jpeg_frames(self) -> bool:

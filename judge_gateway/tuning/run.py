@@ -27,6 +27,7 @@ from .fit import (
 )
 from .prefs import PreferenceData, load_preferences
 from ..aggregation_profiles import write_aggregation_profile
+from ..extras import install_command
 from .report import cv_table, fold_record, plot_cv, weights_table
 
 
@@ -144,7 +145,7 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
     plot_path = None
     if plot:
         plot_path = plot_cv(plot, folds, agg.weight_dict(), default.weight_dict(), title)
-        print(f"plot: {plot_path}" if plot_path else "plot: skipped (it needs matplotlib: pip install 'judge-gateway[tune]')",
+        print(f"plot: {plot_path}" if plot_path else f"plot: skipped (it needs matplotlib: {install_command('tune')})",
               file=out)
     return profile_path, plot_path
 

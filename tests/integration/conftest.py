@@ -23,6 +23,7 @@ SERVED_NAMES = [
     "nvidia/Cosmos-Reason1-7B-Reward",
     "Qwen/Qwen2.5-VL-7B-Instruct",
     "RationalRewards-8B-T2I",
+    "RationalRewards-8B-Edit",
     "CodeGoat24/UnifiedReward-qwen-7b",
 ]
 

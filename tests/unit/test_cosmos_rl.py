@@ -245,6 +245,21 @@ async def test_ping_answers_on_the_readmes_pin_path_too(make_client):
         assert r.status_code == 200 and r.json()["message"] == "Ping request received"
 
 
+async def test_ping_says_which_reward_cannot_be_scored_and_why(make_client):
+    """cosmos-rl's ping carries the enqueue's metadata: the answer stays its 200 and message, and
+    says whether the rewards its reward_fn names can be scored (a dead backend: no, with why)."""
+    client = await make_client()
+    meta = {"reward_fn": {"quality": 1.0, "down": 1.0, "no_such_reward": 1.0}, "prompts": ["a"]}
+    r = await client.post("/api/reward/pin", data={"info_data": json.dumps(meta)})
+    body = r.json()
+    assert r.status_code == 200 and body["message"] == "Ping request received" and body["ready"] is False
+    assert set(body["not_ready"]) == {"down", "no_such_reward"}, body
+    assert body["not_ready"]["down"].startswith("judge 'down' is not ready (replica 1 of 1: cannot connect")
+    assert body["not_ready"]["no_such_reward"].startswith("unknown reward 'no_such_reward'")
+    ok = await client.post("/api/reward/pin", data={"info_data": json.dumps({"reward_fn": {"quality": 1.0}})})
+    assert ok.json()["ready"] is True and "not_ready" not in ok.json()
+
+
 async def test_skipped_reward_says_so(make_client):
     client = await make_client()
     meta = {**IMG_META, "reward_fn": {"quality": 1.0, "final": 0.0}}

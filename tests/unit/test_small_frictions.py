@@ -104,7 +104,8 @@ def test_a_head_that_cannot_load_gets_a_fix_hint_as_vlm_judges_do(tmp_path, caps
     info = JudgeInfo(name="clip", kind="clip", weight=1.0, ready=False,
                      ready_reason="failed: ModuleNotFoundError: No module named 'torch'")
     assert classify(info, load_config(config), config).hint == (
-        f"install its libraries here (`{sys.executable} -m pip install 'judge-gateway[heads]'`), or give it "
+        # the command that works here (judge-gateway is not on the package index): this checkout's extra
+        f"install its libraries here (`{sys.executable} -m pip install -e '{ROOT}[heads]'`), or give it "
         "the environment of its kind: `judge-gateway env build heads` (makes .venv-heads), set "
         '[judges.clip.options] python = ".venv-heads/bin/python"; then `judge-gateway prepare --config '
         f"{config} --judges clip` fetches its weights and probes it")

@@ -27,6 +27,7 @@ replica consumes (consumer.py).
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,7 @@ from .jobs import Jobs, accepted_of
 from .payload import PayloadChecks, Prepared
 from .pull import Pull, Pulled
 from .scoring import RequestScorer
+from .tensors import PayloadError
 
 
 class QueueFull(Overloaded):
@@ -85,6 +87,31 @@ class CosmosRLService:
 
     def set_latent_attr(self, raw: str | None) -> dict[str, Any]:
         return self.payloads.set_latent_attr(raw)
+
+    async def not_ready(self, info_data: str) -> dict[str, str]:
+        """Reward name -> why it cannot be scored now, for the rewards a ping names (its
+        `info_data`'s reward_fn, as an enqueue's metadata has it) or, naming none, every reward
+        name this gateway maps to a configured judge. A ping never fails: a name it cannot use
+        is listed with the reason."""
+        try:
+            meta = json.loads(info_data) if info_data else {}
+        except ValueError:
+            meta = {}
+        named = meta.get("reward_fn") if isinstance(meta, dict) else None
+        names = list(named) if isinstance(named, dict) and named else [
+            n for n, r in self.cfg.rewards.items() if r.judge in self.gateway.judges]
+        judges: dict[str, str] = {}
+        out: dict[str, str] = {}
+        for name in names:
+            try:
+                judges[name] = self.resolve(str(name)).judge
+            except PayloadError as err:
+                out[str(name)] = str(err)
+        unscorable = await self.gateway.unscorable(list(judges.values()))
+        for name, judge in judges.items():
+            if judge in unscorable:
+                out[name] = f"judge {judge!r} is not ready ({unscorable[judge]})"
+        return out
 
     # ---- enqueue and pull --------------------------------------------------------------------
 
