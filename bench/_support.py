@@ -52,7 +52,7 @@ def _tiny_models(*args: str) -> str:
 
 @functools.cache
 def tiny_model(kind: str, size: str = "tiny") -> Path:
-    """The folder of a tiny model (kinds: vlm, heads, hpsv3, videoalign, geneval, image_reward, wan)."""
+    """The folder of a tiny model (kinds: vlm, qwen3vl, heads, hpsv3, videoalign, geneval, image_reward, wan)."""
     return Path(_tiny_models("path", kind, "--size", size))
 
 
@@ -83,12 +83,16 @@ def moving_square_clip(fps: float, seconds: float = 2.0, h: int = 48, w: int = 6
 
 
 class CpuVllm:
-    """A CPU vLLM server on the tiny VLM, through scripts/start_vllm.sh (start on enter, stop on exit)."""
+    """A CPU vLLM server on a tiny VLM (`tiny`: vlm, the Qwen2.5-VL; qwen3vl, the Qwen3-VL), through
+    scripts/start_vllm.sh (start on enter, stop on exit)."""
 
     def __init__(self, served_names: list[str], run_dir: str | os.PathLike[str], wait_timeout: int = 240,
-                 extra: str = ""):
+                 extra: str = "", tiny: str = "vlm", max_model_len: int = 4096, env: dict[str, str] | None = None):
         self.served_names, self.run_dir, self.wait_timeout = served_names, Path(run_dir), wait_timeout
         self.extra = extra  # more vLLM arguments (start_vllm.sh --extra)
+        self.tiny = tiny
+        self.max_model_len = max_model_len
+        self.env = env or {}  # more environment for start_vllm.sh (e.g. VLLM_ENABLE_V1_MULTIPROCESSING=1)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -96,7 +100,7 @@ class CpuVllm:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def _script(self, *args: str, timeout: float) -> None:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **self.env}
         env.setdefault("JG_VLLM_VENV", str(ROOT / ".venv-vllm"))
         done = subprocess.run(["bash", str(ROOT / "scripts" / "start_vllm.sh"), *args, "--name", self.name,
                                "--run-dir", str(self.run_dir)], env=env, capture_output=True, text=True,
@@ -109,8 +113,8 @@ class CpuVllm:
     def __enter__(self) -> CpuVllm:  # noqa: PYI034
         names = [a for n in self.served_names for a in ("--served-model-name", n)]
         started = time.monotonic()
-        self._script("start", "--cpu", "--model", str(tiny_model("vlm")), "--host", "127.0.0.1",
-                     "--port", str(self.port), "--max-model-len", "4096", "--limit-mm-per-prompt",
+        self._script("start", "--cpu", "--model", str(tiny_model(self.tiny)), "--host", "127.0.0.1",
+                     "--port", str(self.port), "--max-model-len", str(self.max_model_len), "--limit-mm-per-prompt",
                      '{"image":4,"video":1}', "--wait-timeout", str(self.wait_timeout), *names,
                      *(("--extra", self.extra) if self.extra else ()), timeout=self.wait_timeout + 60)
         self.startup_seconds = time.monotonic() - started
@@ -118,6 +122,31 @@ class CpuVllm:
 
     def __exit__(self, *exc) -> None:
         self._script("stop", timeout=120)
+
+    @property
+    def pid(self) -> int:
+        """The API server's process (start_vllm.sh's pid file): vLLM's frontend, and its engine
+        core too unless VLLM_ENABLE_V1_MULTIPROCESSING=1 runs that in a child process."""
+        return int((self.run_dir / f"{self.name}.pid").read_text().strip())
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of a process (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
 
 
 def png_images(n: int, size: int, seed: int) -> list:
@@ -178,10 +207,10 @@ def natural_clip(n: int, h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.stack([canvas[:, 4 * i: 4 * i + w] for i in range(n)])
 
 
-def run_on_vllm(main_async, args, extra: str = "", wait_timeout: int = 240) -> int:
+def run_on_vllm(main_async, args, extra: str = "", wait_timeout: int = 240, tiny: str = "vlm") -> int:
     """`asyncio.run(main_async(args, base_url))` on `args.base_url`, or on a tiny CPU vLLM started
-    for the run (served as `args.model`, with `extra` vLLM arguments, healthy within
-    `wait_timeout` seconds) when no URL was given."""
+    for the run (the `tiny` model served as `args.model`, with `extra` vLLM arguments, healthy
+    within `wait_timeout` seconds) when no URL was given."""
     import asyncio
     import tempfile
 
@@ -189,9 +218,31 @@ def run_on_vllm(main_async, args, extra: str = "", wait_timeout: int = 240) -> i
         asyncio.run(main_async(args, args.base_url))
         return 0
     with tempfile.TemporaryDirectory() as run_dir, \
-            CpuVllm([args.model], run_dir, extra=extra, wait_timeout=wait_timeout) as server:
+            CpuVllm([args.model], run_dir, extra=extra, wait_timeout=wait_timeout, tiny=tiny) as server:
         asyncio.run(main_async(args, server.base_url))
     return 0
+
+
+async def score_images(gateway, judges: list[str], imgs: list, concurrency: int,
+                       prompt: str = "a photo of a fox") -> tuple[float, int]:
+    """Each image scored by `judges` in a request of its own through an in-process Gateway, at most
+    `concurrency` at once: (wall seconds, invalid scores)."""
+    import asyncio
+
+    from judge_gateway.schema import RewardRequest, SampleInput
+
+    sem = asyncio.Semaphore(concurrency)
+    invalid = 0
+
+    async def one(img) -> None:
+        nonlocal invalid
+        async with sem:
+            resp = await gateway.score(RewardRequest(samples=[SampleInput(prompt=prompt, image=img)], judges=judges))
+            invalid += sum(not s.valid for s in resp.results[0].scores.values())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(img) for img in imgs))
+    return time.perf_counter() - start, invalid
 
 
 async def wait_healthy(http, log_path: str | os.PathLike[str], timeout_s: float = 30.0) -> None:

@@ -12,7 +12,12 @@ so drift in the machine's load hits both sides alike.
 
 `--before DIR` serves a second gateway from another checkout of judge-gateway (its package on
 PYTHONPATH) and adds it to every round, so a change's before and after are measured side by side;
-`--profile FILE` records this checkout's gateway with py-spy during the timed rounds.
+`--tree NAME=DIR` (repeatable) adds more checkouts the same way, so a series of commits (each
+change alone: git worktrees at each) is measured in the same rounds; `--profile FILE` records this
+checkout's gateway with py-spy during the timed rounds.
+
+    .venv/bin/python bench/gateway_vs_direct.py --samples 256 --rounds 4 \
+        --tree base=/tmp/t0 --tree body=/tmp/t1 --tree metrics=/tmp/t2 --base-url http://127.0.0.1:8005/v1
 
 Without --base-url it builds the tiny CPU model and starts a vLLM CPU server itself
 (scripts/start_vllm.sh --cpu), as the tests do.
@@ -101,11 +106,12 @@ def report(name: str, n: int, wall: float, lat: list[float], cpu_s: float | None
     return row
 
 
-def config_toml(base_url: str, model: str) -> str:
+def config_toml(base_url: str, model: str, api_key: str | None = None) -> str:
+    keys = f'api_keys = ["{api_key}"]\n' if api_key else ""
     return f"""
 [server]
 max_body_bytes = 268435456
-[backends.vlm]
+{keys}[backends.vlm]
 model = "{model}"
 base_urls = ["{base_url}"]
 max_concurrency = 256
@@ -128,7 +134,7 @@ def free_port() -> int:
 async def main_async(args: argparse.Namespace, base_url: str) -> None:
     images = make_images(args.samples, args.size)
     b64 = [base64.b64encode(b).decode() for b in images]
-    cfg_text = config_toml(base_url, args.model)
+    cfg_text = config_toml(base_url, args.model, args.api_key)
 
     # The exact messages the judge sends, built once, for the direct side.
     import tomllib
@@ -142,9 +148,15 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path = Path(tmp) / "bench.toml"
         cfg_path.write_text(cfg_text)
-        sides = {"gateway": str(ROOT)}
+        sides: dict[str, str] = {}
         if args.before:
-            sides = {"before": str(Path(args.before).resolve()), "gateway": str(ROOT)}
+            sides["before"] = str(Path(args.before).resolve())
+        for tree in args.tree:
+            name, sep, folder = tree.partition("=")
+            if not sep or not name or name in ("direct", "gateway") or name in sides:
+                raise SystemExit(f"--tree {tree!r}: expected NAME=DIR with a new NAME (not direct or gateway)")
+            sides[name] = str(Path(folder).resolve())
+        sides["gateway"] = str(ROOT)
         procs: dict[str, tuple[subprocess.Popen, int]] = {}
         logs = []
         for name, code in sides.items():
@@ -159,11 +171,14 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
                                             stdout=log, stderr=log, env=env, cwd=code), port)
         try:
             limits = httpx.Limits(max_connections=args.concurrency + 8)
-            https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits)
+            auth = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+            https = {name: httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits,
+                                             headers=auth)
                      for name, (_, port) in procs.items()}
             for name, http in https.items():
-                await wait_healthy(http, f"gateway {name}'s log", timeout_s=30)
-            direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=600,
+                await wait_healthy(http, f"gateway {name}'s log", timeout_s=300)  # several start at once
+            # max_retries: a connection uvicorn closed while idle between rounds (its 5 s keep-alive) is retried
+            direct = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=2, timeout=600,
                                  http_client=httpx.AsyncClient(timeout=600, limits=limits))
 
             async def via_direct(i: int) -> None:
@@ -176,7 +191,11 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
             def via(name: str):
                 async def send(i: int) -> None:
                     nonlocal invalid
-                    r = await https[name].post("/v1/rewards", json={"samples": [{"prompt": "a photo", "image": b64[i]}]})
+                    body = {"samples": [{"prompt": "a photo", "image": b64[i]}]}
+                    try:
+                        r = await https[name].post("/v1/rewards", json=body)
+                    except (httpx.ReadError, httpx.RemoteProtocolError):  # a connection closed while idle
+                        r = await https[name].post("/v1/rewards", json=body)
                     r.raise_for_status()
                     if not r.json()["results"][0]["valid"]:
                         invalid += 1
@@ -194,7 +213,9 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 await asyncio.sleep(1.0)
             print(f"{args.samples} samples, {args.concurrency} concurrent, {args.size}x{args.size} PNG, "
-                  f"model {args.model} at {base_url}" + (f"; before = {sides['before']}" if args.before else ""))
+                  f"model {args.model} at {base_url}; python {sys.version.split()[0]}")
+            for name, code in sides.items():
+                print(f"  {name}: {code} at {_commit(code)}")
             for rnd in range(args.rounds):
                 print(f"round {rnd + 1}")
                 wall, lat = await run_load(args.samples, args.concurrency, via_direct)
@@ -236,6 +257,12 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     print(f"invalid gateway scores: {invalid}")
 
 
+def _commit(folder: str) -> str:
+    done = subprocess.run(["git", "-C", folder, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip()[:80] or "(not a git checkout)"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base-url", help="an existing vLLM /v1 URL (default: start the tiny CPU vLLM)")
@@ -245,6 +272,9 @@ def main() -> int:
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--before", help="another judge-gateway checkout to serve beside this one (before/after)")
+    p.add_argument("--api-key", help="serve the gateways with this API key (and send it): the key check's cost")
+    p.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                   help="one more checkout served beside this one in every round (repeatable)")
     p.add_argument("--profile", help="write a py-spy profile of this checkout's gateway (collapsed stacks) here")
     p.add_argument("--py-spy", default="py-spy", help="the py-spy executable (pip install py-spy)")
     args = p.parse_args()

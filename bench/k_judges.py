@@ -20,40 +20,20 @@ as at most ~64 tokens, so most of its cost per request is not the prefill.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _support import png_images as images, vllm_counters  # noqa: E402  (bench/_support.py: nothing imported from the tests)
+from _support import png_images as images, score_images, vllm_counters  # noqa: E402  (bench/_support.py: nothing imported from the tests)
 
 from judge_gateway.config import validate_config  # noqa: E402
 from judge_gateway.gateway import Gateway  # noqa: E402
-from judge_gateway.media import ImageMedia  # noqa: E402
-from judge_gateway.schema import RewardRequest, SampleInput  # noqa: E402
 
 JUDGES = {"image_quality": "image_quality@1", "alignment": "vqa_alignment@1",
           "beautiful": "flow_factory_beautiful@1"}
-
-
-async def run(gateway: Gateway, judges: list[str], imgs: list[ImageMedia], concurrency: int) -> tuple[float, int]:
-    sem = asyncio.Semaphore(concurrency)
-    invalid = 0
-
-    async def one(img: ImageMedia) -> None:
-        nonlocal invalid
-        async with sem:
-            resp = await gateway.score(RewardRequest(samples=[SampleInput(prompt="a photo of a fox", image=img)],
-                                                     judges=judges))
-            invalid += sum(not s.valid for s in resp.results[0].scores.values())
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one(img) for img in imgs))
-    return time.perf_counter() - start, invalid
 
 
 def hit_rate(before: dict[str, float], after: dict[str, float], kind: str) -> str:
@@ -69,7 +49,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
     })
     gateway = Gateway(cfg)
     warm = images(4, args.size, seed=999)
-    await run(gateway, list(JUDGES), warm, args.concurrency)
+    await score_images(gateway, list(JUDGES), warm, args.concurrency)
     kinds = sorted({k.removeprefix("vllm:").removesuffix("_queries_total")
                     for k in await vllm_counters(base_url) if k.endswith("_queries_total")})
     print(f"{args.images} images of {args.size}x{args.size} per run, {args.concurrency} concurrent, model "
@@ -79,7 +59,7 @@ async def main_async(args: argparse.Namespace, base_url: str) -> None:
         for k in (1, 3):
             imgs = images(args.images, args.size, seed=100 * rnd + k)
             before = await vllm_counters(base_url)
-            wall, invalid = await run(gateway, list(JUDGES)[:k], imgs, args.concurrency)
+            wall, invalid = await score_images(gateway, list(JUDGES)[:k], imgs, args.concurrency)
             after = await vllm_counters(base_url)
             walls[k].append(wall)
             rates = "   ".join(f"{kind} hits {hit_rate(before, after, kind)}" for kind in kinds)

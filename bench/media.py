@@ -29,6 +29,22 @@ measured alone on the same clip: the decode with nothing done to the frames, the
 PyAV's YUV -> RGB conversion of every frame, the resize of the RGB frames to the judge's size,
 and the encode of frames already at that size; where the mp4 row's time goes.
 
+`--node` counts what the judge node pays per video: the gateway's CPU (as above: validate + media +
+the body) and the judge server's frontend CPU for the same video (vLLM's API-server process, its
+engine core apart in a process of its own: VLLM_ENABLE_V1_MULTIPROCESSING=1; a CPU vLLM on the tiny
+Qwen2.5-VL the tests build, or --base-url with --server-pid), and their sum, per input and path in
+the same run: `before` (main at 0af1fb0: libswscale RGB of every kept frame, resize, Motion JPEG in
+mp4), `after` (planes resized and converted at the judge's size, a JPEG frame list), and for an mp4
+`passthrough` (the source as sent: vLLM decodes it and resizes to the judge's grid, asked per request
+with mm_processor_kwargs max_pixels). Every path asks the server for the same grid, so its tokens
+match; the after path's frame indices and PSNR against the reference (libswscale + PIL bicubic)
+are printed. A new clip (another seed) per repetition: vLLM's processor cache never hits.
+
+`--device-video PYTHON` (an interpreter with torch and torchcodec or PyAV, e.g. .venv-latents; on a
+GPU) times [media.device]'s path against the gateway's own on the same h264 clip (first shape of
+`--shapes`): the worker's decode (NVDEC through torchcodec on `--device` cuda, else PyAV) + device
+resize, then the JPEG frame list here; wall time, this process's CPU and the worker's CPU per video.
+
 `--latents PYTHON` (an interpreter with torch + diffusers, e.g. .venv-latents; on a GPU) runs the
 latent worker as the gateway does on a full-size random-weight Wan2.1 VAE and prints videos/s for
 81-frame 720p latents decoded whole against decoded + sampled + resized on the device.
@@ -399,6 +415,7 @@ def mp4_breakdown(n: int, h: int, w: int, reps: int) -> None:
     import av
 
     from judge_gateway.media import VideoMedia, VideoSampling, encode_video
+    from judge_gateway.media.planes import planes_to_rgb
     from judge_gateway.media.resize import resize_rgb
 
     sampling = VideoSampling(**COSMOS_SAMPLING)
@@ -414,19 +431,271 @@ def mp4_breakdown(n: int, h: int, w: int, reps: int) -> None:
 
     rgb = decode(lambda f: f.to_ndarray(format="rgb24"))
     small = np.ascontiguousarray(np.stack([resize_rgb(rgb[i], enc.width, enc.height) for i in enc.frame_indices]))
+    frames_list = VideoSampling(**COSMOS_SAMPLING, codec="jpeg_frames")
+
+    def decode_one_thread(convert: Callable[[Any], Any]) -> list[Any]:
+        with av.open(io.BytesIO(mp4)) as container:
+            stream = container.streams.video[0]
+            stream.thread_count = 1  # as the gateway decodes now (media/video.py DECODE_THREADS)
+            return [convert(f) for f in container.decode(stream)]
+
     steps = {
-        "whole mp4 path (from_mp4 + encode_video)": lambda: encode_video(VideoMedia.from_mp4(mp4), sampling),
-        "decode only (frames untouched)": lambda: decode(lambda f: None),
-        "decode + YUV->RGB every frame": lambda: decode(lambda f: f.to_ndarray(format="rgb24")),
+        "whole mp4 path, Motion JPEG (from_mp4 + encode_video)": lambda: encode_video(VideoMedia.from_mp4(mp4), sampling),
+        "whole mp4 path, JPEG frame list": lambda: encode_video(VideoMedia.from_mp4(mp4), frames_list),
+        "decode only, frame threads (frames untouched)": lambda: decode(lambda f: None),
+        "decode only, one thread": lambda: decode_one_thread(lambda f: None),
+        "decode + YUV->RGB every frame (libswscale)": lambda: decode(lambda f: f.to_ndarray(format="rgb24")),
+        f"decode (one thread) + planes resized, converted at {enc.width}x{enc.height}":
+            lambda: decode_one_thread(lambda f: planes_to_rgb(f, enc.width, enc.height, "fast")),
         f"resize {len(enc.frame_indices)} RGB frames to {enc.width}x{enc.height}":
             lambda: [resize_rgb(rgb[i], enc.width, enc.height) for i in enc.frame_indices],
         "encode the resized frames (snapshot, MJPEG, container)":
             lambda: encode_video(VideoMedia.from_array(small, 16), sampling),
+        "encode the resized frames (snapshot, JPEG frame list)":
+            lambda: encode_video(VideoMedia.from_array(small, 16), frames_list),
     }
     print(f"h264 {n}x{w}x{h} ({len(mp4) / 1e6:.2f} MB), cosmos_reason1 sampling -> {enc.num_frames} frames "
           f"{enc.width}x{enc.height}; budget {GPU_MS['video'][0] / 10:g}-{GPU_MS['video'][1] / 10:g} ms")
     for name, fn in steps.items():
         print(f"  {name:<58s} {cpu_ms(fn, reps):8.1f} ms", flush=True)
+
+
+# ---- the node: gateway + judge-server frontend ------------------------------------------------
+
+BASE_COMMIT = "0af1fb0"  # main before issue 34's video path: what `before` reproduces
+
+
+def before_video(video: Any, sampling: Any) -> tuple[bytes, Any]:
+    """main at 0af1fb0's mp4 path: FFmpeg frame threads, libswscale RGB of each kept frame, the fast
+    resize, Motion JPEG muxed into mp4 (the request's body, and the frames sent)."""
+    import av
+
+    from judge_gateway.media.body import dumps
+    from judge_gateway.media.cache import fingerprint
+    from judge_gateway.media.encode import _mux_jpeg_frames
+    from judge_gateway.media.resize import resize_rgb
+    from judge_gateway.media.sampling import _frame_size, sample_frame_indices
+    from judge_gateway.media.wire import _data_url
+
+    fingerprint(video)
+    idx, fps = sample_frame_indices(video.num_frames, video.fps, sampling)
+    w, h, _ = _frame_size(video.width, video.height, len(idx), sampling)
+    wanted, out = set(idx), []
+    if video.source_bytes() is not None:
+        with av.open(io.BytesIO(video.source_bytes())) as c:
+            stream = c.streams.video[0]
+            stream.thread_type = "AUTO"
+            for n, frame in enumerate(c.decode(stream)):
+                if n in wanted:
+                    out.append(resize_rgb(frame.to_ndarray(format="rgb24"), w, h))
+                if n >= idx[-1]:
+                    break
+    else:  # an array or a presampled clip: each frame resized as the decode loop hands it over
+        out = list(video.frames_array(idx, transform=lambda f: f if f.shape[:2] == (h, w) else resize_rgb(f, w, h)))
+    data, _ = _mux_jpeg_frames(out, w, h, fps, sampling.jpeg_quality)
+    return dumps(node_message(_data_url("video/mp4", data), sampling, None)), (idx, w, h)
+
+
+def after_video(video: Any, sampling: Any) -> tuple[bytes, Any]:
+    from judge_gateway.media import encode_video
+    from judge_gateway.media.body import dumps
+    from judge_gateway.media.cache import fingerprint
+
+    fingerprint(video)
+    enc = encode_video(video, sampling)
+    return dumps(node_message(enc.data_url, sampling, enc.media_io_kwargs)), enc
+
+
+def passthrough_video(b64: str, sampling: Any) -> bytes:
+    from judge_gateway.media import VideoMedia
+    from judge_gateway.media.body import dumps
+    from judge_gateway.media.wire import _data_url
+
+    video = VideoMedia.validate(b64)
+    return dumps(node_message(_data_url("video/mp4", video.source_bytes()), sampling, None))
+
+
+NODE_GRID: dict[str, int] = {}  # mm_processor_kwargs of every node request (set per clip: the judge's grid)
+
+
+def node_message(url: str, sampling: Any, media_io: dict | None) -> dict[str, Any]:
+    body = {"model": "judge", "messages": [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "Is the motion plausible?"}]}],
+        "max_completion_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 5,
+        "mm_processor_kwargs": dict(NODE_GRID)}
+    if media_io is not None:
+        body["media_io_kwargs"] = {"video": media_io}
+    return body
+
+
+def send(client: Any, url: str, body: bytes, pid: int) -> tuple[float, float, dict[str, Any]]:
+    """(frontend CPU ms, engine CPU ms, the reply) of one request, sent alone."""
+    from _support import child_pids, cpu_seconds
+
+    children = child_pids(pid)
+    f0, e0 = cpu_seconds(pid), sum(cpu_seconds(c) for c in children)
+    r = client.post(url, content=body, headers={"Content-Type": "application/json"})
+    f1, e1 = cpu_seconds(pid), sum(cpu_seconds(c) for c in children)
+    if r.status_code != 200:
+        raise RuntimeError(f"the judge server answered {r.status_code}: {r.text[:500]}")
+    return (f1 - f0) * 1000.0, (e1 - e0) * 1000.0, r.json()
+
+
+def bench_node(reps: int, shape: tuple[int, int, int], base_url: str | None, server_pid: int | None) -> None:
+    import contextlib
+    import tempfile
+
+    import httpx
+    from _support import CpuVllm
+    from PIL import Image
+
+    from judge_gateway.media import VideoMedia, VideoSampling
+
+    n, h, w = shape
+    per_frame = COSMOS_SAMPLING["total_pixels"] // (n - n % 2)  # the judge's frames: an even count
+    NODE_GRID.update({"max_pixels": per_frame, "min_pixels": 3136})
+    before_s = VideoSampling(**COSMOS_SAMPLING, codec="mjpeg")
+    after_s = VideoSampling(**COSMOS_SAMPLING, codec="jpeg_frames")
+    with contextlib.ExitStack() as stack:
+        if base_url is None:
+            run_dir = stack.enter_context(tempfile.TemporaryDirectory())
+            server = stack.enter_context(CpuVllm(
+                ["judge"], run_dir, wait_timeout=900, max_model_len=16384,
+                extra="--trust-request-mm-kwargs --max-num-batched-tokens 8192",
+                env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}))
+            base_url, server_pid = server.base_url, server.pid
+            print(f"CPU vLLM (tiny Qwen2.5-VL) up in {server.startup_seconds:.0f} s, API server pid {server_pid}")
+        assert server_pid is not None, "--base-url needs --server-pid (the API server's process)"
+        client = stack.enter_context(httpx.Client(timeout=900))
+        url = base_url.rstrip("/") + "/chat/completions"
+        rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+        answers: dict[tuple[str, str], list[Any]] = {}
+        warm = natural_clip(9, 64, 64, seed=99)
+        send(client, url, after_video(VideoMedia.from_array(warm, 16), after_s)[0], server_pid)  # warm
+        for rep in range(reps):
+            frames = natural_clip(n, h, w, seed=rep + 1)
+            mp4 = h264_bytes(frames, 16)
+            b64 = base64.b64encode(mp4).decode()
+            kept = np.stack([pil_bicubic(frames[i], (392, 224)) for i in range(80)]) if (h, w) == (720, 1280) else None
+            inputs = {
+                f"h264 mp4 {n}x{w}x{h}": lambda b64=b64: VideoMedia.validate(b64),
+                f"uint8 array {n}x{w}x{h}": lambda frames=frames: VideoMedia.from_array(frames, 16),
+            }
+            if kept is not None:
+                inputs["cosmos-rl latents (presampled on the device)"] = lambda kept=kept: VideoMedia.from_presampled(
+                    kept, 16.0, source_frames=n, source_width=w, source_height=h, indices=list(range(80)),
+                    resampled_by="device")
+            for name, make in inputs.items():
+                paths: dict[str, Callable[[], bytes]] = {
+                    "before": lambda make=make: before_video(make(), before_s)[0],
+                    "after": lambda make=make: after_video(make(), after_s)[0],
+                }
+                if name.startswith("h264"):
+                    paths["passthrough"] = lambda b64=b64: passthrough_video(b64, after_s)
+                for path, fn in paths.items():
+                    gc.collect()
+                    t0 = time.process_time()
+                    body = fn()
+                    gateway_ms = (time.process_time() - t0) * 1000.0
+                    front_ms, engine_ms, reply = send(client, url, body, server_pid)
+                    rows.setdefault((name, path), []).append((gateway_ms, front_ms, engine_ms))
+                    top = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"][0]
+                    answers.setdefault((name, path), []).append((reply["usage"]["prompt_tokens"], top["token"],
+                                                                 round(top["logprob"], 3)))
+            if rep == 0:  # the CPU path's frames against the reference (the frames themselves, not timed)
+                from judge_gateway.media.encode import _frame_transform
+
+                video = VideoMedia.validate(b64)
+                _, enc = after_video(video, after_s)
+                before_body, (b_idx, bw, bh) = before_video(VideoMedia.validate(b64), before_s)
+                with av_open(mp4) as c:
+                    full = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+                ref = [pil_bicubic(full[i], (enc.width, enc.height)) for i in enc.frame_indices]
+                kept = video.frames_array(enc.frame_indices, _frame_transform(enc.width, enc.height, True, "fast"))
+                sent = [np.asarray(Image.open(io.BytesIO(base64.b64decode(p))).convert("RGB"))
+                        for p in parse_data_url_parts(enc.data_url)]
+                b_url = json.loads(before_body)["messages"][0]["content"][0]["video_url"]["url"]
+                with av_open(base64.b64decode(b_url.partition(",")[2])) as c:
+                    b_sent = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+                def span(vals: list[float]) -> str:
+                    return f"min {min(vals):.2f}, mean {np.mean(vals):.2f} dB"
+
+                print(f"after path, h264 {n}x{w}x{h}: frames {enc.frame_indices[0]}..{enc.frame_indices[-1]} "
+                      f"({enc.num_frames}; before: {b_idx[0]}..{b_idx[-1]}, {len(b_idx)}; same: {enc.frame_indices == b_idx}) "
+                      f"at {enc.width}x{enc.height} (before {bw}x{bh}); PSNR against libswscale + PIL bicubic: the "
+                      f"decode loop's frames {span([psnr(a, b) for a, b in zip(kept, ref)])}; the JPEG frames sent "
+                      f"{span([psnr(a, b) for a, b in zip(sent, ref)])} (before, its Motion JPEG frames: "
+                      f"{span([psnr(a, b) for a, b in zip(b_sent, ref)])})", flush=True)
+    print(f"per video, process CPU ms (mean of {reps}; the gateway in this process, the judge server's API-server "
+          "process around each request); tokens / top answer per repetition")
+    print(f"  {'input':<46s} {'path':<12s} {'gateway':>8s} {'frontend':>9s} {'sum':>8s} {'engine':>8s}   answers")
+    for (name, path), vals in rows.items():
+        g, f, e = (float(np.mean([v[i] for v in vals])) for i in range(3))
+        print(f"  {name:<46s} {path:<12s} {g:8.1f} {f:9.1f} {g + f:8.1f} {e:8.1f}   {answers[(name, path)]}",
+              flush=True)
+
+
+def bench_device_video(python: str, device: str, decoder: str, reps: int, shape: tuple[int, int, int]) -> None:
+    """[media.device]'s path (the torch worker decodes and resizes, this process encodes) against the
+    gateway's own path on the same clip: wall, this process's CPU, the worker's CPU, per video."""
+    import asyncio
+
+    from _support import cpu_seconds
+
+    from judge_gateway.config import DeviceVideoConfig
+    from judge_gateway.device_video import DeviceVideoDecoder
+    from judge_gateway.media import MediaCache, VideoMedia, VideoSampling, encode_video
+    from judge_gateway.media.pool import MediaPool
+
+    n, h, w = shape
+    mp4 = h264_bytes(natural_clip(n, h, w), 16)
+    sampling = VideoSampling(**COSMOS_SAMPLING, codec="jpeg_frames")
+
+    async def run() -> None:
+        worker = DeviceVideoDecoder(DeviceVideoConfig(python=python, device=device, decoder=decoder))
+        pool = MediaPool(1)
+        try:
+            await MediaCache(pool, worker).video(VideoMedia.from_mp4(mp4), sampling)  # warm: torch, CUDA, NVDEC
+            for name in ("gateway (CPU)", f"device ({device})"):
+                wall = cpu = wcpu = 0.0
+                for _ in range(reps):
+                    pid = worker.pid
+                    w0, c0, k0 = time.perf_counter(), time.process_time(), cpu_seconds(pid) if pid else 0.0
+                    if name.startswith("gateway"):
+                        enc = encode_video(VideoMedia.from_mp4(mp4), sampling)
+                    else:
+                        enc = await MediaCache(pool, worker).video(VideoMedia.from_mp4(mp4), sampling)
+                    wall += time.perf_counter() - w0
+                    cpu += time.process_time() - c0
+                    wcpu += (cpu_seconds(pid) if pid else 0.0) - k0
+                d = enc.details()
+                print(f"  {name:<22s} wall {wall / reps * 1000:8.1f} ms   gateway CPU {cpu / reps * 1000:8.1f} ms   "
+                      f"worker CPU {wcpu / reps * 1000:8.1f} ms   ({d['path']}, {d.get('decoded_by', 'pyav here')}, "
+                      f"{d['num_frames']} frames {d['width']}x{d['height']}"
+                      + (f", fell back: {d['device_fallback']}" if "device_fallback" in d else "") + ")", flush=True)
+        finally:
+            await worker.aclose()
+            pool.shutdown()
+
+    print(f"h264 {n}x{w}x{h} ({len(mp4) / 1e6:.2f} MB), cosmos_reason1 sampling, JPEG frame list; mean of {reps}")
+    asyncio.run(run())
+
+
+def av_open(data: bytes) -> Any:
+    import av
+
+    return av.open(io.BytesIO(data))
+
+
+def parse_data_url_parts(url: str) -> list[str]:
+    """The base64 frames of a `video/jpeg` data URL."""
+    return url.partition(",")[2].split(",")
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def main() -> int:
@@ -445,6 +714,15 @@ def main() -> int:
     p.add_argument("--latents-vae", help="an AutoencoderKLWan directory (default: build a random-weight Wan2.1 one)")
     p.add_argument("--latent-shape", default="21x90x160",
                    help="latent frames x height x width (default: an 81-frame 720p clip)")
+    p.add_argument("--device-video", metavar="PYTHON",
+                   help="only: [media.device]'s path under this interpreter (torch + torchcodec or PyAV) against "
+                        "the gateway's own, on --device")
+    p.add_argument("--decoder", default="auto", choices=["auto", "torchcodec", "pyav"],
+                   help="--device-video: the worker's decoder")
+    p.add_argument("--node", action="store_true",
+                   help="only: the gateway's CPU and the judge server's frontend CPU per video, and their sum")
+    p.add_argument("--base-url", help="--node: an existing vLLM /v1 (default: start the tiny CPU vLLM)")
+    p.add_argument("--server-pid", type=int, help="--node with --base-url: its API-server process")
     args = p.parse_args()
     if args.latents:
         shape = tuple(int(x) for x in args.latent_shape.split("x"))
@@ -452,6 +730,16 @@ def main() -> int:
         return 0
     from judge_gateway.media.pool import default_workers
 
+    if args.device_video:
+        n, h, w = (int(x) for x in args.shapes.split(",")[0].split("x"))
+        print(f"bench/media.py --device-video {time.strftime('%Y-%m-%d')}: {cpu_model()}, {default_workers()} cores")
+        bench_device_video(args.device_video, args.device, args.decoder, args.reps, (n, h, w))
+        return 0
+    if args.node:
+        n, h, w = (int(x) for x in args.shapes.split(",")[0].split("x"))
+        print(f"bench/media.py --node {time.strftime('%Y-%m-%d')}: {cpu_model()}, {default_workers()} cores")
+        bench_node(args.reps, (n, h, w), args.base_url, args.server_pid)
+        return 0
     if args.mp4_breakdown:
         n, h, w = (int(x) for x in args.shapes.split(",")[0].split("x"))
         print(f"bench/media.py --mp4-breakdown {time.strftime('%Y-%m-%d')}: process CPU ms, mean of {args.reps}; "

@@ -9,6 +9,14 @@ retries for transient faults only: with jittered exponential back-off until the 
 when it has none. A fault shorter than the deadline is waited out, not turned into an invalid
 score.
 
+A backend that is down fails fast instead (the circuit, `BackendPool.down`): a replica that
+cannot be connected to (refused, unreachable, connect timeout), by a call or by its readiness
+probe, and has not answered for `down_after_s` is down; while every replica is, calls raise
+BackendUnavailable at once with the reason, each waiting at most for one shared readiness check
+(at most one a second, bounded at RECHECK_TIMEOUT_S), and the first answer, to a call or to a
+check, closes the circuit. A connect failure sooner after an answer (a blip, a server
+restarting) is still retried until the deadline; a probe that is only slow marks nothing.
+
 Fault messages reach clients in scores: they name the backend and the replica's index, never its
 URL, and never echo the backend's error body (both go to the log).
 """
@@ -16,6 +24,7 @@ URL, and never echo the backend's error body (both go to the log).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -39,6 +48,8 @@ from .media.body import dumps as dumps_body
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 10.0  # a backend's failures are logged at most this often per kind
 BUSY_COUNTS_AS_READY_S = 30.0  # a replica that answered a call this recently is busy when its probe is slow
+RECHECK_DOWN_EVERY_S = 1.0  # while a backend is down, one readiness check at most this often looks for its return
+RECHECK_TIMEOUT_S = 1.0  # that check's bound: what a call to a down backend waits at most
 
 
 class BackendFault(Unavailable):
@@ -169,6 +180,9 @@ class Replica:
     _sem: asyncio.Semaphore | None = None
     served: int = field(default=0)
     answered_at: float = field(default=-math.inf)  # time.monotonic() of the last call it answered
+    alive_at: float = field(default=-math.inf)  # of its last answer: a call, or a probe that listed models
+    down_at: float = field(default=-math.inf)  # of its last connect failure or failed probe
+    down_reason: str = ""  # why, as a score may say it (no URL)
     salt: int = field(init=False)  # a number of the URL, the same in every process (rendezvous hashing)
 
     def __post_init__(self) -> None:
@@ -197,6 +211,17 @@ class Replica:
         assert self._chat is not None, "bind() first"
         return self._chat
 
+    def mark_alive(self) -> None:
+        self.alive_at = time.monotonic()
+
+    def mark_down(self, reason: str) -> None:
+        self.down_at = time.monotonic()
+        self.down_reason = reason
+
+    def is_down(self, now: float, after_s: float) -> bool:
+        """It failed since it last answered, and that answer is older than `after_s`."""
+        return self.down_at > self.alive_at and now - self.alive_at > after_s
+
 
 def _http_client(timeout: Any) -> Any:
     """openai's aiohttp transport when installed: httpx's pool scans every idle connection on
@@ -219,6 +244,40 @@ class BackendPool:
         self.model = cfg.model
         self.replicas = [Replica(url, cfg.max_concurrency) for url in cfg.base_urls]
         self._logged: dict[str, float] = {}  # fault kind -> when it was last logged
+        self._recheck: asyncio.Future[tuple[bool, str | None]] | None = None  # the readiness check while down
+        self._recheck_at = -math.inf
+
+    # ---- the circuit: a backend whose every replica is down fails fast ------------------------
+
+    def down(self) -> bool:
+        """Every replica is down (see Replica.is_down): calls fail at once."""
+        now = time.monotonic()
+        return all(r.is_down(now, self.cfg.down_after_s) for r in self.replicas)
+
+    def down_message(self) -> str:
+        """Why calls fail at once: each replica's last failure; never a URL."""
+        now = time.monotonic()
+        n = len(self.replicas)
+        why = "; ".join(f"replica {i + 1} of {n}: {r.down_reason} ({now - r.down_at:.0f} s ago)"
+                        for i, r in enumerate(self.replicas))
+        last = max(r.alive_at for r in self.replicas)
+        since = "it never answered" if last == -math.inf else f"no answer for {now - last:.0f} s"
+        return (f"backend {self.name!r} is down ({since}): {why}; calls fail at once until it answers "
+                f"(checked at most every {RECHECK_DOWN_EVERY_S:g} s)")
+
+    async def _back_up(self) -> bool:
+        """While down: has it come back? One readiness check at a time, at most one a second,
+        shared by every call that arrives meanwhile (each waits for it, RECHECK_TIMEOUT_S at most)."""
+        loop = asyncio.get_running_loop()
+        check = self._recheck
+        now = time.monotonic()
+        if check is None or check.get_loop() is not loop or (check.done() and now - self._recheck_at
+                                                              >= RECHECK_DOWN_EVERY_S):
+            self._recheck_at = now
+            check = self._recheck = asyncio.ensure_future(self.probe(timeout_s=RECHECK_TIMEOUT_S))
+        with contextlib.suppress(Exception):
+            await asyncio.shield(check)  # a caller cancelled does not cancel the others' check
+        return not self.down()
 
     def _pick(self, affinity: int | None = None) -> Replica:
         now = time.monotonic()
@@ -241,6 +300,7 @@ class BackendPool:
             replica.consecutive_failures = 0
             replica.served += 1
             replica.answered_at = time.monotonic()
+            replica.mark_alive()
             return
         replica.consecutive_failures += 1
         if replica.consecutive_failures >= self.cfg.eject_after_failures:
@@ -260,6 +320,8 @@ class BackendPool:
                 # CPU than the judge itself (chat_http.py).
                 result = await replica.chat.post(body)
         except Exception as exc:
+            if isinstance(exc, openai.APIConnectionError) and _failed_to_connect(exc):
+                replica.mark_down(f"cannot connect ({_root_cause(exc)})")
             self._record(replica, ok=not is_transient(exc))
             raise
         finally:
@@ -278,7 +340,11 @@ class BackendPool:
         attempts too. An attempt in flight is the caller's to end (asyncio.timeout around this
         call: the judge's deadline_s, a cosmos-rl request's timeout, which fails it as a whole).
         `affinity` (a medium's key, MediaCache.affinity) routes the first attempt to that
-        medium's replica; retries go to the least loaded."""
+        medium's replica; retries go to the least loaded. While the backend is down (every
+        replica could not be connected to, none answered for down_after_s) it raises
+        BackendUnavailable with the reason at once: no retries, no wait beyond one shared check."""
+        if self.down() and not await self._back_up():
+            raise BackendUnavailable(self.down_message())
         extra = params.pop("extra_body", None) or {}
         # Serialised once for every attempt, data URLs spliced in (media/body.py).
         body = dumps_body({"model": self.model, **params, **extra})
@@ -289,6 +355,8 @@ class BackendPool:
 
         def give_up(state: RetryCallState) -> bool:
             if cap is not None and state.attempt_number > cap:
+                return True
+            if self.down():  # not a transient fault any more: fail now, with the reason
                 return True
             return time.monotonic() + state.upcoming_sleep >= deadline  # no attempt left in time
 
@@ -307,6 +375,8 @@ class BackendPool:
             raise
         except openai.OpenAIError as exc:
             self._log_failure(exc)
+            if self.down():
+                raise BackendUnavailable(self.down_message()) from exc
             raise _as_fault(exc, f"backend {self.name!r}") from exc
         raise BackendError(f"backend {self.name!r}: no attempt was made")  # pragma: no cover
 
@@ -335,12 +405,18 @@ class BackendPool:
             except asyncio.TimeoutError:
                 if time.monotonic() - replica.answered_at <= BUSY_COUNTS_AS_READY_S:
                     return True, None
-                reasons.append(f"{where}: no answer within {timeout_s:.0f}s")
+                # Slow, not known to be gone: a loaded server may list its models late (its calls
+                # are still tried; a replica already down stays down until it answers).
+                reasons.append(f"{where}: no answer within {timeout_s:g}s")
                 continue
             except Exception as exc:  # any failure means "not ready", with the reason
                 log.info("backend %s: probe of %s failed: %s", self.name, replica.base_url, _backend_text(exc))
-                reasons.append(str(_as_fault(exc, where)))
+                fault = _as_fault(exc, where)
+                if isinstance(fault, BackendUnavailable):  # not there (refused, unreachable): down
+                    replica.mark_down(str(fault).removeprefix(f"{where}: "))
+                reasons.append(str(fault))
                 continue
+            replica.mark_alive()  # it answered: whatever it serves, it is there
             ids = [m.id for m in models.data]
             if self.model in ids:
                 return True, None
@@ -355,6 +431,7 @@ class BackendPool:
                 "outstanding": r.outstanding,
                 "served": r.served,
                 "ejected": r.ejected_until > now,
+                "down": r.is_down(now, self.cfg.down_after_s),
             }
             for r in self.replicas
         ]

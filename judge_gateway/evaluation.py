@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from .extras import has_modules, require_extra
+from .extras import has_modules, install_command, require_extra
 from .inputs import IMAGE_SUFFIXES, VIDEO_SUFFIXES, InputItem, resolve_path, sample_key
 from .jsonl import iter_objects
 
@@ -268,7 +268,7 @@ def run_eval_command(args: argparse.Namespace, out: TextIO | None = None) -> int
     if report.calibration_refused is not None:
         print(f"no calibration plot: {report.calibration_refused}", file=sys.stderr)
     elif not has_modules("matplotlib"):
-        print("no calibration plot: it needs matplotlib: pip install 'judge-gateway[browse]'", file=sys.stderr)
+        print(f"no calibration plot: it needs matplotlib: {install_command('browse')}", file=sys.stderr)
     else:
         plot_calibration(report, plot)
         print(f"calibration plot: {plot}", file=out)

@@ -20,12 +20,26 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 
+def install_command(extra: str, python: str | None = None) -> str:
+    """The command that adds `extra` to judge-gateway (`python -m pip` of that interpreter, else
+    `pip`): from the checkout this package runs from, or from a wheel of it; judge-gateway is not
+    on the package index, so `pip install 'judge-gateway[...]'` would find nothing."""
+    from .envs.self_install import source_checkout
+
+    pip = f"{python} -m pip" if python else "pip"
+    root = source_checkout()
+    if root is not None:
+        return f"{pip} install -e '{root}[{extra}]'"
+    return (f"{pip} install '<the judge-gateway wheel>[{extra}]' (judge-gateway is not on the package index: the "
+            "wheel you installed, or `pip wheel --no-deps -w dist .` in a clone)")
+
+
 class MissingExtraError(Unavailable, ImportError):
     """A feature's optional dependencies are not installed; the message names the pip extra."""
 
     def __init__(self, feature: str, extra: str, missing: list[str]) -> None:
         super().__init__(f"{feature} needs the `{extra}` extra (missing: {', '.join(missing)}): "
-                         f"pip install 'judge-gateway[{extra}]'")
+                         f"{install_command(extra)}")
         self.feature = feature
         self.extra = extra
         self.missing = missing

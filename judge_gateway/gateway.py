@@ -13,6 +13,7 @@ from typing import Literal
 from .backends import BackendPool, deadline_at
 from .combine import combine_sample, group_transform
 from .config import GatewayConfig, load_config
+from .device_video import DeviceVideoDecoder
 from .exceptions import InvalidInput
 from .judge_factory import build_judges
 from .judges import Judge, ScoreContext
@@ -34,7 +35,14 @@ from .schema import (
 )
 
 log = logging.getLogger(__name__)
+# How a head's readiness reason begins while its worker loads (workers/supervisor.py; preflight.py reads
+# the same): it will score.
+LOADING_STATES = ("starting:", "restarting:")
 MEDIA_STOP_WAIT_S = 10.0  # how long an ended request waits for its media threads to stop (one frame each)
+# Cells started per turn of the event loop: each takes its first step (media identified, encoded
+# inline when small) in the turn after it starts, so a request of 4,096 samples started at once
+# held every other request for over a second; in groups of this many, the others run in between.
+CELLS_PER_TURN = 256
 
 
 class UnknownJudgeError(InvalidInput):
@@ -88,6 +96,8 @@ class Gateway:
         self.judges: dict[str, Judge] = build_judges(config, self.pools)
         # Decoding, resizing and encoding of every request's media, on every core ([media]).
         self.media_pool = MediaPool(config.media.workers, config.media.max_pending)
+        # [media.device]: judges' videos decoded and resized by a torch worker on the GPU (device_video.py)
+        self.video_device = DeviceVideoDecoder(config.media.device) if config.media.device is not None else None
         self.metrics = Metrics()
         # Decoded pixels all requests scoring at once may hold (media/budget.py): the servers reserve a
         # request's share before it scores.
@@ -127,6 +137,34 @@ class Gateway:
                 out[f"head:{name}"] = int(getattr(judge.cfg.options, "max_batch_size", 1))
         return out
 
+    def backend_slots(self) -> dict[str, int]:
+        """Per VLM backend a configured judge uses: its replicas x max_concurrency."""
+        out: dict[str, int] = {}
+        for judge in self.judges.values():
+            backend = judge.backend_name
+            if backend is not None and backend in self.config.backends:
+                b = self.config.backends[backend]
+                out[backend] = len(b.base_urls) * b.max_concurrency
+        return out
+
+    def backend_demand(self, request: RewardRequest) -> dict[str, int]:
+        """Backend -> the calls scoring `request` sends it (each VLM judge's backend_calls: a call
+        per sample, more with a shadow template or comparisons); {} for a request score() refuses at once (unknown judges, too many
+        samples), so it holds no backend's room while it is refused."""
+        if len(request.samples) > self.config.server.max_samples_per_request:
+            return {}
+        try:
+            names = self.resolve_judges(request.judges)
+        except UnknownJudgeError:
+            return {}
+        out: dict[str, int] = {}
+        for name in names:
+            judge = self.judges[name]
+            backend = judge.backend_name
+            if backend is not None:
+                out[backend] = out.get(backend, 0) + judge.backend_calls(request.samples)
+        return out
+
     def default_judges(self) -> list[str]:
         return [name for name, j in self.config.judges.items() if j.default]
 
@@ -164,7 +202,7 @@ class Gateway:
         for name in names:  # refused before anything is scored: a request no retry can change
             if (reason := self.judges[name].refusal(request.samples)) is not None:
                 raise GroupTooLargeError(reason)
-        ctx = ScoreContext(media=MediaCache(self.media_pool), request_id=request.request_id or uuid.uuid4().hex,
+        ctx = ScoreContext(media=MediaCache(self.media_pool, self.video_device), request_id=request.request_id or uuid.uuid4().hex,
                            samples=request.samples)
         demand = {name: (judge.queue, [judge.demand(s) for s in request.samples])
                   for name in names if (judge := self.judges[name]).queue is not None}
@@ -175,19 +213,20 @@ class Gateway:
             try:
                 score = await self.judges[name].score(request.samples[sample_index], ctx)
             except asyncio.CancelledError:  # the request was abandoned (client gone, shutdown)
-                self.metrics.cancelled_scores.labels(name).inc()
+                self.metrics.count(self.metrics.cancelled_scores, (name,))
                 raise
             finally:
                 held.give(name, sample_index)
             self._observe(score)
             return score
 
-        with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
-            tasks = [
-                [asyncio.ensure_future(cell(i, name)) for name in names]
-                for i in range(len(request.samples))
-            ]
+        tasks: list[list[asyncio.Future[JudgeScore]]] = []
         try:
+            with media_scope(scope), deadline_at(deadline):  # inherited by every cell's task and thread
+                for i in range(len(request.samples)):
+                    tasks.append([asyncio.ensure_future(cell(i, name)) for name in names])
+                    if (i + 1) % max(1, CELLS_PER_TURN // len(names)) == 0:
+                        await asyncio.sleep(0)  # these cells take their first steps before more start
             await asyncio.gather(*(t for row in tasks for t in row))
         except BaseException:
             for row in tasks:
@@ -213,7 +252,7 @@ class Gateway:
                                       request.group_transform)
         for result, value in zip(results, transformed):
             result.group_reward = value
-        self.metrics.samples.inc(len(results))
+        self.metrics.count(self.metrics.samples, (), len(results))
         combine = self.config.combine
         return RewardResponse(
             id=ctx.request_id,
@@ -229,10 +268,10 @@ class Gateway:
 
     def _observe(self, score: JudgeScore) -> None:
         m = self.metrics
-        m.judge_latency.labels(score.judge).observe(score.latency_ms / 1000.0)
-        m.scores.labels(score.judge, str(score.valid).lower()).inc()
+        m.observe(m.judge_latency, (score.judge,), score.latency_ms / 1000.0)
+        m.count(m.scores, (score.judge, "true" if score.valid else "false"))
         if not score.valid and score.error is not None:
-            m.invalid_scores.labels(score.judge, score.error.code.value).inc()
+            m.count(m.invalid_scores, (score.judge, score.error.code.value))
 
     async def readiness(self, *, fresh: bool = False) -> dict[str, tuple[bool, str | None]]:
         """Judge name -> (ready, reason). Probes are cached for server.readiness_interval_s."""
@@ -280,6 +319,21 @@ class Gateway:
 
         return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
 
+    async def unscorable(self, names: Sequence[str]) -> dict[str, str]:
+        """Of the named judges, those that cannot score now, each with the reason (what a
+        protocol's health answer says): a VLM judge whose backend does not answer or serve its
+        model, a head whose model failed to load. A head still loading is not listed: requests
+        for it wait for the load. Probed now (probe_judges)."""
+        probed = await self.probe_judges(list(dict.fromkeys(names)))
+        out = {}
+        for name, (ok, reason) in probed.items():
+            if ok:
+                continue
+            loading = self.judges[name].backend_name is None and (reason or "").startswith(LOADING_STATES)
+            if not loading:
+                out[name] = reason or "not ready"
+        return out
+
     async def judge_infos(self, names: Sequence[str] | None = None, *, wait: bool = False) -> list[JudgeInfo]:
         """Every judge with its readiness (the cached probe of all of them), or only the named
         ones, probed now (see `probe_judges`)."""
@@ -302,6 +356,8 @@ class Gateway:
                                        return_exceptions=True)
         for pool in self.pools.values():
             await pool.aclose()
+        if self.video_device is not None:
+            await self.video_device.aclose()
         self.media_pool.shutdown()
         errors = [(name, r) for name, r in zip(self.judges, results) if isinstance(r, BaseException)]
         for name, err in errors[1:]:  # only the first is raised: the others are not lost

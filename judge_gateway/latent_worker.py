@@ -1,4 +1,5 @@
-"""Torch worker process: loads torch-saved tensors (weights_only=True) and decodes Wan VAE latents.
+"""Torch worker process: loads torch-saved tensors (weights_only=True), decodes Wan VAE latents, and
+decodes encoded videos on the device (NVDEC where torchcodec and a CUDA device are there).
 
 Runs as a script under an interpreter that has torch (+ diffusers to decode), so the gateway's
 own environment needs neither. That interpreter cannot import the judge_gateway package, so the
@@ -16,6 +17,12 @@ request, not here). Every request carries an "id" that its reply repeats. Reques
                                  payload: npy float32 [B,C,T,H,W] -> npy uint8 [B,3,T',H',W'], or with
                                  "frames" / "size" only those frames of each sample at that size,
                                  [B,3,n,h,w]: sampled and resized on the device right after the decode
+  {"op": "decode_video", "device", "decoder": "auto" | "torchcodec" | "pyav", "container", "frames": [index, ...],
+   "size": [width, height], "source": [frames, width, height], "max_pixels"}
+                                 payload: an encoded video (the gateway validated it: container, codec, size and
+                                 frame count) -> npy uint8 [n, h, w, 3]: those source frames, decoded (NVDEC through
+                                 torchcodec on a CUDA device, else PyAV on this process's CPU) and resized on the
+                                 device by antialiased bicubic; reply {"decoder": what decoded}
   {"op": "shutdown"}             exit (so does the end of stdin)
 Replies: {"id", "ok": true, ...} + payload, or {"id", "ok": false, "error": "...", "stage": "load" | null}
 + empty payload ("load": the VAE or its statistics could not be loaded).
@@ -243,6 +250,73 @@ def decode(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
     return {"shape": list(pixels.shape)}, _npy(pixels)
 
 
+# The demuxers a decode_video payload may open (the gateway's container allow-list, media/container.py).
+_DEMUXERS = {"mp4": "mov", "mov": "mov", "webm": "matroska", "matroska": "matroska", "avi": "avi"}
+
+
+def _torchcodec_frames(payload: bytes, frames: list[int], device: str) -> Any:
+    """uint8 [n, 3, H, W] on `device`, by torchcodec (NVDEC on a CUDA device)."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(payload, device=device, seek_mode="exact")
+    return decoder.get_frames_at(indices=frames).data
+
+
+def _pyav_frames(payload: bytes, h: dict[str, Any]) -> Any:
+    """uint8 [n, 3, H, W] on the CPU, by PyAV under the gateway's allow-list: the sniffed demuxer
+    only, no protocol beyond the buffer, frames no larger than max_pixels; every frame up to the
+    last one kept is checked against the validated size and count."""
+    import av
+    import numpy as np
+    import torch
+
+    frames, (count, width, height) = h["frames"], h["source"]
+    wanted, last = set(frames), max(frames)
+    kept: dict[int, Any] = {}
+    options = {"protocol_whitelist": "none", "format_whitelist": "mov,matroska,avi"}
+    with av.open(io.BytesIO(payload), mode="r", format=_DEMUXERS[h["container"]], container_options=options) as c:
+        stream = c.streams.video[0]
+        stream.codec_context.options = {"max_pixels": str(int(h["max_pixels"]))}
+        for n, frame in enumerate(c.decode(stream)):
+            if (frame.width, frame.height) != (width, height) or n >= count:
+                raise ValueError(f"frame {n} ({frame.width}x{frame.height}) is not what the gateway validated "
+                                 f"({count} frames of {width}x{height})")
+            if n in wanted:
+                kept[n] = frame.to_ndarray(format="rgb24")
+            if n >= last:
+                break
+    missing = [i for i in frames if i not in kept]
+    if missing:
+        raise ValueError(f"the video decoded to fewer frames than frame {missing[0]}")
+    return torch.from_numpy(np.stack([kept[i] for i in frames])).permute(0, 3, 1, 2)
+
+
+def decode_video(h: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    """The kept frames of an encoded video, decoded and resized on the device (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    device, decoder = str(h["device"]), h.get("decoder", "auto")
+    if decoder == "auto":
+        decoder = "torchcodec" if device.startswith("cuda") and importlib.util.find_spec("torchcodec") else "pyav"
+    with torch.inference_mode():
+        if decoder == "torchcodec":
+            x = _torchcodec_frames(payload, list(h["frames"]), device)
+            used = f"torchcodec on {device}"
+        else:
+            x = _pyav_frames(payload, h).to(device)
+            used = "pyav on the CPU"
+        width, height = (int(v) for v in h["size"])
+        if x.shape[0] != len(h["frames"]) or tuple(x.shape[2:]) != (int(h["source"][2]), int(h["source"][1])):
+            raise ValueError(f"{decoder} gave frames {list(x.shape)}, not {len(h['frames'])} of the validated size")
+        if (height, width) != tuple(x.shape[2:]):
+            # antialiased bicubic, as Qwen-VL's processor and PIL resize (sample_and_resize's kernel)
+            x = F.interpolate(x.float(), size=(height, width), mode="bicubic", antialias=True,
+                              align_corners=False).clamp(0, 255).round()
+        pixels = x.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu().numpy()
+    return {"decoder": used, "shape": list(pixels.shape)}, _npy(pixels)
+
+
 def _answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
     op = header.get("op")
     if op == "ping":
@@ -253,6 +327,8 @@ def _answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byt
         return load_torch(payload)
     if op == "decode":
         return decode(header, payload)
+    if op == "decode_video":
+        return decode_video(header, payload)
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from .config import GatewayConfig, is_loopback
 from .envs import load_specs
+from .extras import install_command
 from .schema import JudgeInfo
 
 # The supervisor's states while a head loads (workers/supervisor.py readiness reasons).
@@ -58,6 +59,9 @@ def start_hint(info: JudgeInfo, cfg: GatewayConfig | None, config_ref: str | Non
     # A hub id is served under its own name; any other name must be given as the served name.
     serve = (f"vllm serve {model}{port_arg}" if "/" in model
              else f"vllm serve <weights of {model}> --served-model-name {model}{port_arg}")
+    if backend is not None and backend.launch is not None:  # the config says how: `up` starts it
+        return (f"`judge-gateway up` with this config starts it (its launch table, [backends.{info.backend}.launch]); "
+                f"or start vLLM yourself: `{serve}`")
     return (f"start vLLM for it: `{serve}` (guides: vLLM backends), or point "
             f"[backends.{info.backend}] base_urls at a running server")
 
@@ -76,8 +80,7 @@ def head_hint(info: JudgeInfo, cfg: GatewayConfig | None, config_ref: str | None
     if python or env is None:  # its own interpreter (or a class you bring, in your venv)
         return f"`{prepare}` builds its environment ({python or 'yours'}), fetches its weights and probes it"
     extra = judge.kind_spec.extra if judge is not None else None
-    here = f"install its libraries here (`{sys.executable} -m pip install 'judge-gateway[{extra}]'`), or " \
-        if extra else ""
+    here = f"install its libraries here (`{install_command(extra, sys.executable)}`), or " if extra else ""
     return (f"{here}give it the environment of its kind: `judge-gateway env build {env.name}` (makes {env.venv}), "
             f"set [judges.{info.name}.options] python = \"{env.venv}/bin/python\"; then `{prepare}` fetches "
             "its weights and probes it")

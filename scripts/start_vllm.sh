@@ -33,6 +33,12 @@ Presets (--preset NAME, env JG_VLLM_PRESET):
   unified_reward         CodeGoat24/UnifiedReward-qwen-7b          port 8004  len 8192   {"image":1}
   qwen_vl                Qwen/Qwen2.5-VL-7B-Instruct               port 8005  len 8192   {"image":2,"video":1}
                          (generic yes/no questions)
+  cosmos_reason2         nvidia/Cosmos-Reason2-8B                  port 8006  len 16384  {"image":1,"video":1}
+  unified_reward_2       CodeGoat24/UnifiedReward-2.0-qwen3vl-8b   port 8007  len 16384  {"image":2,"video":1}
+  unified_reward_think   CodeGoat24/UnifiedReward-Think-qwen3vl-8b port 8008  len 16384  {"image":2,"video":1}
+  videoscore2            TIGER-Lab/VideoScore2                     port 8009  len 16384  {"video":1}
+  qwen3_vl               Qwen/Qwen3-VL-8B-Instruct                 port 8010  len 8192   {"image":2,"video":1}
+                         (GenEval 2's VQA model; checklists)
 
 Options:
   --preset NAME                  one of the presets above               JG_VLLM_PRESET
@@ -51,6 +57,14 @@ Options:
                                  judge-gateway sampled and recorded; 0 = vLLM's own default
                                  of 2 fps)                              JG_VLLM_VIDEO_FPS
   --no-prefix-caching            disable prefix caching (on by default) JG_VLLM_PREFIX_CACHING=0
+  --trust-request-mm-kwargs      accept per-request mm_processor_kwargs / media_io_kwargs (vLLM
+                                 refuses them by default): judge-gateway sends a video it
+                                 sampled as a JPEG frame list with its rate there (backends.NAME.
+                                 video_input); bind the server where only the gateway reaches it
+                                                                        JG_VLLM_TRUST_MM_KWARGS=1
+  --api-server-count N           vLLM's API-server processes (HTTP, media decode, multimodal
+                                 processing: a video's CPU cost in vLLM is there); N > 1 runs
+                                 vLLM's \`serve\` entry point (default 1)   JG_VLLM_API_SERVERS
   --gpu-memory-utilization F     GPU memory fraction                    JG_VLLM_GPU_MEM_UTIL
   --tensor-parallel-size N       tensor parallel size                   JG_VLLM_TP
   --data-parallel auto|N         vLLM's --data-parallel-size: N, or auto (the default on GPUs)
@@ -74,7 +88,8 @@ Options:
   -h, --help                     this help
 
 CPU mode environment (set for the server): HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
+VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 (honoured from the
+environment; 1 when --api-server-count > 1: the engine core runs in a process of its own)
 VLLM_CPU_KVCACHE_SPACE (GiB, default 1; honoured from the environment)
 VLLM_CACHE_ROOT=<run-dir>/cache/<name>.
 
@@ -97,6 +112,7 @@ die() { echo "$PROG: $*" >&2; exit 2; }
 ACTION=""
 OPT_PRESET="" OPT_MODEL="" OPT_NAME="" OPT_HOST="" OPT_PORT="" OPT_MAX_LEN="" OPT_LIMIT_MM=""
 OPT_MAX_LOGPROBS="" OPT_VIDEO_FPS="" OPT_PREFIX="" OPT_GPU_UTIL="" OPT_TP="" OPT_DP="" OPT_CPU="" OPT_PYTHON=""
+OPT_TRUST_MM="" OPT_API_SERVERS=""
 OPT_RUN_DIR="" OPT_WAIT="" OPT_STOP_WAIT="" OPT_EXTRA="" DRY_RUN=0
 OPT_SERVED=()
 PASSTHROUGH=()
@@ -120,6 +136,8 @@ while [[ $# -gt 0 ]]; do
         --video-fps) need_value "$@"; OPT_VIDEO_FPS="$2"; shift 2 ;;
         --no-prefix-caching) OPT_PREFIX=0; shift ;;
         --prefix-caching) OPT_PREFIX=1; shift ;;
+        --trust-request-mm-kwargs) OPT_TRUST_MM=1; shift ;;
+        --api-server-count) need_value "$@"; OPT_API_SERVERS="$2"; shift 2 ;;
         --gpu-memory-utilization) need_value "$@"; OPT_GPU_UTIL="$2"; shift 2 ;;
         --tensor-parallel-size) need_value "$@"; OPT_TP="$2"; shift 2 ;;
         --data-parallel|--data-parallel-size) need_value "$@"; OPT_DP="$2"; shift 2 ;;
@@ -157,7 +175,23 @@ case "$PRESET" in
     qwen_vl)
         P_MODEL="Qwen/Qwen2.5-VL-7B-Instruct"; P_SERVED="Qwen/Qwen2.5-VL-7B-Instruct"
         P_PORT=8005; P_MAX_LEN=8192; P_LIMIT_MM='{"image":2,"video":1}' ;;
-    *) die "unknown preset '$PRESET' (cosmos_reason1, rational_rewards_t2i, rational_rewards_edit, unified_reward, qwen_vl)" ;;
+    # The Qwen3-VL-era judges (docs/judges/vlm.md): their model cards' context; one medium each.
+    cosmos_reason2)
+        P_MODEL="nvidia/Cosmos-Reason2-8B"; P_SERVED="nvidia/Cosmos-Reason2-8B"
+        P_PORT=8006; P_MAX_LEN=16384; P_LIMIT_MM='{"image":1,"video":1}' ;;
+    unified_reward_2)
+        P_MODEL="CodeGoat24/UnifiedReward-2.0-qwen3vl-8b"; P_SERVED="CodeGoat24/UnifiedReward-2.0-qwen3vl-8b"
+        P_PORT=8007; P_MAX_LEN=16384; P_LIMIT_MM='{"image":2,"video":1}' ;;
+    unified_reward_think)
+        P_MODEL="CodeGoat24/UnifiedReward-Think-qwen3vl-8b"; P_SERVED="CodeGoat24/UnifiedReward-Think-qwen3vl-8b"
+        P_PORT=8008; P_MAX_LEN=16384; P_LIMIT_MM='{"image":2,"video":1}' ;;
+    videoscore2)
+        P_MODEL="TIGER-Lab/VideoScore2"; P_SERVED="TIGER-Lab/VideoScore2"
+        P_PORT=8009; P_MAX_LEN=16384; P_LIMIT_MM='{"video":1}' ;;
+    qwen3_vl)
+        P_MODEL="Qwen/Qwen3-VL-8B-Instruct"; P_SERVED="Qwen/Qwen3-VL-8B-Instruct"
+        P_PORT=8010; P_MAX_LEN=8192; P_LIMIT_MM='{"image":2,"video":1}' ;;
+    *) die "unknown preset '$PRESET' (cosmos_reason1, rational_rewards_t2i, rational_rewards_edit, unified_reward, qwen_vl, cosmos_reason2, unified_reward_2, unified_reward_think, videoscore2, qwen3_vl)" ;;
 esac
 
 FF_USED=()   # read before HOST and PORT below take their final values
@@ -192,6 +226,8 @@ MAX_LOGPROBS="${OPT_MAX_LOGPROBS:-${JG_VLLM_MAX_LOGPROBS:-20}}"
 VIDEO_FPS="${OPT_VIDEO_FPS:-${JG_VLLM_VIDEO_FPS:-30}}"
 [[ "$VIDEO_FPS" =~ ^[0-9]+$ ]] || die "--video-fps must be a whole number, got '$VIDEO_FPS'"
 PREFIX_CACHING="${OPT_PREFIX:-${JG_VLLM_PREFIX_CACHING:-1}}"
+TRUST_MM="${OPT_TRUST_MM:-${JG_VLLM_TRUST_MM_KWARGS:-0}}"
+API_SERVERS="${OPT_API_SERVERS:-${JG_VLLM_API_SERVERS:-1}}"
 GPU_UTIL="${OPT_GPU_UTIL:-${JG_VLLM_GPU_MEM_UTIL:-${GPU_MEMORY_UTILIZATION:-}}}"
 TP="${OPT_TP:-${JG_VLLM_TP:-${TENSOR_PARALLEL_SIZE:-}}}"
 DP="${OPT_DP:-${JG_VLLM_DP:-${DATA_PARALLEL_SIZE:-auto}}}"
@@ -208,6 +244,8 @@ VENV="${JG_VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 [[ "$STOP_TIMEOUT" =~ ^[0-9]+$ ]] || die "--stop-timeout must be a whole number of seconds"
 [[ "$CPU_MODE" == 1 || "$CPU_MODE" == 0 ]] || die "JG_VLLM_CPU must be 0 or 1"
 [[ -z "$TP" || "$TP" =~ ^[1-9][0-9]*$ ]] || die "--tensor-parallel-size must be a positive whole number, got '$TP'"
+[[ "$TRUST_MM" == 1 || "$TRUST_MM" == 0 ]] || die "JG_VLLM_TRUST_MM_KWARGS must be 0 or 1"
+[[ "$API_SERVERS" =~ ^[1-9][0-9]*$ ]] || die "--api-server-count must be a positive whole number, got '$API_SERVERS'"
 
 # --data-parallel auto: one replica per visible GPU (per TP group of them). Flow-Factory's
 # launcher counts the comma-separated entries of CUDA_VISIBLE_DEVICES, 1 when it is unset.
@@ -318,28 +356,33 @@ do_start() {
     [[ -n "$MODEL" ]] || die "no model: give --preset or --model"
 
     local -a cmd env_args=()
+    # Several API servers: vLLM's `serve` entry point starts them (its api_server module runs one).
+    local -a entry=(-m vllm.entrypoints.openai.api_server --model "$MODEL")
+    [[ "$API_SERVERS" -gt 1 ]] && entry=(-m vllm.entrypoints.cli.main serve "$MODEL")
     if [[ "$CPU_MODE" == 1 ]]; then
         PYTHON="${PYTHON:-$VENV/bin/python}"
         [[ -x "$PYTHON" ]] || die "CPU mode needs the vLLM CPU venv: $PYTHON not found (run scripts/setup_vllm_cpu.sh)"
-        cmd=("$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL")
+        cmd=("$PYTHON" "${entry[@]}")
         mkdir -p "$RUN_DIR/cache/$NAME"
+        local multiprocessing="${VLLM_ENABLE_V1_MULTIPROCESSING:-0}"
+        [[ "$API_SERVERS" -gt 1 ]] && multiprocessing=1
         env_args=(
             HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
             TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
             VLLM_NO_USAGE_STATS=1
             DO_NOT_TRACK=1
             VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
-            VLLM_ENABLE_V1_MULTIPROCESSING=0
+            VLLM_ENABLE_V1_MULTIPROCESSING="$multiprocessing"
             VLLM_CACHE_ROOT="$RUN_DIR/cache/$NAME"
         )
     elif [[ -n "$PYTHON" ]]; then
-        cmd=("$PYTHON" -m vllm.entrypoints.openai.api_server --model "$MODEL")
+        cmd=("$PYTHON" "${entry[@]}")
     elif [[ -n "${VLLM_BIN:-}" ]]; then   # Flow-Factory's launcher variable
         cmd=("$VLLM_BIN" serve "$MODEL")
     elif command -v vllm >/dev/null 2>&1; then
         cmd=(vllm serve "$MODEL")
     else
-        cmd=(python3 -m vllm.entrypoints.openai.api_server --model "$MODEL")
+        cmd=(python3 "${entry[@]}")
     fi
 
     cmd+=(--host "$HOST" --port "$PORT" --max-logprobs "$MAX_LOGPROBS")
@@ -349,6 +392,8 @@ do_start() {
     # vLLM's Qwen-VL loader resamples every received video at 2 fps by default, which would
     # silently override the frames judge-gateway chose (and records in each score's details).
     [[ "$VIDEO_FPS" != 0 ]] && cmd+=(--media-io-kwargs "{\"video\": {\"fps\": $VIDEO_FPS}}")
+    [[ "$TRUST_MM" == 1 ]] && cmd+=(--trust-request-mm-kwargs)
+    [[ "$API_SERVERS" -gt 1 ]] && cmd+=(--api-server-count "$API_SERVERS")
     if [[ "$PREFIX_CACHING" == 1 ]]; then
         cmd+=(--enable-prefix-caching)
     else

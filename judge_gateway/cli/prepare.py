@@ -13,7 +13,7 @@ from .env import add_torch_options
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from ..prepare import Options, Row, environment_needs, judge_weights, run_prepare
+    from ..prepare import Options, plan_prepare, run_prepare
 
     cfg = load_config(args.config)
     specs = load_specs()
@@ -26,22 +26,11 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         os.environ["HF_HUB_CACHE"] = str(args.download_dir.absolute())
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
-    if args.dry_run:
-        names = judges or list(cfg.judges)
-        rows = {n: Row(n, cfg.judges[n].kind) for n in names}
-        print(choice.describe())
-        for need in environment_needs(cfg, names, specs, rows):
-            print(f"environment {need.spec} for {', '.join(need.users)}:")
-            for line in builder.plan(specs.env(need.spec), need.venv):
-                print(f"  {line}")
-        for name in names:
-            jc = cfg.judges[name]
-            refs = judge_weights(jc) if jc.kind_spec.runs_on == "head" else []
-            weights = ", ".join(f"{r.option}={r.ref} ({r.form})" for r in refs) or "none named"
-            print(f"judge {name} ({jc.kind}): weights {weights}; then load and probe")
-        return 0
     opts = Options(offline=args.offline, download_dir=args.download_dir, start=args.start, build=not args.no_build,
                    force=args.rebuild, judges=judges, run_dir=Path(args.run_dir))
+    if args.dry_run:
+        print("\n".join(plan_prepare(cfg, choice, builder, opts)))
+        return 0
     status, _ = run_prepare(cfg, choice, builder, opts)
     if args.download_dir and status == 0:
         print(f"weights are in {args.download_dir}: export HF_HUB_CACHE={args.download_dir.absolute()} "
@@ -58,12 +47,15 @@ def register_prepare(sub: argparse._SubParsersAction) -> None:
                    help="download nothing: check local paths and the hub cache, report what is missing")
     s.add_argument("--download-dir", type=Path, metavar="DIR",
                    help="hub cache to download into (default: huggingface_hub's, e.g. ~/.cache/huggingface/hub)")
-    s.add_argument("--start", action="store_true",
-                   help="also start the launched vLLM servers and probe their judges (then stop them)")
+    s.add_argument("--no-start", dest="start", action="store_false",
+                   help="do not start a launched backend's vLLM servers for the probe (default: start the ones "
+                        "not already answering, probe their judges, stop them)")
+    s.add_argument("--start", dest="start", action="store_true", help=argparse.SUPPRESS)  # the default; kept
     s.add_argument("--no-build", action="store_true", help="check the environments, never build or change one")
     s.add_argument("--rebuild", action="store_true", help="run every environment's steps even when it imports")
-    s.add_argument("--run-dir", default="run/prepare", help="logs of servers started by --start (default run/prepare)")
+    s.add_argument("--run-dir", default="run/prepare", help="logs of the vLLM servers started for the probes (default run/prepare)")
     s.add_argument("--dry-run", action="store_true",
-                   help="print the torch build, index, pins, environments and weights; do nothing")
+                   help="print every step (torch build, index, pins, environments, each judge's and the latent "
+                        "decoder's weights, the servers and probes); do nothing")
     add_torch_options(s)
     s.set_defaults(func=_cmd_prepare)

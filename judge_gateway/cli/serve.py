@@ -19,7 +19,7 @@ from ..config import (
     resolve_config_path,
     shipped_configs,
 )
-from ..extras import require_extra
+from ..extras import install_command, require_extra
 
 
 def startup_lines(cfg: Any, config_ref: str | None) -> list[str]:
@@ -70,7 +70,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..gateway import Gateway
     from ..server import create_app
     from ..server.guards import uvicorn_options
-    from ..server.heap import freeze_startup_objects
+    from ..server.heap import freeze_startup_objects, tune_gc_for_serving
     from . import local_redis
 
     cfg, rewards_toml = load_config_report(args.config)
@@ -136,6 +136,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 return 2
         app = create_app(gateway, api_keys=keys)
         freeze_startup_objects()  # full GC passes walk what requests make, not the started process
+        tune_gc_for_serving()  # and young ones come less often (server/heap.py)
         uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
                     **uvicorn_options(cfg.server))
     finally:
@@ -155,7 +156,7 @@ def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
     try:
         from ..ray_mode.deploy import deploy
     except ImportError as err:
-        print(f"error: Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'; in a checkout "
+        print(f"error: Ray mode needs the `ray` extra ({install_command('ray')}; in a checkout "
               f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
     url = deploy(cfg, keys, address)
@@ -171,7 +172,7 @@ def _cmd_ray_status(args: argparse.Namespace) -> int:
     try:
         from ..ray_mode.deploy import connect, format_status, status
     except ImportError as err:
-        print(f"error: Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'; in a checkout "
+        print(f"error: Ray mode needs the `ray` extra ({install_command('ray')}; in a checkout "
               f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
     connect(rc, args.address)

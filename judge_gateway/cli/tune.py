@@ -91,8 +91,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def register_tune(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("tune", help="fit aggregation weights to human preference pairs")
     ts = s.add_subparsers(dest="tune_cmd", required=True)
-    x = ts.add_parser("rubric", help="a rubric judge's aspect weights, N/A policy and tie threshold")
-    x.add_argument("--judge", required=True, help="the rubric judge's configured name")
+    x = ts.add_parser("rubric", help="a rubric judge's aspect weights (a multi_axis judge's axes, a checklist's "
+                      "probes), N/A policy and tie threshold")
+    x.add_argument("--judge", required=True, help="the rubric, multi_axis or checklist judge's configured name")
     add_tune_args(x)
     x = ts.add_parser("weights", help="the weights of several judges in the combined reward")
     x.add_argument("--judges", required=True, help="comma-separated judge names")

@@ -52,7 +52,6 @@ from .loading import (
     validate_config,
 )
 from .models import (
-    AdmissionConfig,
     BackendConfig,
     CombineConfig,
     EvalConfig,
@@ -61,11 +60,9 @@ from .models import (
     JudgeConfig,
     MediaConfig,
     PromptsConfig,
-    ServerConfig,
     VideoSamplingConfig,
-    check_api_key,
-    is_loopback,
 )
+from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import (
     DEFAULT_COSMOS_REWARDS,
@@ -88,7 +85,18 @@ from .protocols import (
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
 from .residency import VLLM_SLEEP_PLATFORMS, ResidencyConfig
-from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .server import AdmissionConfig, ServerConfig, check_api_key, is_loopback
+from .vlm_options import (
+    AnswerProbabilityOptions,
+    AspectWeightOptions,
+    ChecklistOptions,
+    CriticOptions,
+    FinalScoreOptions,
+    MultiAxisOptions,
+    RubricOptions,
+    VLMOptions,
+    YesNoOptions,
+)
 from .watch import WatchAlarms, WatchConfig
 
 __all__ = [
@@ -99,13 +107,14 @@ __all__ = [
     "resolve_config_path", "shipped_configs", "validate_config",
     "RewardsToml", "is_cosmos_rl_rewards", "map_rewards_toml",
     # sections
-    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "CombineConfig", "BackendConfig",
+    "GatewayConfig", "ServerConfig", "AdmissionConfig", "MediaConfig", "DeviceVideoConfig", "CombineConfig", "BackendConfig",
     "JudgeConfig", "ImageEncodingConfig", "VideoSamplingConfig", "NormalizeConfig", "EvalConfig", "PromptsConfig",
     "check_api_key", "is_loopback",
     # judge kinds and their options
     "KINDS", "KindSpec", "VLM_KINDS", "HEAD_KINDS", "KIND_OPTIONS", "HEAD_KIND_OPTIONS", "JudgeOptions",
     "VLMOptions", "YesNoOptions", "RubricOptions", "FinalScoreOptions", "CriticOptions",
     "ComparativeOptions",
+    "AspectWeightOptions", "MultiAxisOptions", "ChecklistOptions", "AnswerProbabilityOptions",
     "HeadOptions", "ClipOptions", "PickScoreOptions", "HPSv2Options", "HPSv3Options", "OcrOptions",
     "GenEvalOptions", "VideoAlignOptions", "ImageRewardOptions", "ImageRewardVit",
     "ImportedHeadOptions", "CustomHeadOptions", "FlowFactoryModelOptions", "CosmosRLHandlerOptions", "class_ref",

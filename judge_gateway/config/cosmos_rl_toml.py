@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,13 @@ JUDGE_OF = {"cosmos_reason1": "cosmos_reason1", "dance_grpo": "videoalign", "hps
             "unified_reward": "unified_reward"}
 VIDEO_REWARDS = ("cosmos_reason1", "dance_grpo")  # cosmos-rl's NEEDS_LATENT_DECODER
 VLM_PORTS = {"cosmos_reason1": 8001, "unified_reward": 8004}  # scripts/start_vllm.sh's presets
+# How `judge-gateway up` serves each VLM reward on this machine (as configs/cosmos_rl.toml: the
+# preset's model, one GPU, a context holding the judge's visual budget and its reply).
+VLM_LAUNCH = {"cosmos_reason1": {"preset": "cosmos_reason1", "gpus": 1, "max_model_len": 16384,
+                                 "limit_mm_per_prompt": {"video": 1}},
+              "unified_reward": {"preset": "unified_reward", "gpus": 1, "max_model_len": 8192,
+                                 "limit_mm_per_prompt": {"image": 1}}}
+PRESET_MODELS = {"cosmos_reason1": "nvidia/Cosmos-Reason1-7B-Reward", "unified_reward": "CodeGoat24/UnifiedReward-qwen-7b"}
 # cosmos-rl's unified_reward reads the first match of this (model/unified_reward.py 48-60).
 UNIFIED_REWARD_PATTERN = r"Final Score:\s*([1-5](?:\.\d+)?)"
 GENEVAL_CKPT = "mask2former_swin-s-p4-w7-224_lsj_8x2_50e_coco_20220504_001756-743b7d99.pth"
@@ -202,14 +210,36 @@ def _vlm(source: str, where: str, name: str, args: dict[str, Any], given: set[st
         os.environ.setdefault(env, str(args["endpoint_api_key"]))
         backend["api_key_env"] = env
         out.lines.append(f"{where}.endpoint_api_key -> backends.{name}.api_key_env = {env} ({source})")
+    _launch(where, name, url, args, given, backend, out)
     out.data["backends"][name] = backend
     for key in ("venv_python", "dtype", "device", "download_path"):
         if key in given:
             out.lines.append(f"{where}.{key} = {args[key]!r} -> not used (vLLM serves this model: its dtype and "
                              "devices are scripts/start_vllm.sh's)")
-    if name == "unified_reward" and "model_path" in given:
-        out.lines.append(f"{where}.model_path = {args['model_path']!r} -> not used "
-                         "(cosmos-rl's service ignores it too)")
+
+
+def _launch(where: str, name: str, url: str, args: dict[str, Any], given: set[str], backend: dict[str, Any],
+            out: RewardsToml) -> None:
+    """A launch table for a server on this machine: `judge-gateway up` starts it, `prepare` builds
+    its venv, fetches its model and probes it. A URL on another host is someone else's server."""
+    parsed = urlsplit(url)
+    if parsed.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") or parsed.port is None:
+        out.lines.append(f"{where}: {url} is another host's server -> no launch table (`judge-gateway up` "
+                         "starts no server for it)")
+        return
+    launch = dict(VLM_LAUNCH[name])
+    weights = PRESET_MODELS[name]
+    if name == "cosmos_reason1" and args["model_path"] != weights:
+        launch["model"] = weights = str(args["model_path"])
+    elif name == "unified_reward" and "model_path" in given:
+        launch["model"] = weights = str(args["model_path"])
+    backend["launch"] = launch
+    served = f"as {backend['model']!r}" if backend["model"] != weights else "under its own name"
+    out.lines.append(f"{where} -> backends.{name}.launch: `judge-gateway up` serves {weights} ({served}) at {url} "
+                     f"(one GPU, max_model_len {launch['max_model_len']}); `prepare` fetches it"
+                     + (" (model_path: the weights it serves; cosmos-rl's service ignores it)"
+                        if name == "unified_reward" and "model_path" in given else "")
+                     + "; a server of your own there: `serve`, not `up`")
 
 
 def _head(source: str, where: str, name: str, judge: str, args: dict[str, Any], given: set[str],

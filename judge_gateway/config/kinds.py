@@ -30,7 +30,16 @@ from .head_options import (
     PickScoreOptions,
     VideoAlignOptions,
 )
-from .vlm_options import CriticOptions, FinalScoreOptions, RubricOptions, VLMOptions, YesNoOptions
+from .vlm_options import (
+    AnswerProbabilityOptions,
+    ChecklistOptions,
+    CriticOptions,
+    FinalScoreOptions,
+    MultiAxisOptions,
+    RubricOptions,
+    VLMOptions,
+    YesNoOptions,
+)
 
 # The typed options of any kind (JudgeConfig.options).
 JudgeOptions = VLMOptions | HeadOptions
@@ -82,6 +91,9 @@ KINDS: dict[str, KindSpec] = {k.name: k for k in (
     _vlm("critic", CriticOptions, "judges.critic:CriticJudge"),
     # A group judged by comparing its samples (docs/judges/comparative.md).
     _vlm("comparative", ComparativeOptions, "judges.comparative:ComparativeJudge", scores_groups=True),
+    _vlm("multi_axis", MultiAxisOptions, "judges.multi_axis:MultiAxisJudge"),
+    _vlm("answer_probability", AnswerProbabilityOptions, "judges.answer_probability:AnswerProbabilityJudge"),
+    _vlm("checklist", ChecklistOptions, "judges.checklist:ChecklistJudge"),
     _head("clip", ClipOptions, _CLIP_FAMILY),
     _head("pickscore", PickScoreOptions, _CLIP_FAMILY),
     _head("hpsv2", HPSv2Options, _CLIP_FAMILY),

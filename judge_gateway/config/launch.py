@@ -1,4 +1,4 @@
-"""[backends.NAME.launch]: how `judge-gateway up` (and `prepare --start`) starts the backend's vLLM
+"""[backends.NAME.launch]: how `judge-gateway up` (and `prepare`, for its probes) starts the backend's vLLM
 servers on this machine: one server per `base_urls` entry (its port), through
 scripts/start_vllm.sh (a preset by name, or a model), each on `gpus` GPUs taken in order from
 CUDA_VISIBLE_DEVICES. A backend without `launch` is someone else's server: never started here.
@@ -13,7 +13,8 @@ from pydantic import Field, field_validator, model_validator
 from .base import Strict
 
 # The presets of scripts/start_vllm.sh (its usage text lists them; a unit test checks both agree).
-VLLM_PRESETS = ("cosmos_reason1", "rational_rewards_t2i", "rational_rewards_edit", "unified_reward", "qwen_vl")
+VLLM_PRESETS = ("cosmos_reason1", "rational_rewards_t2i", "rational_rewards_edit", "unified_reward", "qwen_vl",
+                "cosmos_reason2", "unified_reward_2", "unified_reward_think", "videoscore2", "qwen3_vl")
 
 _MEDIA_LIMIT = re.compile(r"^[a-z_]+$")
 
@@ -30,6 +31,10 @@ class LaunchConfig(Strict):
     max_model_len: int | None = Field(None, gt=0, description="vLLM's --max-model-len (default: the preset's).")
     limit_mm_per_prompt: dict[str, int] | None = Field(
         None, description="vLLM's --limit-mm-per-prompt, e.g. {image = 2, video = 1} (default: the preset's).")
+    api_server_count: int = Field(
+        1, ge=1, le=64, description="vLLM's API-server processes (--api-server-count): a video's CPU cost in vLLM "
+        "(its decode and multimodal processing) is spent there, so one process caps the videos/s a GPU serves; "
+        "see the VLM performance guide.")
     python: str | None = Field(
         None, description="Interpreter with vLLM installed; default `.venv-vllm/bin/python` when it exists "
         "(`judge-gateway prepare` builds it), else what start_vllm.sh finds.")

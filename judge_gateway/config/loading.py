@@ -18,7 +18,7 @@ from .ray import check_ray
 from .residency import check_residency
 from .watch import check_watch
 from .comparative_options import ComparativeOptions
-from .vlm_options import CriticOptions, RubricOptions, VLMOptions
+from .vlm_options import AnswerProbabilityOptions, AspectWeightOptions, CriticOptions, VLMOptions
 
 # The configs shipped inside the package (the repository's configs/ folder), loadable by name.
 SHIPPED_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "shipped_configs"
@@ -126,7 +126,7 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
     if template.kind != spec.template_kind:
         problems.append(f"{key}.template: {judge.template} is a {template.kind!r} template, "
                         f"but the judge's kind is {judge.kind!r}")
-    elif isinstance(opts, RubricOptions):
+    elif isinstance(opts, AspectWeightOptions):
         names = {a.name for a in template.aspects}
         for aspect in opts.aspect_weights or {}:
             if aspect not in names:
@@ -135,9 +135,20 @@ def _check_judge(name: str, judge: JudgeConfig, cfg: GatewayConfig, source: str,
         problems += _check_profile(key, judge, opts, template, source)
     elif isinstance(opts, CriticOptions):
         problems += _check_critic(key, name, judge, opts, template, cfg, broken)
+    elif isinstance(opts, AnswerProbabilityOptions):
+        problems += _check_atoms_file(key, opts, source)
     elif isinstance(opts, ComparativeOptions):
         problems += _check_comparative(key, name, judge, opts, template, cfg)
     problems += _check_shadow(key, judge, opts, template)
+    if (judge.video.codec == "jpeg_frames" and judge.backend in cfg.backends
+            and not cfg.backends[judge.backend].takes_jpeg_frames()):
+        problems.append(f"{key}.video.codec: jpeg_frames needs a backend that takes them: backends."
+                        f"{judge.backend}.video_input is {cfg.backends[judge.backend].video_input!r} (set it to "
+                        "jpeg_frames once its server runs with --trust-request-mm-kwargs, or use codec mjpeg)")
+    if judge.video.codec == "jpeg_frames" and sum(slot in ("video", "condition_video")
+                                                   for slot in template.media_slots) > 1:
+        problems.append(f"{key}.video.codec: jpeg_frames sends one rate for all of a request's videos "
+                        f"(media_io_kwargs is per modality), and {judge.template} has several video slots: use mjpeg")
     if opts.video_first_frame and "image" not in template.media_slots:
         problems.append(f"{key}.options.video_first_frame: {judge.template} has no <image> "
                         "slot for a video's first frame to fill")
@@ -204,7 +215,7 @@ def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any)
         return [f"{where}: {ref} is a {shadow.kind!r} template, but the judge's kind is {judge.kind!r}"]
     if shadow.sha256 == template.sha256:
         return [f"{where}: {ref} is the judge's own template"]
-    if isinstance(opts, RubricOptions):
+    if isinstance(opts, AspectWeightOptions):
         names = {a.name for a in shadow.aspects}
         wanted = set(opts.aspect_weights or {})
         if wanted - names:
@@ -212,8 +223,25 @@ def _check_shadow(key: str, judge: JudgeConfig, opts: VLMOptions, template: Any)
     return []
 
 
-def _check_profile(key: str, judge: JudgeConfig, opts: RubricOptions, template: Any, source: str) -> list[str]:
-    """Load the rubric judge's aggregation profile (path resolved next to the config file)."""
+def _check_atoms_file(key: str, opts: AnswerProbabilityOptions, source: str) -> list[str]:
+    """The atoms file (path resolved next to the config file) must be readable GenEval 2 JSONL."""
+    if opts.atoms_file is None:
+        return []
+    from ..atoms import AtomsFileError, load_atoms_file
+
+    path = Path(opts.atoms_file)
+    if not path.is_absolute() and Path(source).is_file():
+        path = Path(source).resolve().parent / path
+    try:
+        load_atoms_file(path)
+    except AtomsFileError as err:
+        return [f"{key}.options.atoms_file: {err}"]
+    opts.atoms_file = str(path)  # resolved once, here
+    return []
+
+
+def _check_profile(key: str, judge: JudgeConfig, opts: AspectWeightOptions, template: Any, source: str) -> list[str]:
+    """Load the judge's aggregation profile (path resolved next to the config file)."""
     ref = opts.aggregation_profile
     if ref is None:
         return []

@@ -1,6 +1,6 @@
 """The config's models, one per section (docs/reference/configuration.md is generated from them):
 
-    [server]    host, port, api_keys / api_keys_env, max_body_bytes, timeouts, header limits, ...
+    [server]    (server.py) host, port, api_keys / api_keys_env, limits, admission, network guards
     [media]     decoded-pixel budgets per image, video and request
     [combine]   policy, on_invalid, fill_value
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
@@ -13,7 +13,6 @@ Each model checks its own section; the checks across sections are in loading.py.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -31,143 +30,19 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..bands import check_bands
-from ..env_vars import getenv
 from ..media import MAX_VIDEO_FRAMES, MediaLimits
 from ..media.budget import auto_process_pixels
 from .base import Strict
 from .custom_heads import resolve_path
 from .kinds import KINDS, JudgeOptions, KindSpec
 from .launch import LaunchConfig
+from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
 from .residency import ResidencyConfig
+from .server import LOOPBACK_HOSTS, ServerConfig
 from .watch import WatchConfig
-
-
-class AdmissionConfig(Strict):
-    """Admission control of the synchronous APIs (native /v1/rewards and Flow-Factory /compute):
-    at most `max_active` requests score at once; up to `max_waiting` more wait for a slot, each at
-    most `max_wait_s`; the rest are refused at once, with Retry-After: 429 on the native API, 503 on
-    Flow-Factory (its client retries 5xx, not 4xx). cosmos-rl has its own bound (max_pending).
-    Unset bounds are derived from what the configured judges can work on at once (/readyz says)."""
-
-    max_active: int | None = Field(
-        None, gt=0, description="Synchronous requests scored at once (native + Flow-Factory). Default: the "
-        "judges' capacity, i.e. each used backend's replicas x max_concurrency plus each head's max_batch_size "
-        "(at most 256)."
-    )
-    max_waiting: int | None = Field(
-        None, ge=0, description="Requests that may wait for a slot; beyond: refused at once. Default: max_active "
-        "(at most 512)."
-    )
-    max_wait_s: float = Field(10.0, gt=0, description="Longest wait for a slot (or for room in the decoded-media "
-                              "budget); then refused.")
-    retry_after_s: int = Field(2, ge=1, description="The Retry-After (seconds) sent with a refusal.")
-
-    def bounds(self, capacity: int) -> tuple[int, int]:
-        """(max_active, max_waiting): as set, else derived from the judges' capacity."""
-        active = self.max_active if self.max_active is not None else max(1, min(capacity, DEFAULT_MAX_ACTIVE))
-        waiting = self.max_waiting if self.max_waiting is not None else min(active, DEFAULT_MAX_WAITING)
-        return active, waiting
-
-
-DEFAULT_MAX_ACTIVE = 256  # ceilings of the derived bounds
-DEFAULT_MAX_WAITING = 512
-
-
-class ServerConfig(Strict):
-    host: str = Field("127.0.0.1", description="Bind address; loopback unless you mean to expose it.")
-    port: int = Field(8080, ge=0, le=65535, description="TCP port (0: any free port).")
-    api_keys: list[str] = Field(default_factory=list, description="Accepted Bearer tokens.")
-    api_keys_env: str | None = Field(
-        "JG_API_KEYS",
-        description="Environment variable holding more accepted tokens, comma-separated (a JG_ name "
-        "also reads its deprecated JUDGE_GATEWAY_ spelling, with a warning, when unset).",
-    )
-    max_body_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest accepted request body.")
-    max_samples_per_request: int = Field(
-        4096, gt=0, description="Most samples (Flow-Factory: prompts) in one request; more is refused (native API: 413)."
-    )
-    readiness_interval_s: float = Field(
-        5.0, gt=0, description="How long a backend readiness probe result is reused."
-    )
-    allow_unauthenticated_public: bool = Field(
-        False,
-        description="Permit a non-loopback host without API keys (refused by default).",
-    )
-    allow_networks: list[str] = Field(
-        default_factory=list,
-        description="CIDR networks (e.g. 10.0.0.0/8, 192.168.1.7/32, fd00::/8) whose peers may connect; every "
-        "other peer address gets 403. Checked on the TCP peer of every request (X-Forwarded-For is not "
-        "trusted). Satisfies the guard on a non-loopback host as API keys do: for trainers whose client "
-        "sends no key (Flow-Factory's). Empty: every peer.",
-    )
-    # Slow or oversized clients (docs/guides/limits.md): enforced by the HTTP protocol the CLI runs.
-    header_timeout_s: float = Field(
-        10.0, gt=0, description="A request's headers must arrive within this time of its first byte "
-        "(or of the connection opening); else 408 and the connection is closed."
-    )
-    body_timeout_s: float = Field(
-        60.0, gt=0, description="A request's body must arrive within this time of its headers; else "
-        "408 and the connection is closed."
-    )
-    keep_alive_s: float = Field(30.0, gt=0, description="An idle keep-alive connection is closed after this.")
-    max_header_bytes: int = Field(
-        16384, ge=1024, description="Largest request line + headers (bytes); larger is refused with 431 (400 when h11's own buffer bound trips first, on headers still arriving)."
-    )
-    max_headers: int = Field(100, gt=0, description="Most request headers; more is refused with 431.")
-    admission: AdmissionConfig = Field(
-        default_factory=AdmissionConfig, description="Bounds on the synchronous requests scoring at once."
-    )
-
-    @field_validator("allow_networks")
-    @classmethod
-    def _networks(cls, networks: list[str]) -> list[str]:
-        out = []
-        for i, text in enumerate(networks):
-            try:
-                out.append(str(ipaddress.ip_network(text.strip(), strict=False)))
-            except ValueError as err:
-                raise ValueError(f"allow_networks[{i}] = {text!r} is not a network in CIDR form "
-                                 f"(e.g. 10.0.0.0/8 or 192.168.1.7/32): {err}") from None
-        return out
-
-    def public_bind_ok(self, api_keys: list[str]) -> bool:
-        """A non-loopback bind needs API keys, an allow-list of peer networks, or an explicit opt-out."""
-        return is_loopback(self.host) or bool(api_keys) or bool(self.allow_networks) \
-            or self.allow_unauthenticated_public
-
-    @field_validator("api_keys")
-    @classmethod
-    def _keys(cls, keys: list[str]) -> list[str]:
-        for i, key in enumerate(keys):
-            check_api_key(key, f"api_keys[{i}]")
-        return keys
-
-    def resolved_api_keys(self) -> list[str]:
-        keys = list(self.api_keys)
-        if self.api_keys_env:
-            extra = getenv(self.api_keys_env) or ""
-            keys += [k.strip() for k in extra.split(",") if k.strip()]
-        return keys
-
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    """A bind address only this machine reaches (serving elsewhere without API keys is refused)."""
-    return host in LOOPBACK_HOSTS
-
-
-def check_api_key(key: str, where: str = "API key") -> str:
-    """An empty key would match a request that sends none: refuse it (and keys no header can carry)."""
-    if not key.strip():
-        raise ValueError(f"{where} is empty or whitespace: it would accept requests without a key")
-    if key != key.strip():
-        raise ValueError(f"{where} has leading/trailing whitespace, which no Authorization header keeps")
-    return key
 
 
 class MediaConfig(Strict):
@@ -189,6 +64,9 @@ class MediaConfig(Strict):
     max_pending: int | None = Field(
         None, gt=0, description="Media jobs queued or running beyond which new synchronous requests are refused "
         "(429 / 503 with Retry-After; default: 32 per worker).")
+    device: DeviceVideoConfig | None = Field(
+        None, description="Decode and resize videos for VLM judges on the device ([media.device]); a video the "
+        "worker cannot do is done here (details.video.device_fallback says why).")
     max_process_pixels: int | None = Field(
         None, gt=0, description="Decoded pixels all requests scoring at once may hold, process-wide: a request "
         "reserves what its compressed media (and cosmos-rl latents) decode to before it scores and waits for room "
@@ -208,7 +86,7 @@ class MediaConfig(Strict):
         return self
 
     def limits(self) -> MediaLimits:
-        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending"}))
+        return MediaLimits(**self.model_dump(exclude={"max_process_pixels", "workers", "max_pending", "device"}))
 
     def process_pixels(self) -> int:
         """max_process_pixels, or its default for this machine."""
@@ -265,9 +143,20 @@ class BackendConfig(Strict):
                                        "exponential back-off from 0.1 s).")
     eject_after_failures: int = Field(5, gt=0, description="Consecutive failures before a replica is ejected.")
     eject_cooldown_s: float = Field(10.0, ge=0, description="How long an ejected replica is skipped before it is tried again.")
+    down_after_s: float = Field(
+        10.0, ge=0, description="A replica that cannot be connected to (refused, unreachable), by a call or its readiness probe, and has not "
+        "answered for this long is down; while every replica is down, calls fail at once with backend_unavailable "
+        "and the reason (one readiness check a second looks for its return; the first answer ends it). A fault "
+        "sooner after an answer is transient: retried until the call's deadline."
+    )
     launch: LaunchConfig | None = Field(
         None, description="How `judge-gateway up` starts this backend's vLLM servers here (one per base_urls "
         "entry); absent: an external server, never started by judge-gateway.")
+    video_input: Literal["auto", "jpeg_frames", "mp4"] = Field(
+        "auto", description="How its servers take a video a judge sampled (the judge's video.codec = auto): "
+        "jpeg_frames: a `video/jpeg` list of JPEG frames with the rate in the request's media_io_kwargs (vLLM "
+        "started with --trust-request-mm-kwargs, which `up` and `start_vllm.sh --trust-request-mm-kwargs` add); "
+        "mp4: Motion JPEG in mp4 (any server); auto: jpeg_frames when the backend has a launch table, else mp4.")
 
     @field_validator("base_urls")
     @classmethod
@@ -284,8 +173,13 @@ class BackendConfig(Strict):
                 parsed = urlsplit(url)
                 if parsed.hostname not in (*LOOPBACK_HOSTS, "0.0.0.0") or parsed.port is None:
                     raise ValueError(f"launch starts servers on this machine: base_urls entry {url!r} must name "
-                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1)")
+                                     "a loopback host and a port (e.g. http://127.0.0.1:8001/v1); a server on another "
+                                     "host has no launch table: drop it")
         return self
+
+    def takes_jpeg_frames(self) -> bool:
+        """Whether its servers take `video/jpeg` frame lists with per-request media_io_kwargs."""
+        return self.video_input == "jpeg_frames" or (self.video_input == "auto" and self.launch is not None)
 
     def api_key(self) -> str:
         # vLLM without --api-key accepts any token; the openai client insists on one.
@@ -317,9 +211,13 @@ class VideoSamplingConfig(Strict):
         True, description="Drop the last frame of an odd count (Qwen2.5-VL's temporal patch is 2 frames); a lone "
         "frame is sent twice."
     )
-    codec: Literal["auto", "mjpeg", "libx264", "mpeg4"] = Field(
-        "auto", description="auto: Motion JPEG (libjpeg-turbo frames in mp4); libx264 / mpeg4 through FFmpeg.")
-    jpeg_quality: int = Field(95, ge=1, le=100, description="Motion JPEG quality (4:4:4 chroma from 90).")
+    codec: Literal["auto", "jpeg_frames", "mjpeg", "libx264", "mpeg4"] = Field(
+        "auto", description="auto: jpeg_frames where the backend takes them (backends.NAME.video_input) and the "
+        "template has one video slot, else mjpeg; jpeg_frames: a `video/jpeg` list of JPEG frames (no container) "
+        "with its rate in the request's media_io_kwargs; mjpeg: Motion JPEG (libjpeg-turbo frames in mp4); "
+        "libx264 / mpeg4 through FFmpeg.")
+    jpeg_quality: int = Field(95, ge=1, le=100, description="JPEG quality of jpeg_frames and mjpeg (4:4:4 chroma "
+                              "from 90).")
     crf: int = Field(18, ge=0, le=51, description="libx264's quality.")
     resampler: Literal["fast", "pil"] = Field(
         "fast", description="fast: OpenCV (PSNR >= 40 dB of PIL's bicubic); pil: PIL's bicubic, the reference.")

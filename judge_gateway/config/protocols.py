@@ -68,10 +68,20 @@ class StoreConfig(Strict):
         description="How long a key that expired or was evicted is remembered, so a pull says `expired`, not `unknown`.",
     )
 
+    max_connections: int = Field(
+        64, ge=2, description="kind = redis: connections to Redis this process keeps at most. When all are busy an "
+        "operation waits for one (pool_wait_s) instead of failing: a Redis command takes well under a millisecond, "
+        "so 64 serve hundreds of trainers polling at once (each durable-queue consumer holds one while it waits "
+        "for work).")
+    pool_wait_s: float = Field(
+        10.0, gt=0, description="kind = redis: how long an operation waits for a free connection before it fails "
+        "(a pull answers 503 + Retry-After, an enqueue 503).")
     persistence: Literal["refuse", "warn", "off"] = Field(
-        "warn",
-        description="kind = redis: at start-up, check (CONFIG GET) that Redis persists (AOF or RDB snapshots); "
-        "without, a Redis restart loses every stored result. refuse: do not start; warn: log; off: no check.",
+        "refuse",
+        description="kind = redis: check (CONFIG GET) that Redis keeps what it acknowledges through a kill, i.e. has "
+        "AOF (appendonly yes; RDB snapshots alone lose what came since the last one). refuse: do not start without "
+        "it, and answer a cosmos-rl enqueue 503 (no uuid given) while Redis runs without it (looked up again every "
+        "10 s); warn: log at start-up and accept anyway; off: no check.",
     )
     queue: QueueConfig = Field(
         default_factory=QueueConfig, description="The durable queue of accepted cosmos-rl work (Redis Streams)."

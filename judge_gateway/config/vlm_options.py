@@ -40,24 +40,22 @@ class YesNoOptions(VLMOptions):
     )
 
 
-class RubricOptions(VLMOptions):
+class AspectWeightOptions(VLMOptions):
+    """Options of the kinds whose reward is a weighted mean of named parts of the reply (rubric
+    aspects, multi-axis axes, checklist probes): the weights and policies are data, tunable with
+    `judge-gateway tune rubric` into an aggregation profile."""
+
     aspect_weights: dict[str, float] | None = Field(
-        None, description="Aspect name -> weight (default: the template's weights)."
+        None, description="Aspect (axis, probe) name -> weight (default: the template's)."
     )
     na_policy: Literal["skip", "value"] = Field(
         "skip", description="skip: leave N/A aspects out of the mean; value: count them as na_value."
     )
     na_value: float | None = Field(None, description="na_policy = value: the score an N/A aspect counts as.")
     missing_policy: Literal["invalid", "skip"] | None = Field(
-        None, description="An expected aspect absent from the reply makes the score invalid, or is left out "
-        "of the mean (default: the template's, else invalid). A reply with no aspect score is invalid either way."
-    )
-    scale: tuple[float, float] | None = Field(None, description="Aspect scale (default: the template's).")
-    max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
-    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
-    stop: list[str] | None = Field(None, description=_STOP)
-    guided_regex: str | None = Field(
-        None, description="Constrain the reply with vLLM structured outputs (a regex)."
+        None, description="An expected aspect absent from the reply (a probe without an answer) makes the score "
+        "invalid, or is left out of the mean (default: the template's, else invalid; checklist: skip). A reply "
+        "with no aspect score is invalid either way."
     )
     aggregation_profile: str | None = Field(
         None, description="A tuned aggregation profile file `<name>@<version>.json` (`judge-gateway tune "
@@ -74,7 +72,7 @@ class RubricOptions(VLMOptions):
     )
 
     @model_validator(mode="after")
-    def _check(self) -> "RubricOptions":
+    def _check(self) -> "AspectWeightOptions":
         if self.na_policy == "value" and self.na_value is None:
             raise ValueError("na_policy = 'value' needs na_value")
         if self.aspect_weights is not None:
@@ -88,6 +86,70 @@ class RubricOptions(VLMOptions):
         if self.aggregation_profile_sha256 is not None and self.aggregation_profile is None:
             raise ValueError("aggregation_profile_sha256 pins an aggregation_profile; none is set")
         return self
+
+
+class RubricOptions(AspectWeightOptions):
+    scale: tuple[float, float] | None = Field(None, description="Aspect scale (default: the template's).")
+    max_tokens: int | None = Field(None, gt=0, description=_MAX_TOKENS)
+    temperature: float | None = Field(None, ge=0.0, description="Sampling temperature (default: the template's, else 0).")
+    stop: list[str] | None = Field(None, description=_STOP)
+    guided_regex: str | None = Field(
+        None, description="Constrain the reply with vLLM structured outputs (a regex)."
+    )
+
+
+class MultiAxisOptions(RubricOptions):
+    """A multi-axis reply (`Alignment Score (1-5): 4` ...): the rubric's options, on axes."""
+
+    occurrence: Literal["first", "last"] | None = Field(
+        None, description="Which of several `label:` lines of one axis counts (default: the template's)."
+    )
+
+
+class ChecklistOptions(AspectWeightOptions):
+    """N yes/no probes on one medium (docs: judges/vlm.md#checklist-checklist)."""
+
+    top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
+    min_answer_mass: float = Field(
+        0.5, ge=0.0, le=1.0, description="A probe whose listed P(yes)+P(no) is below this has no answer "
+        "(answer_missing)."
+    )
+    counting: Literal["variants", "exact"] = Field(
+        "variants", description="As yes_no's: every case/space variant of the answer words, or only the exact words."
+    )
+    min_answered: int = Field(
+        1, ge=1, description="Fewer probes answered than this makes the score invalid (with missing_policy = skip)."
+    )
+
+
+class AnswerProbabilityOptions(VLMOptions):
+    """The probability of each atom's expected answer (GenEval 2's Soft-TIFA; docs: judges/vlm.md)."""
+
+    top_logprobs: int = Field(20, ge=1, le=20, description="vLLM's default --max-logprobs is 20.")
+    min_answer_mass: float = Field(
+        0.5, ge=0.0, le=1.0, description="An atom whose answer set's listed probability is below this has no "
+        "answer (answer_missing)."
+    )
+    counting: Literal["variants", "exact"] | None = Field(
+        None, description="Which tokens are the answer (default: the template's): variants, or exact (GenEval 2's list)."
+    )
+    normalize: Literal["none", "answer_set"] | None = Field(
+        None, description="none: the answer's probability as it is (GenEval 2); answer_set: divided by its answer "
+        "set's (default: the template's)."
+    )
+    mean: Literal["arithmetic", "geometric"] | None = Field(
+        None, description="The reward over a prompt's atoms: arithmetic (Soft-TIFA AM) or geometric (Soft-TIFA "
+        "GM) mean (default: the template's); both are in details."
+    )
+    atoms_file: str | None = Field(
+        None, description="A JSONL file of {prompt, vqa_list: [[question, answer], ...], skills} lines (GenEval 2's "
+        "geneval2_data.jsonl as it is), relative to the config file: the atoms of a sample whose metadata has no "
+        "vqa_list, found by its prompt."
+    )
+    on_atom_failure: Literal["invalid", "skip"] = Field(
+        "invalid", description="An atom without an answer (answer_missing, a backend error): the sample's score is "
+        "invalid, or the atom is left out of the means (and listed in details)."
+    )
 
 
 class FinalScoreOptions(VLMOptions):

@@ -75,6 +75,14 @@ class WatchConfig(Strict):
     window_samples: int = Field(256, ge=1, description="Without steps: a window closes after this many sampled samples ...")
     window_s: float = Field(60.0, gt=0, description="... or this many seconds; also, with steps, how long a window "
                             "waits for a later step before it closes.")
+    max_step_jump: int = Field(
+        1000, ge=1, description="With steps: a sample whose step is more than this beyond the run's highest "
+        "windowed step is not windowed (shed as `step_jump`) until resync_requests requests agree on the new "
+        "steps: one request cannot move a run's windows far ahead.")
+    resync_requests: int = Field(
+        3, ge=2, le=1000, description="With steps: distinct requests in a row whose steps lie outside the run's "
+        "windows (far ahead, or behind a sealed window) after which the windows follow them (a trainer that "
+        "resumed from a checkpoint or restarted).")
     baseline_windows: int = Field(3, ge=1, le=100, description="The run's first windows: the reference of the "
                                   "correlation, invalid-rate and drift alarms.")
     history_windows: int = Field(2000, ge=10, description="Windows per run kept in memory (and in watch.json).")
@@ -83,6 +91,12 @@ class WatchConfig(Strict):
     folder: str = Field("watch", description="Where each run's record folder is written (watch/RUN/).")
     max_file_bytes: int = Field(64 * 1024 * 1024, ge=4096, description="scores.jsonl is rotated past this size.")
     keep_files: int = Field(0, ge=0, description="Rotated score files kept per run (0: all).")
+    max_run_folders: int = Field(
+        256, ge=0, description="Run folders kept under `folder`: when a run's record opens, the least recently "
+        "written beyond this many are removed (never one a gateway is writing). 0: no bound.")
+    max_run_age_days: float = Field(
+        90.0, ge=0, description="Run folders not written for this many days are removed when a run's record "
+        "opens (never one a gateway is writing). 0: no bound.")
     thumbnails_per_window: int = Field(8, ge=0, le=256, description="Thumbnails kept per window: its samples where "
                                        "training and shadow disagree most.")
     max_thumbnails: int = Field(5000, ge=0, description="Thumbnails per run at most.")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .mmcv import install_mmcv, mmcv_plan
+from .self_install import self_install, self_install_plan, source_checkout
 from .share import ShareResult, share_identical_files, sibling_venvs
 from .spec import EnvBuildError, EnvSpec, Specs, Step, load_specs
 from .torch_build import TorchChoice
@@ -64,26 +65,6 @@ class BuildResult:
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
-
-
-def source_checkout() -> Path | None:
-    """The repository this package runs from, when it is a source checkout (editable installs)."""
-    root = Path(__file__).resolve().parents[2]
-    project = root / "pyproject.toml"
-    if project.is_file() and 'name = "judge-gateway"' in project.read_text(encoding="utf-8"):
-        return root
-    return None
-
-
-def self_requirement(extras: tuple[str, ...]) -> list[str]:
-    """pip arguments installing judge-gateway itself: editable from a source checkout, else this version."""
-    suffix = f"[{','.join(extras)}]" if extras else ""
-    root = source_checkout()
-    if root is not None:
-        return ["-e", f"{root}{suffix}"]
-    from importlib.metadata import version
-
-    return [f"judge-gateway{suffix}=={version('judge-gateway')}"]
 
 
 _INSPECT = """
@@ -176,7 +157,7 @@ class EnvBuilder:
                 lines.append("pip install " + " ".join(["-c constraints", *(["--no-deps"] if step.no_deps else []),
                                                         *self._index_for(spec), *step.packages]))
             elif step.kind == "self":
-                lines.append("pip install -c constraints " + " ".join(self_requirement(step.extras)))
+                lines.append("pip install -c constraints " + self_install_plan(step.extras))
             elif step.kind == "remove":
                 lines.append("pip uninstall -y " + " ".join(step.packages))
             elif step.kind == "patch":
@@ -259,9 +240,12 @@ class EnvBuilder:
             self._run(name, [*pip, "install", *quiet, "-c", str(constraints), *(["--no-deps"] if step.no_deps else []),
                              *self._index_for(spec), *step.packages], "pip install")
         elif step.kind == "self":
+            installs, what = self_install(step.extras, self.wheel_cache)
+            self.log(f"[env {name}]   {what}")
             with _checkout_lock():
-                self._run(name, [*pip, "install", *quiet, "-c", str(constraints), *self._index_for(spec),
-                                 *self_requirement(step.extras)], "install judge-gateway")
+                for args in installs:
+                    self._run(name, [*pip, "install", *quiet, "-c", str(constraints), *self._index_for(spec), *args],
+                              "install judge-gateway")
         elif step.kind == "remove":
             self._run(name, [*pip, "uninstall", "-q", "-y", *step.packages], "uninstall")
         elif step.kind == "patch":

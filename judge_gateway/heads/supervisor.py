@@ -28,6 +28,7 @@ import numpy as np
 
 from ..config import KINDS, HeadOptions
 from ..workers.framing import MAX_HEADER_BYTES, encode_frame, encode_head
+from ..extras import install_command
 from ..workers.supervisor import Launch, WorkerError, WorkerSupervisor
 from .protocol import HeadItem, ItemsJob, images_header, jobs_header
 from .shm import Arena, memfd_supported
@@ -230,7 +231,7 @@ class HeadSupervisor(WorkerSupervisor):
         extra = spec.extra if spec is not None else None
         return (f". The head's interpreter {python} lacks a package the worker imports ({missing.strip()}): "
                 f"install judge-gateway there with the head's libraries"
-                + (f", `{python} -m pip install 'judge-gateway[{extra}]'`" if extra else
+                + (f", `{install_command(extra, python)}`" if extra else
                    " (its set-up script; see the docs' page of the head)"))
 
     def on_frame(self, header: dict[str, Any], payload: bytes) -> None:

@@ -14,7 +14,8 @@ Protocol (workers/framing.py frames carrying the head messages of protocol.py) o
                      {"op": "sleep", "id", "level"} / {"op": "wake", "id"}
                                               a colocated head (heads/sleeping.py), run after every
                                               job sent before it
-  worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error"}
+  worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error", "detail"?} (error: for replies;
+                     detail: for the gateway's log only)
                      (`info.sleep_methods`: how it sleeps at level 1 and 2, heads/sleeping.py)
                      {"op": "result", "id", "ok": true, "outputs": [...]}
                      {"op": "result", "id", "ok": false, "error"}
@@ -169,9 +170,10 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     except HeadLoadError as exc:
         writer.send({"op": "fatal", "error": str(exc)})
         return 3
-    except Exception as exc:  # an unforeseen load fault: say what it was
+    except Exception as exc:  # an unforeseen load fault: its kind in replies, its message in the log
         traceback.print_exc()
-        writer.send({"op": "fatal", "error": f"{type(exc).__name__}: {exc}"})
+        writer.send({"op": "fatal", "error": f"{type(exc).__name__} while loading (the gateway's log has its message)",
+                     "detail": f"{type(exc).__name__}: {exc}"})
         return 3
     make_batcher = getattr(head, "make_batcher", None)  # video-level heads batch whole videos
     max_batch, max_wait = options.max_batch_size, options.max_wait_ms

@@ -95,6 +95,12 @@ class ComparativeJudge(VLMJudge):
                 f"{limit} (budget = {self.options.budget} calls; {self.schedule.name} with swap = "
                 f"{self.options.swap!r} would make {calls} calls for {n}): split the group or raise the limits")
 
+    def backend_calls(self, samples: Sequence["SampleInput"]) -> int:
+        """Each group's planned comparisons (its schedule, both orders with swap), at most budget."""
+        sizes = Counter(s.group_id for s in samples)
+        return sum(min(planned_calls(self.schedule, n, self.options.swap), self.options.budget)
+                   for n in sizes.values())
+
     # -- a member's cell -------------------------------------------------------------------------------
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         groups = ctx.shared.get(("comparative groups", id(self)))

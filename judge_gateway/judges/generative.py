@@ -15,8 +15,9 @@ from ..parsers import ParseError, parse_final_score, parse_rubric
 from ..prompts import Template
 from ..parsers.peer_rubric import rational_reward
 from ..schema import ErrorCode
+from .aspects import AspectWeights
 from .base import JudgeFailure, ScoreContext, Verdict
-from .vlm import VLMJudge
+from .vlm import VLMJudge, media_body
 
 if TYPE_CHECKING:
     from ..backends import BackendPool
@@ -45,6 +46,12 @@ def generation_params(opts: Any, template: Template) -> dict[str, Any]:
     return params
 
 
+def unread(exc: ParseError, facts: dict[str, Any]) -> JudgeFailure:
+    """The failure of a reply the parser could not read: its code, and a hint when max_tokens cut it."""
+    hint = " (the reply was cut by max_tokens)" if facts.get("finish_reason") == "length" else ""
+    return JudgeFailure(exc.code, f"{exc}{hint}", details={**exc.details, **facts})
+
+
 class _GenerativeJudge(VLMJudge):
     options: RubricOptions | FinalScoreOptions | CriticOptions
 
@@ -60,8 +67,10 @@ class _GenerativeJudge(VLMJudge):
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
         messages, media_facts = await self.build_messages(sample, ctx)
-        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx),
-                                          **self._request_params())
+        params = self._request_params()
+        if body := media_body(media_facts):
+            params["extra_body"] = {**body, **params.get("extra_body", {})}
+        completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx), **params)
         choices = completion.get("choices") or []
         message = (choices[0].get("message") or {}) if choices else {}
         text = message.get("content")
@@ -91,57 +100,10 @@ class RubricJudge(_GenerativeJudge):
         self.options = cfg.options
         t = self.template
         self.aspects = [a.name for a in t.aspects]
-        template_weights = {a.name: a.weight for a in t.aspects}
-        self.weights = {**template_weights, **(self.options.aspect_weights or {})}
         scale = self.options.scale or t.scale
         assert scale is not None
         self.scale = (float(scale[0]), float(scale[1]))
-        self.na_policy: str = self.options.na_policy
-        self.na_value = self.options.na_value
-        # What an aspect absent from the reply does: the option, else the template's default.
-        self.missing_policy: str = self.options.missing_policy or t.missing_policy or "invalid"
-        self.aggregation_profile = None
-        if self.options.aggregation_profile:
-            # A tuned aggregation profile (validated by the config loader) replaces weights and N/A policy.
-            from ..aggregation_profiles import load_aggregation_profile
-
-            self.aggregation_profile = load_aggregation_profile(
-                self.options.aggregation_profile, sha256=self.options.aggregation_profile_sha256)
-            self.weights = {a: self.aggregation_profile.weights.get(a, 0.0) for a in self.aspects}
-            self.na_policy = self.aggregation_profile.na_policy
-            self.na_value = self.aggregation_profile.na_value
-
-    def aggregate(self, scores: dict[str, float | None], missing: list[str]) -> tuple[float, dict[str, Any]]:
-        """Weighted mean of the aspect scores on the native scale, per the configured policies."""
-        relevant_missing = [m for m in missing if self.weights.get(m, 0.0) > 0]
-        if relevant_missing and self.missing_policy == "invalid":
-            raise JudgeFailure(
-                ErrorCode.parse_error,
-                f"no score for aspect(s) {', '.join(relevant_missing)} in the reply",
-                details={"aspects": scores, "missing": missing},
-            )
-        total = weight_sum = 0.0
-        used: dict[str, float] = {}
-        for aspect in self.aspects:
-            weight = self.weights.get(aspect, 0.0)
-            if weight <= 0 or aspect not in scores:
-                continue
-            value = scores[aspect]
-            if value is None:  # N/A
-                if self.na_policy == "skip":
-                    continue
-                assert self.na_value is not None
-                value = self.na_value
-            total += weight * value
-            weight_sum += weight
-            used[aspect] = weight
-        if weight_sum <= 0:
-            raise JudgeFailure(
-                ErrorCode.parse_error,
-                "no weighted aspect has a score (all N/A or missing)",
-                details={"aspects": scores, "missing": missing},
-            )
-        return total / weight_sum, used
+        self.weighting = AspectWeights(t, self.options)
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         text, facts = await self._generate(sample, ctx)
@@ -152,23 +114,13 @@ class RubricJudge(_GenerativeJudge):
         try:
             parsed = parse_rubric(text, self.aspects, scale=self.scale)
         except ParseError as exc:
-            hint = " (the reply was cut by max_tokens)" if facts.get("finish_reason") == "length" else ""
-            raise JudgeFailure(exc.code, f"{exc}{hint}", details={**exc.details, **facts}) from None
+            raise unread(exc, facts) from None
         try:
-            raw, used = self.aggregate(parsed.scores, parsed.missing)
+            raw, used = self.weighting.aggregate(parsed.scores, parsed.missing)
         except JudgeFailure as exc:
             exc.details.update(facts)
             raise
-        details = {
-            **facts,
-            **parsed.details(),
-            "weights": used,
-            "na_policy": self.na_policy,
-            "missing_policy": self.missing_policy,
-            "scale": list(self.scale),
-        }
-        if self.aggregation_profile is not None:
-            details["aggregation_profile"] = self.aggregation_profile.details()
+        details = {**facts, **parsed.details(), **self.weighting.details(used), "scale": list(self.scale)}
         return Verdict(raw=raw, details=details,
                        default_normalize=NormalizeConfig(kind="minmax", min=self.scale[0], max=self.scale[1]))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ class VLMJudge(Judge):
         )
         self.image_encoding = ImageEncoding(**cfg.image.model_dump(exclude={"data_url_mime"}))
         self.data_url_mime = cfg.image.data_url_mime
-        self.video_sampling = VideoSampling(**cfg.video.model_dump())
+        self.video_sampling = VideoSampling(**{**cfg.video.model_dump(), "codec": self._video_codec(cfg, pool)})
         assert isinstance(cfg.options, VLMOptions)  # typed at config load (config.kinds)
         self.video_first_frame = cfg.options.video_first_frame and (
             "image" in self.template.media_slots
@@ -52,6 +52,14 @@ class VLMJudge(Judge):
         super().use_residency(unit)
         if self.shadow is not None:  # its calls go to the same servers: they wait for the same wake
             self.shadow.use_residency(unit)
+
+    def _video_codec(self, cfg: JudgeConfig, pool: BackendPool) -> str:
+        """codec "auto": a JPEG frame list where the backend takes one (its media_io_kwargs carry one
+        rate per request, so only for a template with one video slot), else Motion JPEG in mp4."""
+        if cfg.video.codec != "auto":
+            return cfg.video.codec
+        videos = sum(slot in ("video", "condition_video") for slot in self.template.media_slots)
+        return "jpeg_frames" if pool.cfg.takes_jpeg_frames() and videos == 1 else "auto"
 
     def bands_for(self, details: dict[str, Any]) -> dict[str, float]:
         """The configured bands, else High/Medium/Low where the judge saw a video (its reward is
@@ -94,6 +102,11 @@ class VLMJudge(Judge):
     def backend_name(self) -> str:
         return self.pool.name
 
+    def backend_calls(self, samples: Sequence["SampleInput"]) -> int:
+        """The most calls scoring `samples` sends the backend (admission holds that many of its
+        slots): one per sample, two with a shadow template."""
+        return len(samples) * (2 if self.shadow is not None else 1)
+
     async def probe(self) -> tuple[bool, str | None]:
         return await self.pool.probe()
 
@@ -120,6 +133,12 @@ class VLMJudge(Judge):
 
     async def build_messages(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[list[dict], dict[str, Any]]:
         """The chat messages for one sample, and the media facts for `details`."""
+        parts, facts = await self.media_parts(sample, ctx)
+        return self.template.render(sample.prompt, parts), facts
+
+    async def media_parts(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[dict[str, list[dict]], dict[str, Any]]:
+        """The content parts of the template's media slots for one sample (each medium encoded once
+        per request), and the media facts for `details`: render them once per question."""
         parts: dict[str, list[dict]] = {}
         facts: dict[str, Any] = {}
         slots = self.template.media_slots
@@ -154,4 +173,16 @@ class VLMJudge(Judge):
             enc_v = await ctx.media.video(sample.video, self.video_sampling)
             parts["video"] = [{"type": "video_url", "video_url": {"url": enc_v.data_url}}]
             facts["video"] = {**enc_v.details(), "sampling": asdict(self.video_sampling)}
-        return self.template.render(sample.prompt, parts), facts
+        return parts, facts
+
+
+def media_body(facts: dict[str, Any]) -> dict[str, Any]:
+    """The request body's fields a sample's media need besides the messages (`extra_body`): a JPEG
+    frame list's rate and frame count as vLLM's `media_io_kwargs` (one per modality: the config
+    refuses jpeg_frames on a template with several video slots). Read from the media facts, where
+    `EncodedVideo.details()` records them."""
+    videos = [facts.get("video"), *(facts.get("condition_videos") or [])]
+    for video in videos:
+        if isinstance(video, dict) and video.get("media_io_kwargs"):
+            return {"media_io_kwargs": {"video": dict(video["media_io_kwargs"])}}
+    return {}

@@ -13,7 +13,7 @@ from ..config import JudgeConfig, YesNoOptions
 from ..parsers import ParseError, parse_yes_no
 from ..schema import ErrorCode
 from .base import JudgeFailure, ScoreContext, Verdict
-from .vlm import VLMJudge
+from .vlm import VLMJudge, media_body
 
 if TYPE_CHECKING:
     from ..backends import BackendPool
@@ -33,23 +33,11 @@ class YesNoJudge(VLMJudge):
 
     async def evaluate(self, sample: "SampleInput", ctx: ScoreContext) -> Verdict:
         messages, media_facts = await self.build_messages(sample, ctx)
-        completion = await self.pool.chat(
-            messages=messages,
-            affinity=self.media_affinity(sample, ctx),
-            max_completion_tokens=1,  # what vLLM reads as max_tokens; Flow-Factory sends this name
-            temperature=0.0,
-            logprobs=True,
-            top_logprobs=self.options.top_logprobs,
-        )
-        content = _first_token_logprobs(completion)
-        if not content:
-            raise JudgeFailure(ErrorCode.parse_error, "the backend returned no logprobs for the answer token",
-                               details=media_facts)
-        first = content[0]
-        answer = first.get("token")
+        answer, top = await ask_one_token(self.pool, messages, self.media_affinity(sample, ctx),
+                                          self.options.top_logprobs, media_facts, body=media_body(media_facts))
         try:
             result = parse_yes_no(
-                first.get("top_logprobs"),
+                top,
                 positive=self.positive,
                 yes_words=self.yes_words,
                 no_words=self.no_words,
@@ -62,6 +50,28 @@ class YesNoJudge(VLMJudge):
         details = {**result.details(), **media_facts, "answer_token": answer,
                    "top_logprobs": self.options.top_logprobs}
         return Verdict(raw=result.p_positive, details=details)
+
+
+async def ask_one_token(pool: "BackendPool", messages: list[dict], affinity: int | None, top_logprobs: int,
+                        facts: dict | None = None, *, body: dict | None = None) -> tuple[str | None, list]:
+    """One greedy token with its top-K logprobs: (the token, its candidates). JudgeFailure
+    (parse_error) when the backend returns no logprobs; `facts` go into its details; `body`: the
+    request's other fields (vlm.media_body: a JPEG frame list's media_io_kwargs)."""
+    completion = await pool.chat(
+        messages=messages,
+        affinity=affinity,
+        max_completion_tokens=1,  # what vLLM reads as max_tokens; Flow-Factory sends this name
+        temperature=0.0,
+        logprobs=True,
+        top_logprobs=top_logprobs,
+        **({"extra_body": body} if body else {}),
+    )
+    content = _first_token_logprobs(completion)
+    if not content:
+        raise JudgeFailure(ErrorCode.parse_error, "the backend returned no logprobs for the answer token",
+                           details=dict(facts or {}))
+    first = content[0]
+    return first.get("token"), first.get("top_logprobs")
 
 
 def _first_token_logprobs(completion: dict) -> list[dict] | None:

@@ -49,6 +49,7 @@ class UpPlan:
     run_dir: Path
     external: list[str] = field(default_factory=list)  # backends without a launch table
     notes: list[str] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)  # what the gateway runs: its head workers, the latent decoder
 
     def describe(self) -> str:
         lines = [f"GPUs visible: {', '.join(self.visible_gpus) or 'none'}; logs and pid files under {self.run_dir}"]
@@ -59,12 +60,15 @@ class UpPlan:
                 lines.append("  env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items()))
             lines.append("  cmd: " + shlex.join(p.argv))
         for name in self.external:
-            lines.append(f"backend {name}: no launch table, an external server (not started)")
+            lines.append(f"backend {name}: not started: it has no launch table ([backends.{name}.launch]: the preset or "
+                         "model, GPUs and context `up` starts its vLLM server with), so it is a server you run "
+                         "yourself at its base_urls")
         if self.gateway is not None:
             g = self.gateway
             lines.append(f"gateway: http://{g.address}, GPUs "
                          f"{','.join(g.gpus) if g.gpus else 'none'} (its head workers' cuda devices)")
             lines.append("  cmd: " + shlex.join(g.argv))
+            lines += [f"  {w}" for w in self.workers]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -122,6 +126,10 @@ def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_di
         args += ["--max-model-len", str(launch.max_model_len)]
     if launch.limit_mm_per_prompt is not None:
         args += ["--limit-mm-per-prompt", _json(launch.limit_mm_per_prompt)]
+    if launch.api_server_count > 1:
+        args += ["--api-server-count", str(launch.api_server_count)]
+    if backend.takes_jpeg_frames():  # the judges send sampled videos as JPEG frame lists (config: video_input)
+        args.append("--trust-request-mm-kwargs")
     if launch.gpus == 0:
         args.append("--cpu")
     else:
@@ -208,7 +216,39 @@ def plan_up(cfg: GatewayConfig, config_path: str | None, *, run_dir: Path, visib
         env = {"CUDA_VISIBLE_DEVICES": ",".join(gateway_gpus)} if gpus else {}
         gateway_plan = ProcessPlan("gateway", argv, env, f"http://{_url_host(_connect_host(ghost))}:{gport}/healthz",
                                    gateway_gpus if gpus else [], None, 600.0, address=f"{_url_host(ghost)}:{gport}")
-    return UpPlan(servers, gateway_plan, gpus, run_dir, external, notes)
+        workers = gateway_workers(cfg, gateway_gpus if gpus else [])
+    else:
+        workers = []
+    return UpPlan(servers, gateway_plan, gpus, run_dir, external, notes, workers)
+
+
+def _device(device: str, gpus: list[str]) -> str:
+    """A worker's device, with the GPU it is of the gateway's CUDA_VISIBLE_DEVICES."""
+    if not device.startswith("cuda"):
+        return device
+    index = int(device.partition(":")[2] or 0)
+    if index < len(gpus):
+        return f"{device} (GPU {gpus[index]})"
+    return f"{device} (GPU {index} of the gateway's {len(gpus)}: none such)" if gpus else device
+
+
+def gateway_workers(cfg: GatewayConfig, gpus: list[str]) -> list[str]:
+    """The processes the gateway starts for its judges (started on first use or by /readyz): one
+    worker per head judge, under its interpreter on its device, and the cosmos-rl latent decoder."""
+    lines = []
+    for name, judge in cfg.judges.items():
+        if judge.kind_spec.runs_on != "head":
+            continue
+        python = getattr(judge.options, "python", None) or "the gateway's interpreter"
+        device = str(getattr(judge.options, "device", None) or "cpu")
+        lines.append(f"head {name} ({judge.kind}): worker under {python}, on {_device(device, gpus)}")
+    latents = cfg.cosmos_rl.latents
+    if cfg.cosmos_rl.enabled and latents is not None and latents.python:
+        decoders = ", ".join(f"{n} {getattr(latents, n).checkpoint}" for n in ("wan2_1", "wan2_2")
+                             if getattr(latents, n, None) is not None)
+        lines.append(f"latent decoder (cosmos-rl): worker under {latents.python}, on {_device(str(latents.device), gpus)}"
+                     f" ({decoders or 'no VAE configured'})")
+    return lines
 
 
 def _connect_host(host: str) -> str:

@@ -14,7 +14,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .plan import UpPlan
+import httpx
+
+from .plan import ProcessPlan, UpPlan
 from .processes import Child, Say, StartFailed
 
 
@@ -27,6 +29,20 @@ async def start_servers(children: Sequence[Child], stop: asyncio.Event) -> None:
     for child in children:
         await child.start()
     await asyncio.gather(*(child.wait_healthy(stop) for child in children))
+
+
+async def already_answering(plans: Sequence[ProcessPlan], timeout_s: float = 2.0) -> list[str]:
+    """The planned processes whose health URL already answers: something else holds their port
+    (a server started by hand, another `up`), and a second server there could only fail to bind."""
+    async def answers(plan: ProcessPlan) -> bool:
+        try:
+            async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as client:
+                return (await client.get(plan.health_url)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    found = await asyncio.gather(*(answers(p) for p in plans))
+    return [f"{p.name}: something already answers {p.health_url}" for p, yes in zip(plans, found) if yes]
 
 
 async def stop_all(children: Sequence[Child], grace_s: float) -> None:
@@ -55,6 +71,10 @@ async def run_up(plan: UpPlan, *, grace_s: float = 30.0, say: Say = _say) -> int
     supervisors: list[asyncio.Task[None]] = []
     status = 0
     try:
+        busy = await already_answering([c.plan for c in everyone])
+        if busy:
+            raise StartFailed("; ".join(busy) + ": stop what runs there (or run `judge-gateway serve` against "
+                              "servers you started yourself: a backend without a launch table is never started)")
         if servers:
             say(f"starting {len(servers)} vLLM server(s): {', '.join(c.plan.name for c in servers)}")
             await start_servers(servers, stop)

@@ -26,9 +26,11 @@ Modules (each imports its siblings directly, never this face):
 `limits` (MediaError, the size budgets and the checks against them), `wire` (data URLs, base64,
 magic bytes, the uint8 array object, their JSON Schema pieces), `image` (ImageMedia),
 `container` (opening an encoded video under the container / codec allow-list, probing it),
-`video` (VideoMedia and its decode loop), `scope` (a request's stop flag for the threads decoding
-its media), `budget` (the process-wide decoded-media budget), `sampling` (which frames and what
-size a VLM sees), `encode` (encode_image / encode_video), `cache` (MediaCache).
+`video` (VideoMedia and its decode loop), `video_schema` (its JSON Schema), `planes` (a decoded
+4:2:0 frame's planes resized and converted at a judge's size), `scope` (a request's stop flag for
+the threads decoding its media), `budget` (the process-wide decoded-media budget), `sampling`
+(which frames and what size a VLM sees), `encode` (encode_image / encode_video), `cache`
+(MediaCache).
 """
 
 from __future__ import annotations

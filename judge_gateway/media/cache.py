@@ -1,18 +1,27 @@
 """`MediaCache`: one per gateway request, so each (medium, spec) is encoded once and shared by
 every judge that asks for it, including concurrent ones.
 
-Media are told apart by content, cheaply: a fingerprint (form, size, frame rate and 64 KiB
-sampled across the content) finds the candidates, and a byte comparison confirms a match, so the
-same image sent twice in a request is encoded once without hashing every byte of every medium
-(sha256 costs ~0.8 ms per MB here; a 720p clip is 224 MB).
+Media are told apart by content: a cheap fingerprint (form, size, frame rate and 64 KiB sampled
+across the content) sorts them into buckets, and within a bucket that holds more than one medium
+each is told apart by a sha256 of all its bytes, computed once per medium (on the media pool when
+it is over 64 KiB, so the event loop never hashes a large medium). A medium alone in its bucket
+is never hashed: distinct media, the common case, cost the fingerprint only (sha256 costs ~0.8 ms
+per MB here; a 720p clip is 224 MB). The work is linear in the request's bytes whatever the
+media: a set crafted to share one fingerprint costs one hash each, where confirming each match
+byte by byte against every earlier candidate on the event loop was quadratic (2,048 colliding
+images held every other request of the gateway for 42 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import logging
+import time
 import zlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -26,19 +35,59 @@ from .encode import (
 from .image import ImageMedia
 from .limits import MediaError
 from .pool import MediaPool, default_pool
-from .sampling import VideoSampling
-from .scope import working
+from .sampling import VideoSampling, _frame_size, sample_frame_indices
+from .scope import MediaCancelled, working
 from .video import VideoMedia
 
 Medium = ImageMedia | VideoMedia
+log = logging.getLogger(__name__)
+_FALLBACK_LOG_EVERY_S = 10.0
+_fallback_logged = 0.0
+
+
+class DevicePresampler(Protocol):
+    """Decodes an encoded video's frames `indices` at `size` (width, height) off the gateway's CPU
+    (device_video.DeviceVideoDecoder: a torch worker on the GPU), as a presampled clip."""
+
+    async def presample(self, video: VideoMedia, indices: list[int], size: tuple[int, int]) -> VideoMedia: ...
+
 
 _SAMPLE_CHUNKS = 16
 _CHUNK = 4096
-# Arrays larger than this are compared on the pool, not on the event loop.
-_COMPARE_INLINE_BYTES = 1 << 20
+# Media larger than this are hashed on the pool, not on the event loop (~0.05 ms of sha256).
+_DIGEST_INLINE_BYTES = 64 << 10
 # An image this small is encoded on the event loop: its encode takes tens of microseconds, less
-# than handing it to a pool thread and back (the hand-off cost ~0.1 ms of CPU a call here).
+# than handing it to a pool thread and back (the hand-off cost ~0.1 ms of CPU a call here) ...
 INLINE_IMAGE_BYTES = 64 << 10
+# ... while the work done inline in one turn of the event loop stays under this; beyond it, the
+# rest of that turn's work goes to the pool. A request's cells all start in one turn: 4,096 small
+# images encoded inline held every other request (and /healthz) for ~5 s.
+INLINE_BUDGET_S = 0.002
+
+
+class _InlineBudget:
+    """Time spent on inline media work in the event loop's current turn (reset by a callback the
+    first inline work of a turn schedules, which runs at the start of the next one)."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._reset_pending = False
+
+    def allows(self) -> bool:
+        if not self._reset_pending:
+            self._reset_pending = True
+            asyncio.get_running_loop().call_soon(self._reset)
+        return self.spent < INLINE_BUDGET_S
+
+    def charge(self, seconds: float) -> None:
+        self.spent += seconds
+
+    def _reset(self) -> None:
+        self.spent = 0.0
+        self._reset_pending = False
+
+
+_inline = _InlineBudget()  # media work runs on one event loop per process (the server's)
 
 
 def _sampled_crc(buf: memoryview) -> int:
@@ -59,8 +108,8 @@ def _bytes_view(arr: np.ndarray) -> memoryview:
 
 
 def fingerprint(medium: Medium) -> tuple[Any, ...]:
-    """A cheap content key: equal content gives an equal fingerprint; a match is confirmed with
-    `same_content`."""
+    """A cheap bucket key: equal content gives an equal fingerprint; media that share one are told
+    apart by `content_digest`."""
     if isinstance(medium, ImageMedia):
         src = medium.source_bytes()
         if src is not None:
@@ -77,33 +126,30 @@ def fingerprint(medium: Medium) -> tuple[Any, ...]:
     return (*parts, tuple(fingerprint(f) for f in medium._frames))
 
 
-def _arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    if a.shape != b.shape:
-        return False
-    fa, fb = _bytes_view(a), _bytes_view(b)
-    step = 1 << 20
-    return all(np.array_equal(np.frombuffer(fa[i: i + step], np.uint8), np.frombuffer(fb[i: i + step], np.uint8))
-               for i in range(0, len(fa), step))
-
-
-def same_content(a: Medium, b: Medium) -> bool:
-    """The same medium in the same form (bytes, array or frame list, and for videos the rate)."""
-    if a is b:
-        return True
-    if isinstance(a, ImageMedia) and isinstance(b, ImageMedia):
-        if a.source_bytes() is not None or b.source_bytes() is not None:
-            return a.source_bytes() == b.source_bytes()
-        return _arrays_equal(a.to_array(), b.to_array())
-    if isinstance(a, VideoMedia) and isinstance(b, VideoMedia):
-        if (a._kind, a.fps, a.num_frames) != (b._kind, b.fps, b.num_frames):
-            return False
-        if a._bytes is not None or b._bytes is not None:
-            return a._bytes == b._bytes
-        if a._array is not None and b._array is not None:
-            return _arrays_equal(a._array, b._array)
-        if a._frames is not None and b._frames is not None:
-            return all(same_content(x, y) for x, y in zip(a._frames, b._frames))
-    return False
+def content_digest(medium: Medium) -> bytes:
+    """sha256 of every byte of the medium's content (with the shape of an array, and a video's
+    frames in order). Two media with the same fingerprint and the same digest are the same
+    medium in the same form; hashlib releases the GIL, so pool threads hash in parallel."""
+    h = hashlib.sha256()
+    if isinstance(medium, ImageMedia):
+        src = medium.source_bytes()
+        if src is not None:
+            h.update(src)
+        else:
+            arr = medium.to_array()
+            h.update(repr(arr.shape).encode())
+            h.update(_bytes_view(arr))
+        return h.digest()
+    if medium._bytes is not None:
+        h.update(medium._bytes)
+    elif medium._array is not None:
+        h.update(repr(medium._array.shape).encode())
+        h.update(_bytes_view(medium._array))
+    else:
+        assert medium._frames is not None
+        for frame in medium._frames:
+            h.update(content_digest(frame))
+    return h.digest()
 
 
 def _nbytes(medium: Medium) -> int:
@@ -112,7 +158,28 @@ def _nbytes(medium: Medium) -> int:
         return len(src) if src is not None else medium.width * medium.height * 3
     return medium.num_frames * medium.width * medium.height * 3
 
+
+def _content_bytes(medium: Medium) -> int:
+    """The bytes `content_digest` reads."""
+    if isinstance(medium, ImageMedia):
+        return _nbytes(medium)
+    if medium._bytes is not None:
+        return len(medium._bytes)
+    return _nbytes(medium)
+
+
 T = TypeVar("T")
+
+
+class _Bucket:
+    """The media of one request that share a fingerprint: the first alone (`first`, not hashed)
+    until a second one arrives; then every one by its digest."""
+
+    __slots__ = ("first", "by_digest")
+
+    def __init__(self, first: tuple[Medium, int]) -> None:
+        self.first: tuple[Medium, int] | None = first
+        self.by_digest: dict[bytes, int] = {}
 
 
 class MediaCache:
@@ -124,14 +191,16 @@ class MediaCache:
     every waiter as a `MediaError`. `hits` / `encodes` count reuse for tests and metrics.
     """
 
-    def __init__(self, pool: MediaPool | None = None) -> None:
+    def __init__(self, pool: MediaPool | None = None, device: DevicePresampler | None = None) -> None:
         self.pool = pool or default_pool()
+        self.device = device  # [media.device]: encoded videos a judge resizes are decoded there
         self._tasks: dict[tuple[Any, ...], asyncio.Task[Any]] = {}
         # id(medium) -> (medium kept alive, its content id in this request, its fingerprint)
         self._ids: dict[int, tuple[Medium, int, tuple[Any, ...]]] = {}
-        self._by_fingerprint: dict[tuple[Any, ...], list[tuple[Medium, int]]] = {}
+        self._buckets: dict[tuple[Any, ...], _Bucket] = {}
         self._contents = 0
         self._identify: asyncio.Lock | None = None  # one new medium identified at a time
+        self.digested_bytes = 0  # bytes hashed so far: at most each medium's once (tests read it)
         self.hits = 0
         self.encodes = 0
         # Per kind of encode ("image", "video", "first_frame"): the gateway's metrics read these.
@@ -148,9 +217,33 @@ class MediaCache:
 
     async def video(self, vid: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
         key = await self._content_id(vid)
+        if self.device is not None and vid.source_bytes() is not None:
+            return await self._get(("video", key, sampling), lambda: encode_video(vid, sampling), repr(vid),
+                                   run=lambda: self._on_device(vid, sampling))
         return await self._get(
             ("video", key, sampling), lambda: encode_video(vid, sampling), repr(vid)
         )
+
+    async def _on_device(self, vid: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
+        """An encoded video the judge resizes: its frames decoded and resized by the device worker,
+        then encoded here; whatever the worker cannot do is done here (`fallback` says why)."""
+        idx, _ = sample_frame_indices(vid.num_frames, vid.fps, sampling)
+        w, h, resized = _frame_size(vid.width, vid.height, len(idx), sampling)
+        local = self._run(lambda: encode_video(vid, sampling), repr(vid), False)
+        if not resized:  # kept at its size (or passed through): nothing for the device to save
+            return await local
+        assert self.device is not None
+        try:
+            clip = await self.device.presample(vid, idx, (w, h))
+        except (asyncio.CancelledError, MediaCancelled):
+            local.close()
+            raise
+        except Exception as err:  # the worker failed, crashed or timed out: the gateway's own path
+            _log_fallback(err)
+            return dataclasses.replace(await local, fallback=f"{type(err).__name__}: {err}")
+        local.close()
+        enc = await self._run(lambda: encode_video(clip, sampling), repr(vid), False)
+        return dataclasses.replace(enc, decoded_by=clip.decoded_by)
 
     async def first_frame(self, vid: VideoMedia, enc: ImageEncoding) -> EncodedImage:
         """A video's first frame encoded as an image (a judge's image-slot fallback)."""
@@ -184,29 +277,47 @@ class MediaCache:
 
     async def _identify_new(self, medium: Medium) -> int:
         fp = fingerprint(medium)
-        content_id = None
-        for other, other_id in self._by_fingerprint.get(fp, []):
-            if _nbytes(medium) <= _COMPARE_INLINE_BYTES:
-                same = same_content(medium, other)
-            else:
-                same = await self.pool.run(lambda other=other: same_content(medium, other))
-            if same:
-                content_id = other_id
-                break
-        if content_id is None:
-            content_id = self._contents
-            self._contents += 1
-            self._by_fingerprint.setdefault(fp, []).append((medium, content_id))
+        bucket = self._buckets.get(fp)
+        if bucket is None:  # alone in its bucket: a new content, hashed only if another one joins
+            content_id = self._new_content_id()
+            self._buckets[fp] = _Bucket(first=(medium, content_id))
+        else:
+            if bucket.first is not None:  # a second medium in the bucket: the first gets its digest now
+                first, first_id = bucket.first
+                bucket.first = None
+                bucket.by_digest[await self._digest(first)] = first_id
+            digest = await self._digest(medium)
+            content_id = bucket.by_digest.get(digest)
+            if content_id is None:
+                content_id = bucket.by_digest[digest] = self._new_content_id()
         self._ids[id(medium)] = (medium, content_id, fp)
         return content_id
 
-    async def _get(self, key: tuple[Any, ...], fn: Callable[[], T], what: str, inline: bool = False) -> T:
+    def _new_content_id(self) -> int:
+        self._contents += 1
+        return self._contents - 1
+
+    async def _digest(self, medium: Medium) -> bytes:
+        size = _content_bytes(medium)
+        self.digested_bytes += size
+        if size <= _DIGEST_INLINE_BYTES and _inline.allows():
+            started = time.perf_counter()
+            try:
+                return content_digest(medium)
+            finally:
+                _inline.charge(time.perf_counter() - started)
+        return await self.pool.run(lambda: content_digest(medium))
+
+    async def _get(self, key: tuple[Any, ...], fn: Callable[[], T], what: str, inline: bool = False,
+                   run: Callable[[], Any] | None = None) -> T:
+        """The task of `key`, started at its first caller: `fn` on the pool (inline: here), or the
+        coroutine `run` makes."""
         task = self._tasks.get(key)
         kind = key[0]
         if task is None or task.cancelled():  # a cancelled encode (loop shutdown) is no answer
             self.encodes += 1
             self.encodes_by_kind[kind] = self.encodes_by_kind.get(kind, 0) + 1
-            task = asyncio.get_running_loop().create_task(self._run(fn, what, inline))
+            task = asyncio.get_running_loop().create_task(run() if run is not None else self._run(fn, what, inline))
             # Retrieve the exception even if every waiter was cancelled (no asyncio warning).
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._tasks[key] = task
@@ -222,8 +333,23 @@ class MediaCache:
                 return fn()
 
         try:
-            return counted() if inline else await self.pool.run(counted)
+            if inline and _inline.allows():
+                started = time.perf_counter()
+                try:
+                    return counted()
+                finally:
+                    _inline.charge(time.perf_counter() - started)
+            return await self.pool.run(counted)
         except MediaError:
             raise
         except Exception as e:
             raise MediaError(f"encoding {what} failed: {type(e).__name__}: {e}") from e
+
+
+def _log_fallback(err: Exception) -> None:
+    """The device worker's failure, for the operator (at most every 10 s: an outage fails every video)."""
+    global _fallback_logged
+    now = time.monotonic()
+    if now - _fallback_logged >= _FALLBACK_LOG_EVERY_S:
+        _fallback_logged = now
+        log.warning("device video path failed, videos are decoded on the gateway: %s: %s", type(err).__name__, err)

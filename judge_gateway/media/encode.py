@@ -7,7 +7,7 @@ bytes pass through untouched when they already are what the spec asks for.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -15,9 +15,11 @@ from typing import Any, Literal
 import av
 import numpy as np
 
+from .body import DataURL
 from .image import ImageMedia
 from .limits import MediaError
-from .native import cv2
+from .native import cv2, pybase64
+from .planes import planes_to_rgb
 from .resize import resize_rgb
 from .sampling import (
     RESAMPLERS,
@@ -41,6 +43,12 @@ X264_PRESET = "ultrafast"
 # YUV conversion included), and at quality 95, 4:4:4 it is closer to the frames (PSNR ~40 dB
 # against ~35 dB for x264 crf 18 in 4:2:0 on text) for ~3x the bytes (bench/RESULTS.md).
 VIDEO_CODECS = ("mjpeg", "libx264", "mpeg4")
+# Not an mp4: the frames as a `video/jpeg` data URL (base64 JPEGs joined by commas), the frame
+# list vLLM's VideoMediaIO.load_base64 reads (vllm/multimodal/media/video.py, vLLM 0.32): each frame
+# decoded by PIL, no container to mux here or to parse there. Its rate travels as the request's
+# `media_io_kwargs` (`jpeg_frames_kwargs`), which vLLM takes only when started with
+# --trust-request-mm-kwargs.
+JPEG_FRAMES = "jpeg_frames"
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,6 +212,13 @@ class EncodedVideo:
     passthrough: bool = False  # the source container was sent as-is
     encoder_options: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs, e.g. crf, preset
     resampler: str | None = None  # which resize ran (media/resize.py), None when none did
+    # Who decoded and resized the frames: "gateway" (media's decode loop), "device" (a decoder on
+    # the device: the latent worker, media/device.py), "passthrough" (nothing: the source as sent).
+    path: str = "gateway"
+    # The request's `media_io_kwargs` entry for this video (codec jpeg_frames), else None.
+    media_io_kwargs: dict[str, Any] | None = None
+    fallback: str | None = None  # why the device path was not taken, when it was asked for
+    decoded_by: str | None = None  # the device path's decoder (e.g. "torchcodec on cuda:0")
 
     @property
     def num_frames(self) -> int:
@@ -231,8 +246,13 @@ class EncodedVideo:
             "resampler": self.resampler,
             "codec": self.codec,
             "passthrough": self.passthrough,
+            "path": self.path,
+            # codec jpeg_frames: what the request's media_io_kwargs carry (the judges' vlm.media_body)
+            **({"media_io_kwargs": dict(self.media_io_kwargs)} if self.media_io_kwargs else {}),
             "encoder_options": dict(self.encoder_options),
             "num_bytes": self.num_bytes,
+            **({"decoded_by": self.decoded_by} if self.decoded_by else {}),
+            **({"device_fallback": self.fallback} if self.fallback else {}),
         }
 
 
@@ -282,6 +302,35 @@ def _mux_jpeg_frames(frames: Iterable[np.ndarray], w: int, h: int, fps: float,
     return buf.getvalue(), {"quality": quality, "subsampling": "4:4:4" if full else "4:2:0"}
 
 
+def jpeg_frames_kwargs(fps: float) -> dict[str, Any]:
+    """The request's `media_io_kwargs["video"]` for a `video/jpeg` frame list at `fps`: every frame
+    kept (vLLM keeps only its server's num_frames, 32 by default, of a frame list otherwise) and
+    the clip's rate, so vLLM's metadata (frames 0..n-1 of n at `fps`) is what its loader reports for
+    the same frames muxed into an mp4 at that rate: Qwen2.5-VL's time positions (second_per_grid_ts
+    = 2 / fps) are the same either way (tests/integration/test_media_vllm.py)."""
+    return {"num_frames": -1, "fps": float(fps)}
+
+
+def _jpeg_frame_list(frames: Iterable[np.ndarray], w: int, h: int, fps: float,
+                     quality: int) -> tuple[DataURL, int, dict[str, Any]]:
+    """(the `video/jpeg` data URL, the JPEG bytes, encoder options): every frame a JPEG by
+    libjpeg-turbo, each base64'd, joined by commas."""
+    cv = cv2()
+    params = _jpeg_params(quality)
+    parts: list[str] = []
+    total = 0
+    for i, rgb in enumerate(frames):
+        check_stop()  # the request ended: stop encoding for nobody
+        ok, jpeg = cv.imencode(".jpg", cv.cvtColor(rgb, cv.COLOR_RGB2BGR), params)
+        if not ok:
+            raise MediaError(f"OpenCV could not encode frame {i} ({w}x{h}) as JPEG")
+        total += jpeg.size
+        parts.append(pybase64().b64encode_as_string(jpeg))
+    full = params[3] == cv.IMWRITE_JPEG_SAMPLING_FACTOR_444
+    url = DataURL("data:video/jpeg;base64," + ",".join(parts))
+    return url, total, {"quality": quality, "subsampling": "4:4:4" if full else "4:2:0"}
+
+
 def _encode_frames_mp4(frames: Iterable[np.ndarray], w: int, h: int, fps: float, codec: str,
                        crf: int) -> tuple[bytes, dict[str, Any]]:
     """(mp4 bytes, the encoder options used, for the details), by an FFmpeg encoder."""
@@ -310,7 +359,7 @@ def _can_pass_through(video: VideoMedia, idx: list[int], size: tuple[int, int], 
     """An mp4 the judge can read as-is: every frame kept in order, same size, same rate."""
     info = video._container
     return (
-        codec == "auto"
+        codec in ("auto", JPEG_FRAMES)
         and info is not None
         and info.format == "mp4"
         and info.codec in ("h264", "mpeg4")
@@ -322,6 +371,8 @@ def _can_pass_through(video: VideoMedia, idx: list[int], size: tuple[int, int], 
 
 
 def _codec_for(sampling: VideoSampling) -> str:
+    if sampling.codec == JPEG_FRAMES:
+        return JPEG_FRAMES
     if sampling.codec != "auto":
         if not _video_encoder_usable(sampling.codec):
             raise MediaError(f"cannot encode video as mp4: no encoder {sampling.codec!r} here "
@@ -356,6 +407,7 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
             codec=video.codec,
             num_bytes=len(src),
             passthrough=True,
+            path="passthrough",
             **common,
         )
     codec = _codec_for(sampling)
@@ -368,7 +420,13 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
     # Each frame is resized (or cropped) as it is decoded, in media's decode loop: the full-size
     # frames are never all held; what is kept is the clip at the judge's size.
     frames = video.frames_array(idx, transform=_frame_transform(w, h, resized, resampler))
+    path = "device" if video.resampled_by == "device" else "gateway"
     try:
+        if codec == JPEG_FRAMES:
+            url, size, opts = _jpeg_frame_list(frames, w, h, fps, sampling.jpeg_quality)
+            return EncodedVideo(data_url=url, codec=codec, num_bytes=size, encoder_options=tuple(opts.items()),
+                                resampler=resampler if resized else None, path=path,
+                                media_io_kwargs=jpeg_frames_kwargs(fps), **common)
         if codec == "mjpeg":
             data, opts = _mux_jpeg_frames(frames, w, h, fps, sampling.jpeg_quality)
         else:
@@ -376,22 +434,37 @@ def encode_video(video: VideoMedia, sampling: VideoSampling) -> EncodedVideo:
     except MediaError:
         raise
     except Exception as e:
-        raise MediaError(f"cannot encode video as mp4 with {codec}: {type(e).__name__}: {e}") from None
+        raise MediaError(f"cannot encode video as {codec}: {type(e).__name__}: {e}") from None
     return EncodedVideo(
         data_url=_data_url("video/mp4", data),
         codec=codec,
         num_bytes=len(data),
         encoder_options=tuple(opts.items()),
         resampler=resampler if resized else None,
+        path=path,
         **common,
     )
 
 
-def _frame_transform(w: int, h: int, resized: bool, resampler: Resampler) -> Callable[[np.ndarray], np.ndarray]:
-    def sized(f: np.ndarray) -> np.ndarray:
-        if f.shape[:2] == (h, w):  # already the judge's size (a presampled clip)
-            return f
-        # Without a resize, at most one row/column is cropped to even sides.
-        return resize_rgb(f, w, h, resampler) if resized else f[:h, :w]
+class _JudgeSize:
+    """The decode loop's transform to the size a judge sees (a DecodedFrameTransform): a resize by
+    `resampler`, or a crop of at most one row / column to even sides; a frame already at that size
+    (a presampled clip) passes as it is. A container's 4:2:0 frames are resized plane by plane and
+    converted at that size (media/planes.py) instead of converted to RGB at full size first."""
 
-    return sized
+    def __init__(self, w: int, h: int, resized: bool, resampler: Resampler) -> None:
+        self.w, self.h, self.resized, self.resampler = w, h, resized, resampler
+
+    def __call__(self, f: np.ndarray) -> np.ndarray:
+        if f.shape[:2] == (self.h, self.w):  # already the judge's size (a presampled clip)
+            return f
+        return resize_rgb(f, self.w, self.h, self.resampler) if self.resized else f[: self.h, : self.w]
+
+    def from_decoded(self, frame: Any) -> np.ndarray | None:
+        if not self.resized:  # a crop: the full-size conversion is the whole work either way
+            return None
+        return planes_to_rgb(frame, self.w, self.h, self.resampler)
+
+
+def _frame_transform(w: int, h: int, resized: bool, resampler: Resampler) -> _JudgeSize:
+    return _JudgeSize(w, h, resized, resampler)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -23,11 +23,8 @@ from .container import (
     open_container,
     video_stream,
 )
-from .image import ImageMedia, _check_uint8, _image_json_schema
+from .image import ImageMedia, _check_uint8
 from .limits import (
-    MAX_FPS,
-    MAX_VIDEO_FRAMES,
-    MAX_VIDEO_PIXELS,
     MediaError,
     _charge,
     _check_fps,
@@ -37,9 +34,9 @@ from .limits import (
     current_limits,
 )
 from .scope import check_stop, working
+from .video_schema import _video_json_schema
 from .wire import (
     _array_from_json,
-    _array_json_schema,
     _array_sha256,
     _array_to_json,
     _as_bytes,
@@ -48,68 +45,21 @@ from .wire import (
     _media_core_schema,
 )
 
+DECODE_THREADS = 1  # FFmpeg decoder threads per container decode (see _decode_container)
+
 # What the decode loop applies to each RGB uint8 [H, W, 3] frame as it arrives (iter_frames).
 FrameTransform = Callable[[np.ndarray], np.ndarray]
 
-_VIDEO_FORMS_DOC = (
-    "A video: an object with exactly one of 'frames' (a list of images, all the same size, "
-    "each in any image form), 'mp4' (base64 or a data: URL of an mp4/mov, webm/mkv or avi file) or 'array' "
-    "(the JSON form of a uint8 array of shape [T, H, W, 3]), plus 'fps' (required for frames "
-    "and array; for mp4 it overrides the container's rate). A bare data: URL / base64 string is "
-    f"read as 'mp4'. At most {MAX_VIDEO_FRAMES} frames and {MAX_VIDEO_PIXELS} decoded pixels by "
-    "default (media.max_video_frames, media.max_video_pixels). URLs and file paths are refused."
-)
 
+class DecodedFrameTransform(Protocol):
+    """A transform that may also take a container's decoded frame itself (a PyAV VideoFrame, its
+    size and count already checked) instead of its RGB conversion: `from_decoded` returns what
+    `__call__` would return for the RGB frame (within the fidelity its tests hold), or None to get
+    the RGB frame after all (media/planes.py converts 4:2:0 planes at the target size)."""
 
-def _video_json_schema() -> dict[str, Any]:
-    fps = {
-        "type": "number",
-        "exclusiveMinimum": 0,
-        "maximum": MAX_FPS,
-        "description": "frames per second",
-    }
-    mp4 = {"type": "string", "description": "base64 or data:video/mp4;base64,... (mov, webm/mkv, avi too)"}
-    return {
-        "title": "Video",
-        "description": _VIDEO_FORMS_DOC,
-        "anyOf": [
-            {
-                "type": "object",
-                "title": "frames",
-                "properties": {
-                    "frames": {
-                        "type": "array",
-                        "items": _image_json_schema(),
-                        "minItems": 1,
-                        "maxItems": MAX_VIDEO_FRAMES,
-                    },
-                    "fps": fps,
-                },
-                "required": ["frames", "fps"],
-                "additionalProperties": False,
-            },
-            {
-                "type": "object",
-                "title": "mp4",
-                "properties": {"mp4": mp4, "fps": fps},
-                "required": ["mp4"],
-                "additionalProperties": False,
-            },
-            {
-                "type": "object",
-                "title": "array",
-                "properties": {"array": _array_json_schema("[T, H, W, 3]", 4, 4), "fps": fps},
-                "required": ["array", "fps"],
-                "additionalProperties": False,
-            },
-            {
-                **mp4,
-                "title": "mp4 string",
-                "pattern": r"^(data:video/[\w.+-]+;base64,)?[A-Za-z0-9+/_=\s-]+$",
-            },
-        ],
-    }
+    def __call__(self, rgb: np.ndarray) -> np.ndarray: ...
 
+    def from_decoded(self, frame: Any) -> np.ndarray | None: ...
 
 class VideoMedia:
     """One validated video: decoded frames, a [T,H,W,3] array or a container (mp4/mov,
@@ -147,6 +97,7 @@ class VideoMedia:
         # _array, and who resized them (details.video.resampler).
         self._kept: dict[int, int] | None = None
         self.resampled_by: str | None = None
+        self.decoded_by: str | None = None  # what decoded a presampled clip's frames (the device worker says)
 
     # ---- construction ------------------------------------------------------------------------
 
@@ -377,8 +328,7 @@ class VideoMedia:
         if not idx:
             return
         with working():
-            for i, frame in self._source_frames(idx):
-                yield i, frame if transform is None else transform(frame)
+            yield from self._source_frames(idx, transform)
 
     def _checked(self, idx: list[int]) -> list[int]:
         for i in idx:
@@ -386,17 +336,18 @@ class VideoMedia:
                 raise MediaError(f"frame index {i} out of range for a {self._num_frames}-frame video")
         return idx
 
-    def _source_frames(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    def _source_frames(self, idx: list[int], transform: FrameTransform | None) -> Iterator[tuple[int, np.ndarray]]:
         if self._bytes is not None:
-            yield from self._decode_container(idx)
+            yield from self._decode_container(idx, transform)
             return
         for i in idx:
             check_stop()
             if self._array is not None:
-                yield i, self._array[self._rows([i])[0]]
+                frame = self._array[self._rows([i])[0]]
             else:
                 assert self._frames is not None
-                yield i, self._frames[i].to_array()
+                frame = self._frames[i].to_array()
+            yield i, frame if transform is None else transform(frame)
 
     def frames_array(
         self, indices: Sequence[int] | None = None, transform: FrameTransform | None = None
@@ -443,15 +394,19 @@ class VideoMedia:
             return self._frames[0]
         return ImageMedia.from_array(self.frames_array([0])[0])
 
-    def _decode_container(self, idx: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    def _decode_container(self, idx: list[int], transform: FrameTransform | None) -> Iterator[tuple[int, np.ndarray]]:
         assert self._bytes is not None
         wanted, last = set(idx), idx[-1]
         size = (self._width, self._height)
+        from_decoded = getattr(transform, "from_decoded", None)
         n = -1
+        converting = False  # an error while a kept frame is converted is not the stream's fault
         try:
             with open_container(self._bytes, self._container.format if self._container else None) as container:
                 stream = video_stream(container)
-                stream.thread_type = "AUTO"
+                # One decoder thread: the media pool runs one job per core, and FFmpeg's frame threads
+                # on top of it cost ~20% more CPU for the same frames (bench/RESULTS.md).
+                stream.thread_count = DECODE_THREADS
                 frames = container.decode(stream)
                 while True:
                     check_stop()
@@ -468,14 +423,22 @@ class VideoMedia:
                     if n >= self._num_frames:
                         raise MediaError(f"video decodes to more frames than the {self._num_frames} it listed")
                     if n in wanted:
-                        rgb = frame.to_ndarray(format="rgb24")
+                        converting = True
+                        out = from_decoded(frame) if from_decoded is not None else None
+                        if out is None:
+                            out = frame.to_ndarray(format="rgb24")  # libswscale, with the frame's matrix
+                            if transform is not None:
+                                out = transform(out)
+                        converting = False
                         del frame
-                        yield n, rgb
+                        yield n, out
                     if n >= last:
                         break
         except MediaError:
             raise
         except Exception as e:  # av.error.FFmpegError: corrupt data, or a frame over max_pixels
+            if converting:
+                raise MediaError(f"cannot convert video frame {n} to the judge's size: {type(e).__name__}: {e}") from e
             raise MediaError(
                 f"cannot decode video frame {n + 1} ({_av_message(e)}): corrupt data, or a frame larger "
                 "than media.max_image_pixels"

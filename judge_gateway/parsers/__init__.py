@@ -1,5 +1,7 @@
 """Parsers that turn a judge's raw reply into numbers, or a `ParseError` saying why not."""
 
+from .answer_probability import AnswerProbability, atom_means, parse_answer_probability
+from .axes import AxesResult, Axis, parse_axes
 from .comparative import AnswerVerdict, parse_answer_verdict
 from .errors import ParseError
 from .final_score import FinalScoreResult, parse_final_score
@@ -16,4 +18,10 @@ __all__ = [
     "parse_final_score",
     "AnswerVerdict",
     "parse_answer_verdict",
+    "Axis",
+    "AxesResult",
+    "parse_axes",
+    "AnswerProbability",
+    "parse_answer_probability",
+    "atom_means",
 ]

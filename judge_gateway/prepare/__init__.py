@@ -2,9 +2,9 @@
 check that it loads and scores a probe (run.py orchestrates; weights.py, probe.py)."""
 
 from .probe import CheckResult, check_judge, check_judges, probe_sample, text_image
-from .run import EnvNeed, Options, Row, environment_needs, format_table, run_prepare
+from .run import EnvNeed, Options, Row, environment_needs, format_table, plan_prepare, run_prepare
 from .weights import WeightRef, WeightStatus, check_weight, judge_weights
 
 __all__ = ["CheckResult", "EnvNeed", "Options", "Row", "WeightRef", "WeightStatus", "check_judge", "check_judges",
-           "check_weight", "environment_needs", "format_table", "judge_weights", "probe_sample", "run_prepare",
+           "check_weight", "environment_needs", "format_table", "judge_weights", "plan_prepare", "probe_sample", "run_prepare",
            "text_image"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from .weights import WeightRef, WeightStatus, backend_weights, check_weight, jud
 
 # The cosmos-rl latent decoder is no judge, but it has an environment and weights of its own: a row.
 LATENTS = "cosmos_rl.latents"
+MEDIA_DEVICE = "media.device"  # the torch worker that decodes judges' videos on the device
+WORKER_ROWS = (LATENTS, MEDIA_DEVICE)  # rows of workers that are not judges
 
 
 @dataclass
@@ -57,8 +60,7 @@ class Row:
         bad = [w for w in self.weights if not w.ok]
         if bad:
             return f"MISSING {len(bad)} of {len(self.weights)}"
-        kinds = sorted({w.detail.split(" ")[0] for w in self.weights})
-        return ", ".join(kinds)
+        return ", ".join(sorted({w.state for w in self.weights}))
 
     @property
     def ok(self) -> bool:
@@ -69,7 +71,7 @@ class Row:
 class Options:
     offline: bool = False
     download_dir: Path | None = None
-    start: bool = False
+    start: bool = True  # start a launched backend's servers for its probe (then stop them)
     build: bool = True
     force: bool = False
     judges: list[str] | None = None
@@ -111,6 +113,8 @@ def environment_needs(cfg: GatewayConfig, names: list[str], specs: Specs, rows: 
                 need("vllm", backend.launch.python, specs.env("vllm").venv, name)
     if LATENTS in rows and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         need("latents", cfg.cosmos_rl.latents.python, specs.env("latents").venv, LATENTS)
+    if MEDIA_DEVICE in rows and cfg.media.device is not None:
+        need("latents", cfg.media.device.python, specs.env("latents").venv, MEDIA_DEVICE)
     return list(needs.values())
 
 
@@ -140,14 +144,15 @@ def _short(path: Path) -> str:
         return str(path)
 
 
-def preset_model(backend_name: str, cfg: GatewayConfig, run_dir: Path) -> str | None:
+def preset_model(backend_name: str, cfg: GatewayConfig) -> str | None:
     """The model a launch table's preset serves, as start_vllm.sh says (its --model argument)."""
     from ..launch.plan import vllm_command
 
     backend = cfg.backends[backend_name]
     port = urlsplit(backend.base_urls[0]).port or 8000
     try:
-        argv, _ = vllm_command(f"vllm-{backend_name}", backend, "127.0.0.1", port, run_dir)
+        with tempfile.TemporaryDirectory(prefix="jg-prepare-") as scratch:  # start_vllm.sh makes its run dir
+            argv, _ = vllm_command(f"vllm-{backend_name}", backend, "127.0.0.1", port, Path(scratch))
     except LaunchError:
         return None
     return argv[argv.index("--model") + 1] if "--model" in argv else None
@@ -162,26 +167,16 @@ def check_all_weights(cfg: GatewayConfig, names: list[str], rows: dict[str, Row]
             seen[ref] = check_weight(ref, offline=opts.offline, download_dir=opts.download_dir)
         return seen[ref]
 
-    for name in names:
-        jc = cfg.judges[name]
-        if jc.kind_spec.runs_on == "head":
-            refs = judge_weights(jc)
-        else:
-            backend = cfg.backends.get(jc.backend or "")
-            launch = backend.launch if backend else None
-            refs = backend_weights(backend, preset_model(jc.backend or "", cfg, opts.run_dir)
-                                   if launch and launch.preset and not launch.model else None) if backend else []
-        rows[name].weights = [check(r) for r in refs]
-    if LATENTS in rows:
-        rows[LATENTS].weights = [check(r) for r in latent_weights(cfg)]
+    for name in [*names, *(n for n in WORKER_ROWS if n in rows)]:
+        rows[name].weights = [check(r) for r in _weight_refs(cfg, name)]
     for row in rows.values():
         row.problems += [f"weights: {w.detail}" for w in row.weights if not w.ok]
 
 
 async def _check(cfg: GatewayConfig, rows: dict[str, Row], opts: Options) -> None:
     """Load and probe every judge that got this far. A launched backend that already answers is
-    probed as it is; one that does not is started for the probe with --start, else its judges
-    stop at "weights present" (what `up` needs)."""
+    probed as it is; one that does not is started for the probe (as `up` would start it) and
+    stopped after, unless --no-start: then its judges stop at "weights present"."""
     ready = [n for n, r in rows.items() if r.ok and n in cfg.judges]
     vlm = [n for n in ready if cfg.judges[n].kind_spec.runs_on == "vlm"]
     to_check = [n for n in ready if n not in vlm]
@@ -194,21 +189,23 @@ async def _check(cfg: GatewayConfig, rows: dict[str, Row], opts: Options) -> Non
         down = {b for b in launched if not (await gw.pools[b].probe())[0]}
         if opts.start and down:
             sub = cfg.model_copy(update={"backends": {k: v for k, v in cfg.backends.items() if k in down}})
-            plan = plan_up(sub, None, run_dir=opts.run_dir.absolute(), gateway=False)
-            servers = [Child(p, plan.run_dir, lambda m: print(f"[prepare] {m}", file=sys.stderr, flush=True))
-                       for p in plan.servers]
             try:
+                plan = plan_up(sub, None, run_dir=opts.run_dir.absolute(), gateway=False)
+                servers = [Child(p, plan.run_dir, lambda m: print(f"[prepare] {m}", file=sys.stderr, flush=True))
+                           for p in plan.servers]
+                print(f"[prepare] starting {len(servers)} vLLM server(s) for the probes: "
+                      f"{', '.join(c.plan.name for c in servers)} (logs: {plan.run_dir})", file=sys.stderr, flush=True)
                 await start_servers(servers, stop)
                 down = set()
-            except StartFailed as exc:
+            except (LaunchError, StartFailed) as exc:
                 for n in vlm:
                     if cfg.judges[n].backend in down:
-                        rows[n].load = "failed to start"
+                        rows[n].load = "cannot start here" if isinstance(exc, LaunchError) else "failed to start"
                         rows[n].problems.append(f"load: {exc}")
         for n in vlm:
             if cfg.judges[n].backend in down:
                 if not rows[n].problems:
-                    rows[n].load = "not started (--start starts it)"
+                    rows[n].load = "not started (--no-start)"
             else:
                 to_check.append(n)
         results = await check_judges(gw, to_check)
@@ -236,8 +233,8 @@ def _cut(text: str, width: int = 40) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def run_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, opts: Options) -> tuple[int, list[Row]]:
-    started = time.monotonic()
+def _rows(cfg: GatewayConfig, opts: Options) -> dict[str, Row]:
+    """A row per judge asked for, and the latent decoder's when the whole config is."""
     names = opts.judges or list(cfg.judges)
     unknown = [n for n in names if n not in cfg.judges]
     if unknown:
@@ -245,6 +242,66 @@ def run_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, op
     rows = {n: Row(n, cfg.judges[n].kind) for n in names}
     if opts.judges is None and cfg.cosmos_rl.latents is not None and cfg.cosmos_rl.latents.python:
         rows[LATENTS] = Row(LATENTS, "latents")
+    if opts.judges is None and cfg.media.device is not None:
+        rows[MEDIA_DEVICE] = Row(MEDIA_DEVICE, "latents")
+    return rows
+
+
+def _weight_refs(cfg: GatewayConfig, name: str) -> list[WeightRef]:
+    if name == LATENTS:
+        return latent_weights(cfg)
+    if name == MEDIA_DEVICE:
+        return []  # torch only: the decode worker has no weights
+    jc = cfg.judges[name]
+    if jc.kind_spec.runs_on == "head":
+        return judge_weights(jc)
+    backend = cfg.backends.get(jc.backend or "")
+    if backend is None:
+        return []
+    launch = backend.launch
+    preset = preset_model(jc.backend or "", cfg) if launch and launch.preset and not launch.model else None
+    return backend_weights(backend, preset)
+
+
+def plan_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, opts: Options) -> list[str]:
+    """Every step `prepare` would take, in order, without taking any (--dry-run): the torch build,
+    each environment's pip steps, each judge's (and the latent decoder's) weights, and the checks,
+    a launched backend's vLLM servers among them."""
+    rows = _rows(cfg, opts)
+    lines = [choice.describe()]
+    for need in environment_needs(cfg, [n for n in rows if n not in WORKER_ROWS], builder.specs, rows):
+        lines.append(f"environment {need.spec} for {', '.join(need.users)}:")
+        lines += [f"  {line}" for line in builder.plan(builder.specs.env(need.spec), need.venv)]
+    fetch = "check the local paths and caches, fetch nothing (--offline)" if opts.offline else "fetch what is missing"
+    for name, row in rows.items():
+        refs = _weight_refs(cfg, name)
+        weights = (", ".join(f"{r.option}={r.ref} ({r.form})" for r in refs) + f": {fetch}") if refs else \
+            "none to fetch"
+        if name == LATENTS:
+            lines.append(f"latent decoder {LATENTS}: weights {weights}; its worker loads them when the gateway serves")
+            continue
+        if name == MEDIA_DEVICE:
+            lines.append(f"video decoder {MEDIA_DEVICE}: its environment only; its worker starts when the gateway serves")
+            continue
+        jc = cfg.judges[name]
+        if jc.kind_spec.runs_on == "head":
+            check = "then its worker loads the model and scores a probe"
+        else:
+            backend = cfg.backends.get(jc.backend or "")
+            if backend is not None and backend.launch is not None:
+                starts = ("start its vLLM server(s) as `up` would (unless one already answers), "
+                          if opts.start else "(--no-start: no server started) ")
+                check = f"then {starts}probe backend {jc.backend!r} and score a probe"
+            else:
+                check = f"then probe backend {jc.backend!r} (a server you run: no launch table) and score a probe"
+        lines.append(f"judge {name} ({row.kind}): weights {weights}; {check}")
+    return lines
+
+
+def run_prepare(cfg: GatewayConfig, choice: TorchChoice, builder: EnvBuilder, opts: Options) -> tuple[int, list[Row]]:
+    started = time.monotonic()
+    rows = _rows(cfg, opts)
+    names = [n for n in rows if n not in WORKER_ROWS]
     print(f"[prepare] {choice.describe()}", file=sys.stderr, flush=True)
     needs = environment_needs(cfg, names, builder.specs, rows)
     build_environments(needs, builder, opts)

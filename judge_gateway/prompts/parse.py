@@ -6,9 +6,10 @@ text, the aspects or label the prompt must ask for, the critic's reply schema). 
 validated once, by its kind's model; `TemplateError` lists every problem, each naming the file
 and the key (`answer.positive`, `aspects[1].weight`).
 
-Over 500 lines: a model per template kind (five) beside the one set of error messages that name
+Over 500 lines: a model per template kind (eight) beside the one set of error messages that name
 a file's keys; a kind's model needs the shared base tables and checks defined here, so a kind
-moved to a module of its own would import this one back through TEMPLATE_FILES.
+moved to a module of its own would import this one back through TEMPLATE_FILES (and the docs'
+table of template keys is generated from this one module).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from ..parsers.json_schema import SchemaError, check_schema, subschema
 from .template import (
     MEDIA_SLOTS,
     PROMPT_PLACEHOLDER,
+    QUESTION_PLACEHOLDER,
+    AnswerSet,
     Aspect,
     ComparativeVerdict,
     Template,
@@ -121,6 +124,36 @@ class AspectTable(_Table):
     na_allowed: bool = Field(False, description="whether the reply may rate it N/A")
 
 
+class AxisTable(_Table):
+    """One `[[axes]]` entry of a multi_axis template."""
+
+    name: Text = Field(description="the axis's name (its key in details and in aggregation profiles)")
+    label: Text = Field(description="the text before the axis's number in the reply, as the user text asks "
+                        "for it (`Alignment Score (1-5)`)")
+    weight: FiniteNumber = Field(1.0, ge=0, description="its weight in the mean of the axes")
+    na_allowed: bool = Field(False, description="whether the reply may rate it N/A")
+
+
+class ProbeTable(_Table):
+    """One `[[probes]]` entry of a checklist template."""
+
+    name: Text = Field(description="the probe's name (its key in details and in aggregation profiles)")
+    question: Text = Field(description="the yes/no question, put at {question}; it may hold {prompt}")
+    weight: FiniteNumber = Field(1.0, ge=0, description="its weight in the weighted mean of the probes")
+    positive: Literal["yes", "no"] | None = Field(
+        None, description="the good answer of this probe (default: the template's answer.positive)")
+
+
+class AnswerSetTable(_Table):
+    """One `[[answer_sets]]` entry of an answer_probability template."""
+
+    name: Text = Field(description="the set's name, reported with each atom")
+    words: list[Text] = Field(min_length=1, description="the answers a question of this set admits")
+    question_prefix: Text | None = Field(
+        None, description="the questions this set reads: those starting with it (unset: every other question)")
+    numerals: bool = Field(False, description="a number word and its digits are one answer (four, 4)")
+
+
 # --------------------------------------------------------------------------- the template kinds
 
 
@@ -130,8 +163,8 @@ class TemplateFile(_Table):
     id: Text = Field(description="the family: the name of the template's folder")
     version: Text = Field(description="the version: the stem of the file's name")
     description: Text = Field(description="one line on what the template asks")
-    kind: str = Field(description="the template kind: yes_no, rubric, final_score, critic or "
-                      "comparative; it says which other keys the file takes")
+    kind: str = Field(description="the template kind: yes_no, rubric, final_score, critic, comparative, "
+                      "multi_axis, answer_probability or checklist; it says which other keys the file takes")
     system: Text | None = Field(None, description="the system message (no media, no {prompt})")
     user: Text = Field(
         description="the user message: text with {prompt} and media markers "
@@ -417,6 +450,108 @@ class ComparativeFile(_GenerativeFile):
         return self._template(path, sha256, verdict=verdict, **words)
 
 
+class MultiAxisFile(_ScoredFile):
+    """A multi_axis template: the reply writes one `label: score` line per axis (UnifiedReward-2.0,
+    VideoScore2); the reward is the weighted mean of the axes."""
+
+    axes: list[AxisTable] = Field(min_length=1, description="at least one [[axes]] entry: name, label, "
+                                  "weight, na_allowed")
+    missing_policy: Literal["invalid", "skip"] | None = Field(
+        None, description="an axis absent from the reply: the score is invalid, or it is left out of the mean")
+    occurrence: Literal["first", "last"] = Field(
+        "last", description="which of several `label:` lines of one axis counts")
+
+    @model_validator(mode="after")
+    def _axes_asked(self) -> MultiAxisFile:
+        names = [axis.name for axis in self.axes]
+        labels = [axis.label.casefold() for axis in self.axes]
+        if len(set(names)) != len(names) or len(set(labels)) != len(labels):
+            raise _KeyProblem("axes", "axis names and labels must be unique")
+        if not any(axis.weight > 0 for axis in self.axes):
+            raise _KeyProblem("axes", "at least one axis needs a weight above 0")
+        for axis in self.axes:
+            if axis.label.casefold() not in self.user.casefold():
+                raise _KeyProblem("axes", f"label {axis.label!r} does not appear in the user text")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        aspects = tuple(Aspect(a.name, a.weight, a.na_allowed, label=a.label) for a in self.axes)
+        return self._template(path, sha256, aspects=aspects, missing_policy=self.missing_policy,
+                              occurrence=self.occurrence)
+
+
+class _QuestionsFile(TemplateFile):
+    """A template that asks one question per request (an atom, a probe), put at {question}."""
+
+    @field_validator("user")
+    @classmethod
+    def _user_asks(cls, value: str) -> str:
+        if QUESTION_PLACEHOLDER not in value:
+            raise ValueError(f"needs {QUESTION_PLACEHOLDER}, where each question goes")
+        return value
+
+
+class AnswerProbabilityFile(_QuestionsFile):
+    """An answer_probability template: one request per question (an atom: question and expected
+    answer, from the request or a file); the score is the probability of the expected answer at the
+    reply's first token (GenEval 2's Soft-TIFA)."""
+
+    answer_sets: list[AnswerSetTable] = Field(
+        min_length=1, description="the [[answer_sets]]: which answers each kind of question admits")
+    normalize: Literal["none", "answer_set"] = Field(
+        "none", description="none: the expected answer's probability as it is (GenEval 2); answer_set: "
+        "divided by the probability of the question's whole answer set")
+    counting: Literal["variants", "exact"] = Field(
+        "variants", description="variants: every case/space variant (and numeral twin) of the answer; exact: "
+        "the answer, Capitalised, each with a leading space, and its digits (GenEval 2's list)")
+    mean: Literal["arithmetic", "geometric"] = Field(
+        "geometric", description="the prompt score over its atoms: arithmetic (Soft-TIFA AM, atom level) or "
+        "geometric (Soft-TIFA GM, prompt level)")
+
+    @model_validator(mode="after")
+    def _one_default_set(self) -> AnswerProbabilityFile:
+        defaults = [s.name for s in self.answer_sets if s.question_prefix is None]
+        if len(defaults) > 1:
+            raise _KeyProblem("answer_sets", f"only one set may leave question_prefix unset, found {defaults}")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        sets = tuple(AnswerSet(s.name, tuple(s.words), s.question_prefix, s.numerals) for s in self.answer_sets)
+        return self._template(path, sha256, answer_sets=sets, normalize=self.normalize, counting=self.counting,
+                              mean=self.mean)
+
+
+class ChecklistFile(_QuestionsFile):
+    """A checklist template: N yes/no probes on one medium, one one-token request each (the medium
+    first, so vLLM computes it once for all of them); the reward is the weighted mean of P(good)."""
+
+    answer: AnswerTable = Field(
+        description='the [answer] table: positive = "yes" | "no" (a probe may set its own), yes_words, no_words')
+    probes: list[ProbeTable] = Field(min_length=1, description="the [[probes]]: name, question, weight, positive")
+
+    @model_validator(mode="after")
+    def _probes_ask_one_question(self) -> ChecklistFile:
+        names = [probe.name for probe in self.probes]
+        if len(set(names)) != len(names):
+            raise _KeyProblem("probes", f"duplicate probe names {sorted({n for n in names if names.count(n) > 1})}")
+        if not any(probe.weight > 0 for probe in self.probes):
+            raise _KeyProblem("probes", "at least one probe needs a weight above 0")
+        outside = "".join(v for is_media, v in split_at_markers(self.user) if not is_media)
+        if "?" in outside:
+            raise _KeyProblem("user", "the user text around {question} asks none: the questions are the probes'")
+        for probe in self.probes:
+            if probe.question.count("?") != 1 or marker_like(probe.question):
+                raise _KeyProblem("probes", f"probe {probe.name!r} must ask exactly one question, with no media marker")
+        return self
+
+    def template(self, path: Path, sha256: str) -> Template:
+        aspects = tuple(Aspect(p.name, p.weight, question=p.question.strip(), positive=p.positive or self.answer.positive)
+                        for p in self.probes)
+        return self._template(path, sha256, aspects=aspects, positive=self.answer.positive,
+                              yes_words=tuple(self.answer.yes_words), no_words=tuple(self.answer.no_words),
+                              scale=(0.0, 1.0))
+
+
 def _schema_types(schema: dict[str, Any]) -> list[str]:
     t = schema.get("type")
     return [t] if isinstance(t, str) else list(t or [])
@@ -430,6 +565,9 @@ TEMPLATE_FILES: dict[str, type[TemplateFile]] = {
     "final_score": FinalScoreFile,
     "critic": CriticFile,
     "comparative": ComparativeFile,
+    "multi_axis": MultiAxisFile,
+    "answer_probability": AnswerProbabilityFile,
+    "checklist": ChecklistFile,
 }
 TEMPLATE_KINDS = tuple(TEMPLATE_FILES)
 

@@ -5,7 +5,8 @@ Rendering splits the user text at media markers (`<image>`, `<video>`, `<conditi
 *before* substituting `{prompt}`, so a generation prompt can never add, move or remove media,
 and `{prompt}` is replaced by plain string replacement (never `str.format`: rubric texts are
 full of braces and brackets). A marker's text that a model's prompt spells out literally is
-written with a backslash, `\\<image>`, and renders as the text `<image>`.
+written with a backslash, `\\<image>`, and renders as the text `<image>`; so is any other
+`<name>` tag a prompt spells out (`\\<think>`, `\\<v_score>`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from ..exceptions import ConfigurationError
 
 MEDIA_SLOTS = ("image", "video", "condition_image", "condition_video")
 PROMPT_PLACEHOLDER = "{prompt}"
+# answer_probability and checklist templates: where each atom's or probe's question goes.
+QUESTION_PLACEHOLDER = "{question}"
+_FIELDS_RE = re.compile(r"\{(prompt|question)\}")
 
 _MEDIA_SPLIT_RE = re.compile(r"(?<!\\)(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS) + ")")
-# `\<image>`: the marker's text itself, not a media slot.
-_LITERAL_MARKER_RE = re.compile(r"\\(" + "|".join(f"<{slot}>" for slot in MEDIA_SLOTS) + ")")
-# Anything that looks like a media marker; used to reject typos such as `<img>` or `<source>`.
-_MARKER_LIKE_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>")
+# `\<name>`: the text `<name>` itself (a slot's marker, or a tag a model's prompt spells out such
+# as `<think>` or VideoScore2's `<v_score>`), not a media slot.
+_LITERAL_MARKER_RE = re.compile(r"\\(<[A-Za-z_][A-Za-z0-9_]*>)")
+# Anything unescaped that looks like a media marker; used to reject typos such as `<img>`.
+_MARKER_LIKE_RE = re.compile(r"(?<!\\)<([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 class TemplateError(ConfigurationError):
@@ -35,11 +40,27 @@ class TemplateError(ConfigurationError):
 
 @dataclass(frozen=True)
 class Aspect:
-    """One scored aspect of a rubric reply."""
+    """One weighted part of a reply: a rubric aspect, a multi-axis axis (its `label` as the reply
+    writes it) or a checklist probe (its `question`, and the answer that counts as good)."""
 
     name: str
     weight: float = 1.0
     na_allowed: bool = False
+    label: str | None = None
+    question: str | None = None
+    positive: str | None = None
+
+
+@dataclass(frozen=True)
+class AnswerSet:
+    """answer_probability: the answers a kind of question admits. A question starting with
+    `question_prefix` (None: every other question) is read against `words`; `numerals` makes a
+    number word and its digits the same answer ("four", " 4")."""
+
+    name: str
+    words: tuple[str, ...]
+    question_prefix: str | None = None
+    numerals: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,15 @@ class Template:
     violations_field: str | None = None
     # comparative: how the reply names the better of its two images.
     verdict: ComparativeVerdict | None = None
+    # multi_axis: which of several `label:` lines of one axis counts ("first" / "last").
+    occurrence: str | None = None
+    # answer_probability: the answer sets, how an answer's probability is normalised ("none" /
+    # "answer_set"), which tokens count ("variants" / "exact") and the prompt-level mean
+    # ("arithmetic" / "geometric").
+    answer_sets: tuple[AnswerSet, ...] = ()
+    normalize: str | None = None
+    counting: str | None = None
+    mean: str | None = None
 
     @property
     def ref(self) -> str:
@@ -110,15 +140,18 @@ class Template:
         """Media markers of the user text in order of appearance, repeats included."""
         return tuple(slot for is_media, slot in self._pieces if is_media)
 
-    def render(self, prompt: str, media: Mapping[str, Sequence[dict]]) -> list[dict]:
-        """OpenAI chat messages for one sample.
+    def render(self, prompt: str, media: Mapping[str, Sequence[dict]], question: str | None = None) -> list[dict]:
+        """OpenAI chat messages for one sample (and, for templates with `{question}`, one question).
 
         `media` maps a slot name to the content parts for that slot's markers, in order, e.g.
         `{"image": [{"type": "image_url", "image_url": {"url": "data:..."}}]}`. Each marker
         consumes the next part of its slot. A missing part, a part left over, or an unknown slot
         raises `TemplateError`: a sample rendered with the wrong media must not be scored.
+        `{prompt}` and `{question}` are replaced in one pass: neither value is searched for the other.
         """
         _check_prompt(prompt, self.ref)
+        if question is not None:
+            _check_prompt(question, self.ref)
         queues = self._media_queues(media)
         parts: list[dict] = []
         for is_media, value in self._pieces:
@@ -132,7 +165,7 @@ class Template:
                     )
                 parts.append(queue.pop(0))
             else:
-                _append_text(parts, value.replace(PROMPT_PLACEHOLDER, prompt))
+                _append_text(parts, _fill(value, prompt, question))
         leftover = {slot: len(queue) for slot, queue in queues.items() if queue}
         if leftover:
             raise TemplateError(
@@ -145,11 +178,11 @@ class Template:
         messages.append({"role": "user", "content": parts})
         return messages
 
-    def render_text(self, prompt: str) -> str:
+    def render_text(self, prompt: str, question: str | None = None) -> str:
         """Human-readable preview: media shown as `[image]`, `[video]`, `[condition_image]` ..."""
         _check_prompt(prompt, self.ref)
         user = "".join(
-            f"[{value}]" if is_media else value.replace(PROMPT_PLACEHOLDER, prompt)
+            f"[{value}]" if is_media else _fill(value, prompt, question)
             for is_media, value in self._pieces
         )
         if self.system is None:
@@ -207,6 +240,14 @@ def split_at_markers(user: str) -> list[tuple[bool, str]]:
         for index, piece in enumerate(pieces)
         if index % 2 or piece
     ]
+
+
+def _fill(text: str, prompt: str, question: str | None) -> str:
+    """`{prompt}` (and `{question}`, when given) replaced, by plain replacement: never str.format."""
+    if question is None:
+        return text.replace(PROMPT_PLACEHOLDER, prompt)
+    values = {"prompt": prompt, "question": question}
+    return _FIELDS_RE.sub(lambda m: values[m.group(1)], text)
 
 
 def _append_text(parts: list[dict], text: str) -> None:

@@ -4,7 +4,10 @@ Without it, at 10x a backend's capacity every request queued inside the backend 
 (p50 5-10 s, all eventually 200): trainers' clients time out and retry, doubling the load. Here a
 request either gets one of `max_active` slots, waits for one (at most `max_waiting` requests, each
 at most `max_wait_s`), or is refused at once. The bounds default to the judges' capacity
-(AdmissionConfig.bounds): a small backend gets a small bound, so refusals engage in front of it.
+(AdmissionConfig.bounds). An admitted request then takes, in each VLM backend it uses, the calls
+it sends there (lanes.py: replicas x max_concurrency per backend, waiting first come first served,
+the rest refused), so refusals engage in front of the backend whatever the request sizes and
+the other judges configured.
 A request is also refused at once while `busy` names a reason (the media pool's backlog past
 [media] max_pending): work already admitted finishes, new work waits at the client instead of in
 an unbounded queue here. Once validated, a request also reserves what its media decode to in the
@@ -28,6 +31,7 @@ from ..media import request_pixels
 from ..media.budget import BudgetSpent, MediaBudget
 from ..metrics import Metrics
 from ..schema import RewardRequest, RewardResponse
+from .lanes import Lanes, LaneFull
 
 
 class Refused(Overloaded):
@@ -40,7 +44,7 @@ class Refused(Overloaded):
 
 class Admission:
     def __init__(self, cfg: AdmissionConfig, metrics: Metrics, *, capacity: dict[str, int] | None = None,
-                 budget: MediaBudget | None = None,
+                 backend_slots: dict[str, int] | None = None, budget: MediaBudget | None = None,
                  busy: Callable[[], str | None] | None = None) -> None:
         self.cfg = cfg
         self.metrics = metrics
@@ -48,12 +52,15 @@ class Admission:
         self.max_active, self.max_waiting = cfg.bounds(sum(self.capacity.values()))
         self.budget = budget
         self.busy = busy
+        # each VLM backend's calls, bounded by its slots (lanes.py)
+        self.lanes = Lanes(backend_slots or {}, cfg.waiting_per_slot)
         self._slots = asyncio.Semaphore(self.max_active)
         self.active = 0
         self.waiting = 0
         metrics.admission_limit.labels("max_active").set(self.max_active)
         metrics.admission_limit.labels("max_waiting").set(self.max_waiting)
         metrics.admission_limit.labels("max_wait_s").set(cfg.max_wait_s)
+        metrics.watch_admission(self)  # active / waiting: read at each scrape
 
     def describe(self) -> dict[str, Any]:
         """The bounds in force and where they came from (for /readyz)."""
@@ -61,7 +68,7 @@ class Admission:
         out: dict[str, Any] = {
             "max_active": self.max_active, "max_waiting": self.max_waiting, "max_wait_s": self.cfg.max_wait_s,
             "retry_after_s": self.cfg.retry_after_s, "active": self.active, "waiting": self.waiting,
-            "derived": derived, "capacity": self.capacity,
+            "derived": derived, "capacity": self.capacity, "backends": self.lanes.describe(),
         }
         if self.budget is not None:
             out["media_budget_pixels"] = {"limit": self.budget.limit, "in_use": self.budget.in_use,
@@ -69,17 +76,26 @@ class Admission:
         return out
 
     def _refuse(self, api: str, reason: str, message: str) -> Refused:
-        self.metrics.admission_refused.labels(api, reason).inc()
+        self.metrics.count(self.metrics.admission_refused, (api, reason))
         return Refused(message, self.cfg.retry_after_s)
 
     async def scored(self, api: str, gateway: Gateway, request: RewardRequest) -> RewardResponse:
-        """Score an admitted, validated request: what its media decode to held in the process-wide
-        budget while it scores, room in its heads' queues taken (or Refused)."""
-        async with self.media(api, request_pixels()):
-            try:
-                return await gateway.score(request, when_busy="refuse")
-            except QueueFull as err:
-                raise self._refuse(api, "judge_queue", f"{err}; retry after {self.cfg.retry_after_s} s") from None
+        """Score an admitted, validated request: its calls held in its backends' lanes, what its
+        media decode to held in the process-wide budget while it scores, room in its heads' queues
+        taken (or Refused)."""
+        try:
+            calls = await self.lanes.take(gateway.backend_demand(request), self.cfg.max_wait_s)
+        except LaneFull as err:
+            raise self._refuse(api, "backend_busy", f"overloaded: {err}; retry after {self.cfg.retry_after_s} s") \
+                from None
+        try:
+            async with self.media(api, request_pixels()):
+                try:
+                    return await gateway.score(request, when_busy="refuse")
+                except QueueFull as err:
+                    raise self._refuse(api, "judge_queue", f"{err}; retry after {self.cfg.retry_after_s} s") from None
+        finally:
+            self.lanes.give(calls)
 
     @asynccontextmanager
     async def media(self, api: str, pixels: int) -> AsyncIterator[None]:
@@ -103,7 +119,6 @@ class Admission:
                 f"and {self.waiting} waiting (max_waiting = {self.max_waiting}); retry after "
                 f"{self.cfg.retry_after_s} s"))
         self.waiting += 1
-        self.metrics.admission_waiting.set(self.waiting)
         # Its own task, shielded: whoever gives up (timeout, client gone) gives back a slot taken
         # at that very moment, so a slot is never lost.
         acquired = asyncio.ensure_future(self._slots.acquire())
@@ -122,7 +137,6 @@ class Admission:
             raise
         finally:
             self.waiting -= 1
-            self.metrics.admission_waiting.set(self.waiting)
 
     @asynccontextmanager
     async def slot(self, api: str,
@@ -137,10 +151,8 @@ class Admission:
         else:
             await self._wait(api, until)
         self.active += 1
-        self.metrics.admission_active.set(self.active)
         try:
             yield
         finally:
             self.active -= 1
-            self.metrics.admission_active.set(self.active)
             self._slots.release()

@@ -1,5 +1,6 @@
-"""The app factory: the middleware (peer networks, auth, body and header limits), app.state for the
-routers' dependencies, and the routers of the native API and the enabled protocol adapters."""
+"""The app factory: the middleware (peer networks; the request guard: header and body limits, API
+keys, media budgets), app.state for the routers' dependencies, and the routers of the native API
+and the enabled protocol adapters."""
 
 from __future__ import annotations
 
@@ -8,81 +9,20 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._version import __version__
 from ..config import check_api_key
-from ..exceptions import InvalidInput
 from ..gateway import Gateway
 from ..store import ResultStore, make_store
 from ..watch import Watch
 from ..work_queue import make_work_queue
 from . import cosmos_rl, flow_factory, native, residency, watching
 from .admission import Admission
-from .auth import require_api_key
-from .errors import error_response, request_validation_error
+from .errors import request_validation_error
 from .guards import RequestGuardMiddleware
-from .heap import ReleaseMemoryMiddleware
+from .heap import HeapTrimmer
 from .networks import PeerNetworksMiddleware
-
-
-class BodyLimitMiddleware:
-    """Refuse bodies over the limit with 413, whether or not Content-Length is sent."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > self.max_bytes:
-                    await self._reject(send)
-                    return
-        seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge()
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._reject(send)
-
-    async def _reject(self, send: Send) -> None:
-        response = error_response("body_too_large", f"request body exceeds server.max_body_bytes = {self.max_bytes}",
-                                  413)
-        await response({"type": "http"}, _empty_receive, send)
-
-
-class _TooLarge(InvalidInput):
-    pass
-
-
-async def _empty_receive() -> Message:
-    return {"type": "http.request", "body": b"", "more_body": False}
+from .origin import OriginPolicy
 
 
 def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
@@ -96,11 +36,12 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     # store.queue: accepted cosmos-rl work on a Redis Stream that every replica on this Redis serves
     queue = make_work_queue(result_store, gateway.config.store.queue, instance)
     watch = Watch(gateway)  # [watch]: shadow judges over what the routes below score
-    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch)
+    cosmos = cosmos_rl.CosmosRLService(gateway, result_store, gateway.config.cosmos_rl, queue, instance, watch,
+                                       persistence=gateway.config.store.persistence)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        # A Redis without AOF/RDB loses every result on restart: refuse or warn (store.persistence).
+        # A Redis without AOF loses accepted work when it is killed: refuse or warn (store.persistence).
         await result_store.check_persistence(gateway.config.store.persistence)
         # Colocated judges: each server's sleep mode is checked (ResidencyUnsupported refuses the
         # start, naming the fix), then the idle timers run.
@@ -125,22 +66,26 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
         lifespan=lifespan,
     )
     app.state.gateway = gateway
-    app.state.api_keys = keys  # what auth.require_api_key compares with
-    if keys:
-        app.add_middleware(BaseHTTPMiddleware, dispatch=require_api_key)  # innermost: added first
-
-    # freed heap back to the OS after large bodies and decoded media
-    app.add_middleware(ReleaseMemoryMiddleware, budget=gateway.media_budget)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=cfg.max_body_bytes)
-    # Header count, [media] budgets, JSON 500 for a bug: outermost but for the peer check.
+    app.state.api_keys = keys
+    # Without API keys a web page in the user's browser can reach the port: foreign Host names,
+    # cross-site state changes and non-JSON bodies on JSON routes are refused there (origin.py).
+    ff = gateway.config.flow_factory
+    origin = None if keys else OriginPolicy(
+        cfg.allowed_hosts, json_paths=("/v1/rewards",),
+        json_suffix_under=(ff.path_prefix + "/", "/compute") if ff.enabled else None)
+    # Header and body limits, API keys or the origin policy, [media] budgets, a JSON 500 for a bug,
+    # the freed heap given back after large requests: one middleware (guards.py), outermost but for
+    # the peer check.
     app.add_middleware(RequestGuardMiddleware, max_headers=cfg.max_headers, max_header_bytes=cfg.max_header_bytes,
-                       media_limits=gateway.config.media.limits())
+                       media_limits=gateway.config.media.limits(), max_body_bytes=cfg.max_body_bytes,
+                       api_keys=keys, trimmer=HeapTrimmer(gateway.media_budget), origin=origin)
     if cfg.allow_networks:  # outermost: a refused peer reaches nothing else
         app.add_middleware(PeerNetworksMiddleware, networks=cfg.allow_networks)
     app.add_exception_handler(RequestValidationError, request_validation_error)
     # What the routers' dependencies read (state.py); one Admission: both APIs load the same judges.
     app.state.admission = Admission(cfg.admission, gateway.metrics, capacity=gateway.capacity(),
-                                    budget=gateway.media_budget, busy=gateway.media_backlog)
+                                    backend_slots=gateway.backend_slots(), budget=gateway.media_budget,
+                                    busy=gateway.media_backlog)
     app.state.cosmos_rl = cosmos
     app.state.watch = watch
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)

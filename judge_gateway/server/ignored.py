@@ -31,4 +31,4 @@ class IgnoredFields:
                 self._seen.add(label)
                 log.warning("%s: request field %r is not used (%s); logged once, counted in "
                             "judge_gateway_ignored_request_fields_total", self.api, name[:80], why)
-            self.metrics.ignored_fields.labels(self.api, label).inc()
+            self.metrics.count(self.metrics.ignored_fields, (self.api, label))

@@ -21,7 +21,7 @@ class Outcome:
 
     def cancelled(self) -> None:
         self.status = "cancelled"
-        self.metrics.cancelled_requests.labels(self.api).inc()
+        self.metrics.count(self.metrics.cancelled_requests, (self.api,))
 
 
 @contextmanager
@@ -31,5 +31,5 @@ def metered(metrics: Metrics, api: str) -> Iterator[Outcome]:
     try:
         yield outcome
     finally:
-        metrics.requests.labels(api, outcome.status).inc()
-        metrics.request_latency.labels(api).observe(time.perf_counter() - started)
+        metrics.count(metrics.requests, (api, outcome.status))
+        metrics.observe(metrics.request_latency, (api,), time.perf_counter() - started)

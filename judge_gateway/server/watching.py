@@ -45,6 +45,10 @@ def after_response(request: Request, api: str, tags: RunTags | None, samples: Se
 
 router = APIRouter()
 
+# A sample's index in its run's record; a larger one names no file (and a 301-digit one made a
+# file name too long for the OS: a 500 before this bound).
+MAX_INDEX = 2**53
+
 
 @router.get("/v1/watch", response_model=WatchReport,
             summary="The reward-hacking watch: per-run windows, alarms with their evidence, disagreements")
@@ -58,7 +62,7 @@ async def watch_report(watch: WatchDep,
 @router.get("/v1/watch/thumbnail", summary="The thumbnail of a watched sample (`index`: its line in the run's record)",
             response_class=FileResponse, responses={404: {"description": "no such run in memory, or no thumbnail"}})
 async def watch_thumbnail(watch: WatchDep, run: Annotated[str, Query(max_length=128)],
-                          index: Annotated[int, Query(ge=0)]) -> Any:
+                          index: Annotated[int, Query(ge=0, le=MAX_INDEX)]) -> Any:
     path = watch.thumbnail(run, index)
     if path is None:
         return error_response("not_found", f"run {run!r} has no thumbnail for sample {index} in memory", 404)

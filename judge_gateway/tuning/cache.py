@@ -40,7 +40,7 @@ class CachedScore:
     raw: float | None = None
     error_code: str | None = None
     error_message: str | None = None
-    # Rubric judges: per-aspect scores (None = N/A) and aspects absent from the reply, kept even
+    # Rubric, multi-axis and checklist judges: per-part scores (None = N/A) and parts absent from the reply, kept even
     # when the judge's own aggregation failed, because another aggregation may still use them.
     aspects: dict[str, float | None] | None = None
     missing: list[str] = field(default_factory=list)
@@ -48,7 +48,8 @@ class CachedScore:
     @classmethod
     def from_score(cls, score: JudgeScore) -> CachedScore:
         details = score.details or {}
-        aspects = details.get("aspect_scores", details.get("aspects"))
+        # rubric: aspect_scores; multi_axis: axes; checklist: probe_scores (P(good) per answered probe)
+        aspects = next((details[k] for k in ("aspect_scores", "axes", "probe_scores", "aspects") if k in details), None)
         return cls(
             valid=score.valid, reward=score.reward, raw=score.raw,
             error_code=score.error.code.value if score.error else None,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import GatewayConfig, RubricOptions
+from ..config import AspectWeightOptions, ChecklistOptions, GatewayConfig
 from .cache import ScoreCache, judge_identity
 from .collect import JudgeSpec, ScoreTable, collect_scores
 from .features import Features, judge_features, rubric_features
@@ -27,6 +27,7 @@ from .fit import (
 )
 from .prefs import PreferenceData, load_preferences
 from ..aggregation_profiles import write_aggregation_profile
+from ..extras import install_command
 from .report import cv_table, fold_record, plot_cv, weights_table
 
 
@@ -144,7 +145,7 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
     plot_path = None
     if plot:
         plot_path = plot_cv(plot, folds, agg.weight_dict(), default.weight_dict(), title)
-        print(f"plot: {plot_path}" if plot_path else "plot: skipped (it needs matplotlib: pip install 'judge-gateway[tune]')",
+        print(f"plot: {plot_path}" if plot_path else f"plot: skipped (it needs matplotlib: {install_command('tune')})",
               file=out)
     return profile_path, plot_path
 
@@ -152,7 +153,8 @@ def _finish(kind: str, name: str, features: Features, data: PreferenceData, defa
 def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: ScoringOptions, *, k: int = 5,
                 seed: int = 0, out_dir: str | None = None, name: str | None = None, plot: str | None = None,
                 out: TextIO | None = None) -> TuneOutcome:
-    """Fit a rubric judge's aspect weights, N/A policy and tie threshold to human labels."""
+    """Fit a judge's aspect weights, N/A policy and tie threshold to human labels: a rubric judge's
+    aspects, a multi_axis judge's axes or a checklist judge's probes (their P(good) on [0, 1])."""
     out = out or sys.stdout
     from ..prompts import load_template
 
@@ -160,10 +162,11 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
         raise ValueError(f"unknown judge {judge!r}; configured: {', '.join(cfg.judges)}")
     jcfg = cfg.judges[judge]
     options = jcfg.options
-    if not isinstance(options, RubricOptions):
-        raise ValueError(f"judge {judge!r} is a {jcfg.kind!r} judge; `tune rubric` needs a rubric judge")
+    if not isinstance(options, AspectWeightOptions):
+        raise ValueError(f"judge {judge!r} is a {jcfg.kind!r} judge; `tune rubric` needs a rubric, multi_axis "
+                         "or checklist judge")
     template = load_template(jcfg.template, jcfg.template_dirs)
-    scale = options.scale or template.scale
+    scale = getattr(options, "scale", None) or template.scale
     assert scale is not None
     lo, hi = float(scale[0]), float(scale[1])
     aspects = tuple(a.name for a in template.aspects)
@@ -184,7 +187,9 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     print(f"data: {data.path} ({len(data.pairs)} pairs, sha256 {data.sha256[:16]})", file=out)
     table = score_table(data, cfg, [judge], opts, out)
     features = rubric_features(data, table, judge, aspects, (lo, hi),
-                               missing_invalid=(options.missing_policy or template.missing_policy or "invalid") == "invalid")
+                               missing_invalid=(options.missing_policy or template.missing_policy
+                                                or ("skip" if isinstance(options, ChecklistOptions) else "invalid"))
+                               == "invalid")
     _print_excluded(features, out, unit="pairs")
     policies = policy_candidates(features.pairs, (default.na_policy, default.na_value), (0.0, 0.5, 1.0))
     folds, summary, final = _run(features, default, policies, k=k, seed=seed, out=out)

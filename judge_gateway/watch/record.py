@@ -10,6 +10,11 @@ lines runs.ScoreLine), so `browse` opens it, plus what only the watch has.
     FOLDER/RUN/thumbs/N.jpg    thumbnails of the samples where training and shadow disagree most
     FOLDER/RUN/watch.json      the run's report (windows, alarms, disagreements), as GET /v1/watch
 
+Bounded on disk: when a run's record is opened, the run folders under FOLDER beyond
+watch.max_run_folders (the least recently written first) and those not written for
+watch.max_run_age_days are removed, except the ones a gateway process is writing (their
+`.writer` lock is held): a client that names a new run per request cannot fill the disk.
+
 A window's lines are written when it is sealed, with its thumbnails; a later start of the gateway
 with the same run appends after the last line's index. One process writes a folder (it holds a
 lock on FOLDER/RUN/.writer); another process watching the same run (a second gateway replica on
@@ -22,8 +27,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -32,8 +39,11 @@ from typing import Any
 from ..runs import RunFolder, ScoreLine, write_atomic
 from .report import RunReport
 
+log = logging.getLogger(__name__)
+
 THUMBS = "thumbs"
 WATCH_FILE = "watch.json"
+INFO_FILE = "run.json"
 
 
 def folder_name(run: str) -> str:
@@ -81,8 +91,50 @@ def _claim(folder: Path) -> int | None:
     return fd
 
 
+def _last_written(folder: Path) -> float | None:
+    """When a run folder was last written (its scores or run.json), or None if it is no run folder."""
+    times = []
+    for name in (INFO_FILE, "scores.jsonl", WATCH_FILE):
+        try:
+            times.append((folder / name).stat().st_mtime)
+        except OSError:
+            pass
+    return max(times) if times else None
+
+
+def prune_runs(root: Path, *, keep: int, max_age_s: float, now: float | None = None) -> list[str]:
+    """Remove the run folders under `root` beyond the `keep` most recently written and those not
+    written for `max_age_s` (0: no such bound), skipping any whose writer lock another record
+    holds. The names removed."""
+    if not keep and not max_age_s:
+        return []
+    now = time.time() if now is None else now
+    try:
+        entries = [(t, p) for p in root.iterdir() if p.is_dir() and (t := _last_written(p)) is not None]
+    except OSError:
+        return []
+    entries.sort(key=lambda e: e[0], reverse=True)  # newest first
+    removed = []
+    for rank, (written, folder) in enumerate(entries):
+        if not ((keep and rank >= keep) or (max_age_s and now - written > max_age_s)):
+            continue
+        lock = _claim(folder)
+        if lock is None:  # being written (this process's other runs, or another process's)
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(lock)
+        removed.append(folder.name)
+    if removed:
+        log.warning("watch: removed %d run folder(s) under %s (watch.max_run_folders = %d, watch.max_run_age_days "
+                    "= %g): %s", len(removed), root, keep, max_age_s / 86400, ", ".join(removed[:10]))
+    return removed
+
+
 class RunRecord:
-    def __init__(self, root: Path, run: str, info: dict[str, Any], *, max_file_bytes: int, keep_files: int) -> None:
+    def __init__(self, root: Path, run: str, info: dict[str, Any], *, max_file_bytes: int, keep_files: int,
+                 max_run_folders: int = 0, max_run_age_s: float = 0.0) -> None:
         self.folder = root / folder_name(run)
         self._lock = _claim(self.folder)
         if self._lock is None:  # another process writes that folder
@@ -101,6 +153,8 @@ class RunRecord:
         judges = list(dict.fromkeys([*(before.get("judges") or []), *info["judges"]]))
         self.info = {**before, **info, "judges": judges, "started_at": before.get("started_at", time.time())}
         self.run_folder.write_info(self.info)
+        # after run.json: this folder is the newest, and locked, so it is never its own victim
+        prune_runs(root, keep=max_run_folders, max_age_s=max_run_age_s)
 
     def update_judges(self, judges: list[str]) -> None:
         merged = list(dict.fromkeys([*self.info["judges"], *judges]))

@@ -31,7 +31,7 @@ from .report import QueueReport, WatchReport
 from .tags import RunTags
 from .thumbs import thumbnail
 from .watched_run import Sampled, WatchedRun
-from .windows import LateSample, Window
+from .windows import LateSample, StepJump, Window
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +120,19 @@ class Watch:
                 continue
             for train in watched:
                 run.monitor.watch_pair(train, self.cfg.shadows[train])
+            resyncs = run.windows.resyncs
             try:
-                window = run.windows.assign(tags.step, now)
+                window = run.windows.assign(tags.step, now, request_id)
             except LateSample:
                 self._count_shed("late_window")
                 continue
+            except StepJump:
+                self._count_shed("step_jump")
+                continue
+            if run.windows.resyncs != resyncs:
+                log.warning("watch run %r: %d requests in a row came with steps near %s, outside the run's windows; "
+                            "its windows now follow them (the trainer resumed or restarted?)", run.name,
+                            self.cfg.resync_requests, tags.step)
             if window.number == 0 and run.windows.mode == "time" and not run.said_windowing:
                 run.said_windowing = True
                 log.warning("watch run %r: the trainer sends no step, so windows close after watch.window_samples = "

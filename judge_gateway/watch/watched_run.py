@@ -64,7 +64,8 @@ class WatchedRun:
         self.folder = folder
         self.config_sha256 = config_sha256
         self.windows = RunWindows(steps_per_window=cfg.steps_per_window, window_samples=cfg.window_samples,
-                                  window_s=cfg.window_s)
+                                  window_s=cfg.window_s, max_step_jump=cfg.max_step_jump,
+                                  resync_requests=cfg.resync_requests)
         self.monitor = RunMonitor(name, cfg)
         self.record: RunRecord | None = None
         self.record_error: str | None = None
@@ -146,7 +147,8 @@ class WatchedRun:
                         "watch": {"shadows": self.monitor.shadows, "sample_rate": self.cfg.sample_rate},
                         "config_sha256": self.config_sha256, "media_roots": []}
                 self.record = RunRecord(self.folder, self.name, info, max_file_bytes=self.cfg.max_file_bytes,
-                                        keep_files=self.cfg.keep_files)
+                                        keep_files=self.cfg.keep_files, max_run_folders=self.cfg.max_run_folders,
+                                        max_run_age_s=self.cfg.max_run_age_days * 86400)
             record = self.record
             record.update_judges(self.monitor.judges)
             kept = {id(e) for e in (top.items() if top else [])}

@@ -36,7 +36,7 @@ MAX_BACKOFF_S = 30.0
 # A worker that ran this long before it died is "healthy again": its next crash restarts after
 # the first back-off.
 HEALTHY_RUN_S = 30.0
-# A worker's stderr line is kept (logged, quoted in errors) up to this many bytes.
+# A worker's stderr line is kept (logged) up to this many bytes.
 STDERR_LINE_CHARS = 2000
 
 
@@ -64,7 +64,12 @@ class Launch:
 
 
 class WorkerSupervisor:
-    """Start, hand-shake, restart and stop one worker process; route its replies by id."""
+    """Start, hand-shake, restart and stop one worker process; route its replies by id.
+
+    `reason` (why it is not ready) reaches replies: readiness, a cell's error, a cosmos-rl pull's
+    `errors`. It never quotes the worker's interpreter path or its stderr, which belong to the
+    machine's operator: those go to the gateway's log with the reason ("the gateway's log has ..."
+    in the reason says where to look)."""
 
     error_type: type[WorkerError] = WorkerError
     crash_why = "worker crashed with the request in flight"
@@ -104,8 +109,8 @@ class WorkerSupervisor:
         """The process ended (or could not start); drop what belonged to it."""
 
     def start_failure_hint(self, stderr: list[str]) -> str:
-        """Advice appended to the reason of a worker that exited before it was ready, given its
-        last stderr lines ("" for none)."""
+        """Advice logged with the reason of a worker that exited before it was ready, given its
+        last stderr lines ("" for none); it may name paths (the log is the operator's)."""
         return ""
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -304,7 +309,9 @@ class WorkerSupervisor:
             )
         except OSError as exc:
             self.on_exit()
-            self.reason = f"cannot start {self.label} {spec.command[0]!r}: {exc}"
+            self.reason = (f"cannot start {self.label}: its interpreter could not be run ({type(exc).__name__}; "
+                           "the gateway's log names it)")
+            self.log.error("%s: cannot start %r: %s", self.label, spec.command[0], exc)
             return "fatal"
         self._proc = proc
         stderr_task = asyncio.create_task(self._pump_stderr(proc, spec.stderr_level))
@@ -318,9 +325,13 @@ class WorkerSupervisor:
                 await stderr_task
                 if first is not None and first[0].get("op") == "fatal":
                     self.reason = str(first[0].get("error"))
+                    if first[0].get("detail"):
+                        self.log.error("%s: could not load: %s", self.label, first[0]["detail"])
                 else:
-                    self.reason = (f"worker exited with code {proc.returncode} before loading{self._tail()}"
-                                   + self.start_failure_hint(list(self._stderr_tail)))
+                    self.reason = (f"worker exited with code {proc.returncode} before loading (its last stderr "
+                                   "lines are in the gateway's log)")
+                    self.log.error("%s: worker exited with code %s before loading%s%s", self.label, proc.returncode,
+                                   self._tail(), self.start_failure_hint(list(self._stderr_tail)))
                 return "fatal"
             self.info = first[0].get("info", {})
             if self.state != "closed":  # closed while it loaded: it is on its way out, not ready
@@ -351,7 +362,8 @@ class WorkerSupervisor:
         await stderr_task
         if self.state in ("closed", "stopped"):
             return "exited"
-        self.reason = f"worker exited with code {code}{self._tail()}"
+        self.reason = f"worker exited with code {code}"
+        self.log.warning("%s: worker exited with code %s%s", self.label, code, self._tail())
         self.fail_pending(f"{self.crash_why} ({self.reason})", crashed=True)
         return "exited"
 

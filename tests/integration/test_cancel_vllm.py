@@ -93,7 +93,7 @@ def test_disconnect_aborts_the_generation_in_vllm(vllm):
         payload = json.dumps({**body, "judges": ["long"]}).encode()
         host, port = live.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
-            sock.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            sock.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(payload) + payload)
             wait_for(lambda: vllm_metric(vllm.base_url, tokens) - before >= 10, timeout=300)
         gone_at = vllm_metric(vllm.base_url, tokens) - before

@@ -83,7 +83,7 @@ async def served(vllm):
 
         pool.chat = chat  # type: ignore[method-assign]
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=900) as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=900) as client:
         yield client, seen
     await app.state.cosmos_rl.aclose()
     await gw.aclose()

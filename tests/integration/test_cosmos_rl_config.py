@@ -45,7 +45,7 @@ async def test_serving_the_cosmos_rl_config_here_reports_why_each_judge_is_not_r
     gw = Gateway(load_config(ROOT / "configs" / "cosmos_rl.toml"))
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             ready = await _settled(client)
             judges = ready["judges"]

@@ -62,7 +62,7 @@ async def test_gateway_matches_vllm_evaluate_on_real_vllm(vllm):
     decoded = [Image.open(io.BytesIO(base64.b64decode(b))) for b in ff_payload([], image=images)["image"]]
     direct = AsyncOpenAI(base_url=vllm.base_url, api_key="EMPTY")
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=300) as client:
             rewards = await ff_compute(client, "/flow-factory/vllm_evaluate",
                                        ff_payload(["a", "b", "c"], image=images))

@@ -103,7 +103,7 @@ async def test_readme_geneval_request_end_to_end(gw):
                                  [{"class": "dog", "count": 1}, {"class": "cat", "count": 1, "position": ["left of", 0]}]]}
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=600) as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=600) as client:
             for meta in (README_GENEVAL, dogs):
                 n = len(meta["prompts"])
                 batch = np.stack([np.asarray(Image.open(io.BytesIO(png(7 + i)))) for i in range(n)])

@@ -200,7 +200,7 @@ async def test_http_api_returns_the_shared_schema(gw, ref, tiny):
     app = create_app(gw)
     body = {"samples": [{"prompt": p, "image": base64.b64encode((tiny / "images" / f"{i}.png").read_bytes()).decode()}
                         for i, p in enumerate(ref["prompts"])], "judges": ["hpsv3"], "request_id": "hps-1"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         r = await client.post("/v1/rewards", json=body)
     assert r.status_code == 200, r.text
     data = r.json()
@@ -222,7 +222,7 @@ async def test_cosmos_rl_hpsv3_reward_is_mu(gw):
     app = create_app(gw)
     meta = {"reward_fn": {"hpsv3": 1.0}, "prompts": prompts, "media_type": "image"}
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, batch), headers=headers())
             assert r.status_code == 200, r.text
             body = (await poll(client, r.json()["uuid"], "hpsv3", timeout=120, interval=0.1)).json()
@@ -260,7 +260,7 @@ async def test_cosmos_rl_hpsv3_is_the_inferencers_mu(gw, ref, images, tiny, tmp_
     app = create_app(gw)
     got = []
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             for image, prompt in zip(images, ref["prompts"]):
                 meta = {"reward_fn": {"hpsv3": 1.0}, "prompts": [prompt], "media_type": "image"}
                 r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, image[None]), headers=headers())
@@ -328,7 +328,8 @@ async def test_bf16_runs_on_cpu_with_the_head_in_fp32(tiny, ref, images):
     ({"base_model": "/nonexistent/qwen2-vl"}, "options.base_model"),
     ({"config": "/nonexistent/hpsv3.yaml"}, "options.config"),
     ({"checkpoint": "{tiny}/base/model.safetensors"}, "HPSv3RewardInferencer could not load"),
-    ({"python": "/nonexistent/.venv-hpsv3/bin/python"}, "/nonexistent/.venv-hpsv3/bin/python"),
+    # the reply says what failed; the interpreter's path is only in the gateway's log (issue 32)
+    ({"python": "/nonexistent/.venv-hpsv3/bin/python"}, "its interpreter could not be run"),
 ])
 async def test_unloadable_heads_are_clear_head_errors(tiny, images, options, words):
     options = {k: v.format(tiny=tiny) for k, v in options.items()}
@@ -339,6 +340,7 @@ async def test_unloadable_heads_are_clear_head_errors(tiny, images, options, wor
         s = resp.results[0].scores["hps"]
         assert not s.valid and s.error.code.value == "head_error" and s.reward is None
         assert words in s.error.message, s.error.message
+        assert "/nonexistent/.venv-hpsv3" not in s.error.message
         ready, reason = (await gateway.readiness(fresh=True))["hps"]
         assert not ready and words in reason
     finally:

@@ -54,7 +54,11 @@ def protocol_config(vllm_url: str, fake_url: str | None = None, **extra) -> dict
 
 @pytest.fixture(scope="module")
 def served(vllm, fake_backend):
-    s = ServedGateway(protocol_config(vllm.base_url, fake_backend.base_url))
+    # The admission sized to the 20-request burst below (20 x 8 prompts x 2 judges on one backend):
+    # the CPU vLLM takes ~1 min for it, far beyond the shipped waiting room's 10 s; the shipped
+    # defaults' refusal at 10x a backend's slots is tests/reliability/test_overload.py's.
+    s = ServedGateway(protocol_config(vllm.base_url, fake_backend.base_url,
+                                      server={"admission": {"waiting_per_slot": 8, "max_wait_s": 600}}))
     yield s
     s.stop()
 
@@ -181,7 +185,7 @@ async def test_flow_factory_20_concurrent_requests_and_health_stays_fast(served)
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = RedisServer(tmp_path_factory.mktemp("redis"), persist=True)  # AOF: store.persistence refuses Redis without it
     yield server
     server.stop()
 

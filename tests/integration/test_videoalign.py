@@ -125,7 +125,7 @@ async def test_cosmos_rl_dance_grpo_keys_are_the_peers_formula(gw, tiny):
     stats = json.loads((videoalign_checkpoint(tiny) / "model_config.json").read_text())["inference_config"]
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             for video, prompt in zip(_videos(tiny), ref["prompts"]):
                 arr = np.ascontiguousarray(video.transpose(3, 0, 1, 2))[None]  # [1, 3, T, H, W], as the trainer sends
                 meta = {"reward_fn": {"dance_grpo": 1.0}, "prompts": [prompt], "media_type": "video",

@@ -62,7 +62,7 @@ def expected_from(top: list) -> tuple[float, float, str]:
 async def top1(vllm):
     gw = Gateway(validate_config(top1_config(vllm.base_url)))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=300) as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=300) as c:
         yield gw, c
     await app.state.cosmos_rl.aclose()
     await gw.aclose()

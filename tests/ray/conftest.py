@@ -34,7 +34,7 @@ def vllm(tmp_path_factory):
 def redis_server(tmp_path_factory):
     from tests.support.redis_server import RedisServer
 
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = RedisServer(tmp_path_factory.mktemp("redis"), persist=True)  # AOF: store.persistence refuses Redis without it
     try:
         yield server
     finally:

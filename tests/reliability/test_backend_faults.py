@@ -56,7 +56,7 @@ async def rig():
     app = create_app(gw)
     state = {"backend": backend, "port": port, "stall": stall}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                                 base_url="http://t", timeout=60) as client:
+                                 base_url="http://localhost", timeout=60) as client:
         yield client, state
     await app.state.cosmos_rl.aclose()
     await gw.aclose()

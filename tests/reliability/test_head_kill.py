@@ -44,7 +44,7 @@ async def test_ocr_worker_killed_under_load_respawns_and_nothing_accepted_is_los
     stop = asyncio.Event()
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                                     base_url="http://t", timeout=120) as client:
+                                     base_url="http://localhost", timeout=120) as client:
             await worker.wait_ready()
 
             async def load() -> None:

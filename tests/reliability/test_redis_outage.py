@@ -46,7 +46,7 @@ async def test_pending_requests_survive_a_redis_outage(slow_backend, tmp_path, q
     app = create_app(gw)
     try:
         async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30) as client:
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30) as client:
             uids = await enqueue(client, PENDING)
             await asyncio.sleep(0.5)  # scoring has started (the backend answers after 3 s)
             redis.stop()
@@ -82,7 +82,7 @@ async def test_the_store_answers_503_with_retry_after_while_redis_is_down(slow_b
     app = create_app(gw)
     redis.stop()
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=30) as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30) as client:
             r = await enqueue_once(client)
     finally:
         await gw.aclose()
@@ -118,14 +118,20 @@ async def test_persistence_is_checked_at_start_up(tmp_path, caplog, persist):
         redis.stop()
 
 
-async def test_a_gateway_refuses_to_start_on_redis_without_persistence(tmp_path):
-    redis = RedisServer(tmp_path)
+@pytest.mark.parametrize("extra, refusal", [
+    ([], "neither AOF"),
+    # redis-server's own snapshots when no config names others: a kill loses what came since the last
+    (["--save", "3600 1 300 100 60 10000"], "RDB snapshots only"),
+], ids=["no-persistence", "rdb-only"])
+async def test_a_gateway_refuses_to_start_on_redis_without_aof(tmp_path, extra, refusal):
+    """store.persistence = refuse (the default): no uuid is given out that a Redis kill would lose."""
+    redis = RedisServer(tmp_path, extra=extra)
     config = slow_cosmos_config("http://127.0.0.1:9/v1", redis.url, "jg-refuse:", queue=False)
-    config["store"]["persistence"] = "refuse"
+    del config["store"]["persistence"]
     gw = Gateway(validate_config(config))
     app = create_app(gw)
     try:
-        with pytest.raises(StoreError, match="refuse"):
+        with pytest.raises(StoreError, match=f"store.persistence = refuse: .*{refusal}"):
             async with app.router.lifespan_context(app):
                 pass
     finally:

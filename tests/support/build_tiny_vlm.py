@@ -170,7 +170,11 @@ def training_corpus(rng: random.Random) -> list[str]:
     return lines
 
 
-def build_tokenizer(out_dir: Path, rng: random.Random):
+def build_tokenizer(out_dir: Path, rng: random.Random, *, chat_template: str = CHAT_TEMPLATE,
+                    tokenizer_class: str = "Qwen2Tokenizer", extra_words: tuple[str, ...] = (),
+                    extra_lines: tuple[str, ...] = ()):
+    """The byte-level BPE tokenizer; `extra_words` must come out as single tokens too (the corpus
+    gets `extra_lines` to learn them)."""
     from tokenizers import (
         AddedToken,
         Regex,
@@ -202,12 +206,12 @@ def build_tokenizer(out_dir: Path, rng: random.Random):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    tok.train_from_iterator(training_corpus(rng), trainer=trainer)
+    tok.train_from_iterator(training_corpus(rng) + list(extra_lines), trainer=trainer)
     tok.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
     )
 
-    for word in REQUIRED_SINGLE + YES_WORDS + NO_WORDS:
+    for word in REQUIRED_SINGLE + YES_WORDS + NO_WORDS + list(extra_words):
         ids = tok.encode(word, add_special_tokens=False).ids
         if len(ids) != 1:
             raise RuntimeError(f"tokenizer: {word!r} is not a single token: {ids}")
@@ -218,7 +222,7 @@ def build_tokenizer(out_dir: Path, rng: random.Random):
     tok.save(str(out_dir / "tokenizer.json"))
     special_ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
     tokenizer_config = {
-        "tokenizer_class": "Qwen2Tokenizer",
+        "tokenizer_class": tokenizer_class,
         "model_max_length": 32768,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
@@ -240,12 +244,12 @@ def build_tokenizer(out_dir: Path, rng: random.Random):
             }
             for t, i in special_ids.items()
         },
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
     (out_dir / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config, indent=2)
     )
-    (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    (out_dir / "chat_template.jinja").write_text(chat_template)
     return tok, special_ids
 
 
@@ -296,13 +300,9 @@ def write_processor_configs(out_dir: Path) -> None:
 # --------------------------------------------------------------------------- model
 
 
-def make_config(vocab_size: int, special_ids: dict[str, int]):
-    from transformers import Qwen2_5_VLConfig
-
-    head_dim = (
-        TEXT_HIDDEN // TEXT_HEADS
-    )  # 32: the CPU attention backend needs 32/64/80/...
-    text_config = {
+def base_text_config(vocab_size: int, special_ids: dict[str, int], **more) -> dict:
+    """The text model's size and token ids, the same for every tiny Qwen-VL (`more` adds to it)."""
+    return {
         "vocab_size": vocab_size,
         "hidden_size": TEXT_HIDDEN,
         "intermediate_size": 256,
@@ -312,17 +312,32 @@ def make_config(vocab_size: int, special_ids: dict[str, int]):
         "hidden_act": "silu",
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-6,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 1000000.0,
-            "mrope_section": [4, 6, 6],  # sums to head_dim / 2
-        },
-        "use_sliding_window": False,
         "bos_token_id": special_ids["<|endoftext|>"],
         "eos_token_id": special_ids["<|im_end|>"],
         "pad_token_id": special_ids["<|endoftext|>"],
         "tie_word_embeddings": False,
+        **more,
     }
+
+
+def media_token_ids(special_ids: dict[str, int]) -> dict[str, int]:
+    """The ids a Qwen-VL config names for its image, video and vision-span tokens."""
+    return {"image_token_id": special_ids["<|image_pad|>"], "video_token_id": special_ids["<|video_pad|>"],
+            "vision_start_token_id": special_ids["<|vision_start|>"],
+            "vision_end_token_id": special_ids["<|vision_end|>"]}
+
+
+def make_config(vocab_size: int, special_ids: dict[str, int]):
+    from transformers import Qwen2_5_VLConfig
+
+    head_dim = (
+        TEXT_HIDDEN // TEXT_HEADS
+    )  # 32: the CPU attention backend needs 32/64/80/...
+    text_config = base_text_config(
+        vocab_size, special_ids,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                         "mrope_section": [4, 6, 6]},  # sums to head_dim / 2
+        use_sliding_window=False)
     assert sum(text_config["rope_parameters"]["mrope_section"]) == head_dim // 2
     vision_config = {
         "depth": VISION_DEPTH,
@@ -339,15 +354,8 @@ def make_config(vocab_size: int, special_ids: dict[str, int]):
         "fullatt_block_indexes": [VISION_DEPTH - 1],
         "hidden_act": "silu",
     }
-    config = Qwen2_5_VLConfig(
-        text_config=text_config,
-        vision_config=vision_config,
-        image_token_id=special_ids["<|image_pad|>"],
-        video_token_id=special_ids["<|video_pad|>"],
-        vision_start_token_id=special_ids["<|vision_start|>"],
-        vision_end_token_id=special_ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
+    config = Qwen2_5_VLConfig(text_config=text_config, vision_config=vision_config, **media_token_ids(special_ids),
+                              tie_word_embeddings=False)
     config.architectures = ["Qwen2_5_VLForConditionalGeneration"]
     config.dtype = "float32"
     return config
@@ -440,8 +448,12 @@ def answer_probs(hidden, lm_head_w, yes_ids, no_ids):
     return p_yes, p_no
 
 
-def shape_answer_head(model, processor, tok, samples, layout, gen):
-    """Edit the last layer's v_proj bias and the answer lm_head rows (see module docstring)."""
+def shape_answer_head(model, processor, tok, samples, layout, gen, extra_answers: tuple[str, ...] = (),
+                      extra_offset: float = -4.0):
+    """Edit the last layer's v_proj bias and the answer lm_head rows (see module docstring).
+
+    `extra_answers`: more tokens (number words, say) put in the top-K too, `extra_offset` logits
+    below the main answers, each moved by the input along a direction of its own."""
     import torch
 
     text_model = model.model.language_model
@@ -509,6 +521,12 @@ def shape_answer_head(model, processor, tok, samples, layout, gen):
     offsets = {0: 0.0, 1: -1.5, 2: -2.0, 3: -3.0, 4: -3.5}
 
     w = model.lm_head.weight.detach().clone()
+    extra_ids = [tok.token_to_id(tok.encode(word, add_special_tokens=False).tokens[0]) for word in extra_answers]
+    extra_dirs = []
+    for _ in extra_ids:
+        d = torch.randn(hidden.shape[1], generator=gen)
+        d = d - (d @ m_hat) * m_hat
+        extra_dirs.append(d / d.norm() * float(beta) * float(proj_std) / max(float((hidden @ (d / d.norm())).std()), 1e-6))
 
     # centre the split: logit(Yes) - logit(No) = 2 * beta * (h.u - median(h.u)); the constant
     # offset rides on m_hat, along which every input has nearly the same projection s
@@ -519,6 +537,8 @@ def shape_answer_head(model, processor, tok, samples, layout, gen):
             common = (alpha + offsets[rank] / s.mean()) * m_hat
             w[yi] = common + beta * u - offset * m_hat
             w[ni] = common - beta * u + offset * m_hat
+        for xi, xd in zip(extra_ids, extra_dirs):
+            w[xi] = (alpha + extra_offset / s.mean()) * m_hat + xd
 
     # bisect alpha for the target median answer mass
     lo, hi = 0.0, 200.0 / float(s.mean())
@@ -545,6 +565,7 @@ def shape_answer_head(model, processor, tok, samples, layout, gen):
         "split_max": round(float(split.max()), 4),
         "yes_token_ids": yes_ids,
         "no_token_ids": no_ids,
+        **({"extra_token_ids": extra_ids} if extra_ids else {}),
     }
 
 
@@ -572,7 +593,20 @@ def build(out_dir: Path) -> dict:
     config = make_config(vocab_size, special_ids)
     torch.manual_seed(SEED)
     model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
-    with torch.no_grad():  # explicit init, independent of transformers' defaults
+    init_weights(model, gen)
+
+    processor = AutoProcessor.from_pretrained(str(out_dir))
+    stats = shape_answer_head(model, processor, tok, *calibration_inputs(rng), gen)
+    save(model, out_dir, special_ids, GenerationConfig)
+    stats["vocab_size"] = vocab_size
+    return stats
+
+
+def init_weights(model, gen) -> None:
+    """Seeded normal(0, 0.02) weights, norms at 1 / 0: independent of transformers' own init."""
+    import torch
+
+    with torch.no_grad():
         norm_params = set()
         for mod_name, module in model.named_modules():
             if "norm" in type(module).__name__.lower():
@@ -584,32 +618,30 @@ def build(out_dir: Path) -> dict:
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
 
-    processor = AutoProcessor.from_pretrained(str(out_dir))
-    stats = shape_answer_head(model, processor, tok, *calibration_inputs(rng), gen)
 
+def save(model, out_dir: Path, special_ids: dict[str, int], generation_config) -> None:
     model.save_pretrained(str(out_dir), safe_serialization=True)
-    GenerationConfig(
+    generation_config(
         bos_token_id=special_ids["<|endoftext|>"],
         eos_token_id=[special_ids["<|im_end|>"], special_ids["<|endoftext|>"]],
         pad_token_id=special_ids["<|endoftext|>"],
     ).save_pretrained(str(out_dir))
-    # keep the chat template next to the tokenizer (save_pretrained does not touch it)
-    stats["vocab_size"] = vocab_size
-    return stats
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, build_fn=None, marker_name: str = MARKER, doc: str | None = None) -> int:
+    """Build into OUT_DIR with `build_fn` (this module's `build` by default), then write the marker."""
+    build_fn = build_fn or build
+    parser = argparse.ArgumentParser(description=(doc or __doc__).split("\n\n")[0])
     parser.add_argument("out_dir", type=Path)
     args = parser.parse_args(argv)
 
     out_dir: Path = args.out_dir.resolve()
     t0 = time.monotonic()
     out_dir.mkdir(parents=True, exist_ok=True)
-    stats = build(out_dir)
+    stats = build_fn(out_dir)
     files = sorted(p.name for p in out_dir.iterdir() if p.is_file())
     marker = {"files": files, "seed": SEED, "calibration": stats}
-    (out_dir / MARKER).write_text(json.dumps(marker, indent=2))  # last: the build is complete
+    (out_dir / marker_name).write_text(json.dumps(marker, indent=2))  # last: the build is complete
     print(f"built tiny VLM in {out_dir} in {time.monotonic() - t0:.1f} s: {json.dumps(stats)}")
     return 0
 

@@ -106,7 +106,7 @@ async def run(n: int, seed: int, concurrency: int, kind: str = "requests") -> di
     hangs: list[str] = []
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://fuzz", timeout=HANG_S) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=HANG_S) as client:
             async def send(case) -> None:
                 try:
                     r = await asyncio.wait_for(client.request(case.method, case.path, headers=case.headers,

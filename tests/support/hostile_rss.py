@@ -63,7 +63,7 @@ async def main(case: str) -> None:
     gw = Gateway(validate_config(config(server.base_url)))
     app = create_app(gw)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=300) as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=300) as client:
         small = {"samples": [{"prompt": "a cat", "image": b64(png_declaring(64, 64))}], "judges": ["quality"]}
         warm = await client.post("/v1/rewards", json=small)
         assert warm.status_code == 200, warm.text

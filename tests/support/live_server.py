@@ -13,9 +13,12 @@ from .fake_openai import free_port
 
 
 class LiveServer:
-    def __init__(self, app: Any) -> None:
+    """`options`: more uvicorn.Config keywords, e.g. `judge_gateway.server.guards.uvicorn_options(cfg.server)`
+    (what `judge-gateway serve` runs with)."""
+
+    def __init__(self, app: Any, **options: Any) -> None:
         self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="live-server")
 

@@ -82,3 +82,25 @@ def photos(paths: list[str]) -> list[np.ndarray]:
 def noise() -> list[np.ndarray]:
     rng = np.random.default_rng(7)
     return [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((512, 512), (384, 640))]
+
+
+def h264_clip(frames: np.ndarray, fps: int, crf: int = 18, *, pix_fmt: str = "yuv420p",
+              x264_params: str | None = None) -> bytes:
+    """An mp4 of `frames` by x264 (preset veryfast, its default GOP: one key frame for a short clip);
+    `x264_params` tags the stream, e.g. "colormatrix=bt709". PyAV is imported here only: the rest
+    of this module needs numpy and PIL alone."""
+    import io
+
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], pix_fmt
+        stream.options = {"crf": str(crf), "preset": "veryfast", **({"x264-params": x264_params} if x264_params else {})}
+        for i, f in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return buf.getvalue()

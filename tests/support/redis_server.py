@@ -21,13 +21,14 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, *, persist: bool = False) -> None:
+    def __init__(self, workdir: Path, *, persist: bool = False, extra: list[str] | None = None) -> None:
         self.exe = shutil.which("redis-server")
         if self.exe is None:
             raise RuntimeError("redis-server is not installed (scripts/test.sh installs it: apt-get install -y redis-server)")
         self.port = _free_port()
         self.workdir = workdir
         self.persist = persist
+        self.extra = list(extra or [])  # more redis-server options, after (so over) the persistence ones
         self.proc: subprocess.Popen | None = None
         self.start()
 
@@ -38,7 +39,7 @@ class RedisServer:
         self.log_path = self.workdir / f"redis-{self.port}.log"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *persistence,
+                [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *persistence, *self.extra,
                  "--dir", str(self.workdir), "--protected-mode", "yes"],
                 stdout=log, stderr=subprocess.STDOUT,
             )

@@ -49,6 +49,6 @@ class ServedGateway:
 async def asgi_client(app: FastAPI, timeout: float = 600) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client of create_app(gateway)'s app, in this event loop (no lifespan runs: the
     app's owner closes its cosmos-rl service, `app.state.cosmos_rl.aclose()`)."""
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                  timeout=timeout) as client:
         yield client

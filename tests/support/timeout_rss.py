@@ -42,7 +42,7 @@ async def main(n: int) -> None:
     gw = Gateway(validate_config(cfg))
     app = create_app(gw)
     cells, after = [], []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=300) as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=300) as client:
         short = {"samples": [{"prompt": "a car", "video": {"mp4": base64.b64encode(
             mp4_of_black_frames(2, 64, 64)).decode()}}]}
         assert (await client.post("/v1/rewards", json=short)).status_code == 200  # warm: imports, codecs

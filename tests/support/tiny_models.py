@@ -4,7 +4,7 @@
     .venv/bin/python -m tests.support.tiny_models judge HEAD [--size S]   # a [judges.*] entry (JSON)
 
 Builds what is missing (cached: tests/support/tiny_cache.py) and prints one line on stdout.
-KIND: vlm, heads, hpsv3, videoalign, geneval, image_reward, wan. HEAD: clip, clip_hf, pickscore,
+KIND: vlm, qwen3vl, heads, hpsv3, videoalign, geneval, image_reward, wan. HEAD: clip, clip_hf, pickscore,
 hpsv2, ocr, hpsv3, videoalign, gen_eval, image_reward. --size: heads tiny|base|h14 (default tiny),
 image_reward tiny|vitl|full (default tiny); the other kinds have one size.
 """
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from tests.support import heads_env
-from tests.support.vllm_server import build_tiny_model
+from tests.support.vllm_server import build_tiny_model, build_tiny_qwen3vl_model
 
 CLIP_FAMILY = ("clip", "clip_hf", "pickscore", "hpsv2")
 
@@ -25,6 +25,7 @@ CLIP_FAMILY = ("clip", "clip_hf", "pickscore", "hpsv2")
 def model_path(kind: str, size: str = "tiny") -> Path:
     builders = {
         "vlm": build_tiny_model,
+        "qwen3vl": build_tiny_qwen3vl_model,
         "heads": lambda: heads_env.build_tiny_heads(size),
         "hpsv3": heads_env.build_tiny_hpsv3,
         "videoalign": heads_env.build_tiny_videoalign,

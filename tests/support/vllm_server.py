@@ -50,6 +50,14 @@ def build_tiny_model(timeout: float = 600) -> Path:
                         marker=".tiny_vlm_builder.json", timeout=timeout)
 
 
+def build_tiny_qwen3vl_model(timeout: float = 600) -> Path:
+    """The tiny Qwen3-VL (tests/support/build_tiny_qwen3vl.py), built in the vLLM venv once per version of its builder."""
+    from tests.support.tiny_cache import cached_build
+
+    return cached_build("tiny-qwen3vl", python=vllm_python(), module="tests.support.build_tiny_qwen3vl",
+                        marker=".tiny_qwen3vl_builder.json", timeout=timeout)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that is free right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

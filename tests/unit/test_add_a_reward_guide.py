@@ -30,10 +30,24 @@ def test_every_quoted_block_is_part_of_its_example_file():
 
 def test_one_example_per_route_and_the_guide_is_in_the_site():
     files = {path for path, _ in quotes()}
-    assert {f"docs/examples/byo/{p}" for p in ("rewards/sharpness.py", "rewards/ff_rewards.py",
-                                               "rewards/cosmos_handlers.py", "templates/sharp_quality/1.toml",
-                                               "gateway.toml")} == files
+    assert {f"docs/examples/byo/{p}" for p in ("rewards/edge_density.py", "start.toml", "rewards/sharpness.py",
+                                               "rewards/ff_rewards.py", "rewards/cosmos_handlers.py",
+                                               "templates/sharp_quality/1.toml", "gateway.toml")} == files
     assert "guides/add-a-reward.md" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_every_example_file_is_linked_and_shown_whole():
+    """Issue 33: the site showed 4-line excerpts and no way to the whole files."""
+    text = GUIDE.read_text(encoding="utf-8")
+    shown = set(re.findall(r'--8<-- "byo/([^"]+)"', text))
+    linked = set(re.findall(r"\]\(\.\./examples/byo/([^)]+)\)", text))
+    files = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*") if p.is_file() and p.suffix in (".py", ".toml")
+             and p.name != "templates.lock" and "__pycache__" not in p.parts}
+    assert files - linked == set(), files - linked
+    assert {"rewards/edge_density.py", "start.toml", "try_it.py", "gateway.toml", "rewards/sharpness.py",
+            "rewards/ff_rewards.py", "rewards/cosmos_handlers.py"} <= shown
+    assert all((EXAMPLES / f).is_file() for f in shown | linked)
+    assert "--log-level info" not in text and "judge-gateway -v serve" in text
 
 
 def test_the_examples_config_loads_with_its_folders_from_its_own_place():

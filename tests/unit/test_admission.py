@@ -64,7 +64,7 @@ async def test_beyond_the_bound_is_refused_at_once_with_retry_after(slow_backend
     app = create_app(gw)
     n = 10 * CAPACITY
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             t0 = time.monotonic()
             results = await _burst(client, n, send)
@@ -103,7 +103,7 @@ async def test_a_request_waiting_past_max_wait_s_is_refused(slow_backend):
     gw = Gateway(validate_config(slow_config(slow_backend.base_url, max_active=1, max_waiting=10, max_wait_s=0.2)))
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             results = await _burst(client, 3, _native)
     finally:
@@ -162,7 +162,7 @@ async def test_default_bounds_come_from_the_judges_capacity(slow_backend):
     app = create_app(gw)
     n = 10 * CAPACITY
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             results = await _burst(client, n, _native)
             ready = (await client.get("/readyz")).json()
@@ -173,6 +173,79 @@ async def test_default_bounds_come_from_the_judges_capacity(slow_backend):
     assert ready["admission"] | {"capacity": None} == {
         "max_active": CAPACITY, "max_waiting": CAPACITY, "max_wait_s": 5.0, "retry_after_s": 3, "active": 0,
         "waiting": 0, "derived": ["max_active", "max_waiting"], "capacity": None,
+        "backends": {"slow": {"slots": CAPACITY, "in_use": 0, "waiting": 0, "max_waiting": CAPACITY}},
         "media_budget_pixels": ready["admission"]["media_budget_pixels"]}
     assert ready["admission"]["capacity"] == {"backend:slow": CAPACITY}
     assert ready["admission"]["media_budget_pixels"]["in_use"] == 0
+
+
+async def test_backend_lanes_hold_calls_first_come_first_served():
+    """A VLM backend's lane (server/lanes.py): calls up to its slots at once, the rest wait in
+    arrival order up to waiting_per_slot x slots, beyond which a request is refused at once; a
+    request larger than the lane runs alone; a waiter that gives up passes its turn on."""
+    from judge_gateway.server.lanes import LaneFull, Lanes
+
+    lanes = Lanes({"b": 4}, waiting_per_slot=1.0)
+    first = await lanes.take({"b": 3}, wait_s=1)
+    order: list[str] = []
+
+    async def waiter(name: str, calls: int) -> list:
+        taken = await lanes.take({"b": calls}, wait_s=5)
+        order.append(name)
+        return taken
+
+    second = asyncio.ensure_future(waiter("second", 2))  # 3 + 2 > 4: waits
+    await asyncio.sleep(0)
+    small = asyncio.ensure_future(waiter("small", 1))  # would fit now, but comes after `second`
+    await asyncio.sleep(0)
+    assert order == [] and lanes.lanes["b"].waiting == 3
+    with pytest.raises(LaneFull, match="busy"):  # 3 waiting + 2 > 4: the waiting room is full
+        await lanes.take({"b": 2}, wait_s=1)
+    lanes.give(first)
+    taken = await asyncio.gather(second, small)
+    assert order == ["second", "small"] and lanes.lanes["b"].in_use == 3
+    for t in taken:
+        lanes.give(t)
+    big = await lanes.take({"b": 40, "unknown": 9}, wait_s=1)  # capped at the slots; no lane: not held
+    assert big == [(lanes.lanes["b"], 4)]
+    with pytest.raises(LaneFull, match="max_wait_s"):
+        await lanes.take({"b": 1}, wait_s=0.05)
+    assert lanes.lanes["b"].waiting == 0
+    gives_up = asyncio.ensure_future(lanes.take({"b": 2}, wait_s=5))
+    behind = asyncio.ensure_future(lanes.take({"b": 2}, wait_s=5))
+    await asyncio.sleep(0)
+    gives_up.cancel()
+    lanes.give(big)
+    assert (await behind) == [(lanes.lanes["b"], 2)] and lanes.lanes["b"].in_use == 2
+
+
+def test_a_request_refused_for_its_size_or_judges_holds_no_backend_room(slow_backend):
+    """backend_demand: the calls a request sends each backend; nothing for one that score() refuses
+    at once (too many samples, unknown judges), so it never waits in a lane ahead of others."""
+    from judge_gateway.schema import RewardRequest
+
+    cfg = slow_config(slow_backend.base_url)
+    cfg["server"]["max_samples_per_request"] = 2
+    gw = Gateway(validate_config(cfg))
+    image = base64.b64encode(png_bytes(1)).decode()
+    two = RewardRequest(samples=[{"prompt": "a", "image": image}] * 2)
+    assert gw.backend_demand(two) == {"slow": 2} and gw.backend_slots() == {"slow": CAPACITY}
+    assert gw.backend_demand(RewardRequest(samples=[{"prompt": "a", "image": image}] * 3)) == {}
+    assert gw.backend_demand(RewardRequest(samples=[{"prompt": "a", "image": image}], judges=["nope"])) == {}
+
+
+def test_a_comparative_judge_holds_its_groups_planned_calls():
+    """A comparative judge's calls are its groups' planned comparisons (all pairs of 4, both
+    orders: 12), at most its budget, not one per sample."""
+    from judge_gateway.comparisons import planned_calls
+    from judge_gateway.schema import RewardRequest
+
+    gw = Gateway(validate_config({
+        "backends": {"b": {"model": "m", "base_urls": ["http://127.0.0.1:9/v1"]}},
+        "judges": {"cmp": {"kind": "comparative", "backend": "b", "template": "unified_reward_think@1",
+                           "options": {"budget": 56, "max_group_size": 8}}}}))
+    image = base64.b64encode(png_bytes(1)).decode()
+    samples = [{"prompt": "a", "image": image, "group_id": g} for g in ("x",) * 4 + ("y",) * 2]
+    judge = gw.judges["cmp"]
+    expected = sum(planned_calls(judge.schedule, n, judge.options.swap) for n in (4, 2))
+    assert gw.backend_demand(RewardRequest(samples=samples)) == {"b": expected} and expected > len(samples)

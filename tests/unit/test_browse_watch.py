@@ -63,7 +63,7 @@ async def watch_folder(fake_backend, tmp_path_factory):
     root = tmp_path_factory.mktemp("watch")
     gw = brightness_gateway(fake_backend.base_url, root)
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         for body in training_steps():
             r = await client.post("/v1/rewards", json=body)
             assert r.status_code == 200, r.text

@@ -50,7 +50,7 @@ def config(url: str, *more_urls: str) -> dict:
 @pytest.fixture
 async def served(fake_backend):
     gateway = Gateway(validate_config(config(fake_backend.base_url)))
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(gateway)), base_url="http://gateway",
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(gateway)), base_url="http://localhost",
                                timeout=60)
     yield client, fake_backend
     await client.aclose()
@@ -212,7 +212,7 @@ async def test_a_groups_calls_go_to_one_replica():
     servers = [FakeOpenAIServer().start(), FakeOpenAIServer().start()]
     gateway = Gateway(validate_config(config(*(s.base_url for s in servers))))
     try:
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(gateway)), base_url="http://g")
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(gateway)), base_url="http://localhost")
         async with client:
             for g in range(6):
                 before = [s.counters["requests"] for s in servers]

@@ -557,7 +557,7 @@ async def test_rational_rewards_t2i_profile_answers_flow_factorys_own_reading():
     png = base64.b64encode(png_bytes(3)).decode()
     app = create_app(gateway)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             for reply in RATIONAL_LAYOUTS:
                 r = await client.post("/flow-factory/rational_rewards_t2i/compute", json={
                     "prompt": ["a red car"], "image": [png], "video": None, "condition_images": None,

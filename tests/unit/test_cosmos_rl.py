@@ -57,7 +57,7 @@ async def make_client(fake_backend):
     async def make(api_keys=None, store=None, **cosmos):
         gw = Gateway(validate_config(cosmos_config(fake_backend.base_url, **cosmos)))
         app = create_app(gw, api_keys=api_keys, store=store)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         made.append((client, app, gw))
         return client
 
@@ -196,7 +196,7 @@ async def test_label_fill_for_invalid_cosmos_reason1(fake_backend):
     data["judges"]["cosmos_reason1"]["backend"] = "down"
     gw = Gateway(validate_config(data))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         meta = {"reward_fn": {"cosmos_reason1": 1}, "prompts": ["a"], "media_type": "video",
                 "video_infos": [{"video_fps": 8}]}
         r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, video_batch(1)), headers=headers())
@@ -245,6 +245,21 @@ async def test_ping_answers_on_the_readmes_pin_path_too(make_client):
         assert r.status_code == 200 and r.json()["message"] == "Ping request received"
 
 
+async def test_ping_says_which_reward_cannot_be_scored_and_why(make_client):
+    """cosmos-rl's ping carries the enqueue's metadata: the answer stays its 200 and message, and
+    says whether the rewards its reward_fn names can be scored (a dead backend: no, with why)."""
+    client = await make_client()
+    meta = {"reward_fn": {"quality": 1.0, "down": 1.0, "no_such_reward": 1.0}, "prompts": ["a"]}
+    r = await client.post("/api/reward/pin", data={"info_data": json.dumps(meta)})
+    body = r.json()
+    assert r.status_code == 200 and body["message"] == "Ping request received" and body["ready"] is False
+    assert set(body["not_ready"]) == {"down", "no_such_reward"}, body
+    assert body["not_ready"]["down"].startswith("judge 'down' is not ready (replica 1 of 1: cannot connect")
+    assert body["not_ready"]["no_such_reward"].startswith("unknown reward 'no_such_reward'")
+    ok = await client.post("/api/reward/pin", data={"info_data": json.dumps({"reward_fn": {"quality": 1.0}})})
+    assert ok.json()["ready"] is True and "not_ready" not in ok.json()
+
+
 async def test_skipped_reward_says_so(make_client):
     client = await make_client()
     meta = {**IMG_META, "reward_fn": {"quality": 1.0, "final": 0.0}}
@@ -261,7 +276,7 @@ async def _pull_after_request_timeout(base_url: str, **cosmos) -> httpx.Response
     data["judges"]["stalled"]["deadline_s"] = 30  # the fake stalls 20 s: the request timeout ends it first
     gw = Gateway(validate_config(data))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c2:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c2:
         uid = (await c2.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(2, 16)),
                              headers=headers())).json()["uuid"]
         r = await poll(c2, uid, "stalled")
@@ -339,7 +354,7 @@ async def test_shutdown_stores_unfinished_as_failed(fake_backend):
     data["judges"]["stalled"]["deadline_s"] = 30
     gw = Gateway(validate_config(data))
     app = create_app(gw, store=store)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         uid = (await client.post("/api/reward/enqueue", headers=headers(),
                                  content=enqueue_body({**IMG_META, "reward_fn": {"stalled": 1}},
                                                       image_batch(2, 16)))).json()["uuid"]
@@ -489,7 +504,7 @@ async def test_transient_faults_are_scored_again_before_anything_is_filled():
         data["backends"]["flaky"]["max_retries"] = 0
         gw = Gateway(validate_config(data))
         app = create_app(gw)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             meta = {**IMG_META, "prompts": ["a"], "reward_fn": {"flaky": 1.0}}
             uid = (await c.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch(1, 16)),
                                 headers=headers())).json()["uuid"]
@@ -544,7 +559,7 @@ async def test_a_head_that_cannot_load_is_refused_before_a_uuid(fake_backend):
     gw = Gateway(validate_config(data))
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             meta = {"reward_fn": {"dance_grpo": 1.0}, "prompts": ["a", "b"], "media_type": "video",
                     "video_infos": [{"video_fps": 8}, {"video_fps": 8}]}
             for reward in ("dance_grpo", "videoalign"):

@@ -58,7 +58,7 @@ async def test_unread_fields_are_logged_once_counted_and_reported(app, caplog):
     meta = {"reward_fn": {"quality": 1.0}, "prompts": ["a", "b"], "media_type": "image",
             "geneval_tags": ["single_object"] * 2, "ocr_use_gpu": False, "my_field": 3}
     caplog.set_level(logging.WARNING, logger="judge_gateway.server.ignored")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://localhost") as client:
         for _ in range(2):
             r = await client.post("/api/reward/enqueue", content=enqueue_body(meta, IMAGES), headers=headers())
             assert r.status_code == 200, r.text
@@ -107,7 +107,7 @@ def test_gpu_judge_must_be_configured(fake_backend):
 
 async def test_flow_factory_extra_keys_and_profile_names_without_case(app):
     application = await app()
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://localhost") as client:
         for path in ("/flow-factory/PickScore", "/flow-factory/pickscore", "/flow-factory/PICKSCORE"):
             assert (await client.get(f"{path}/health")).json()["profile"] == "PickScore"
             r = await client.post(f"{path}/compute", json={**ff_payload(["a"], image=pil_images(1)), "seed": 1})

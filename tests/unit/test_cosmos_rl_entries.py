@@ -70,7 +70,7 @@ async def served(fake_backend):
     gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
     store = MemoryStore(ttl_s=600, max_entries=100)
     app = create_app(gw, store=store)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         yield app, store, client
     await app.state.cosmos_rl.aclose()
     await gw.aclose()

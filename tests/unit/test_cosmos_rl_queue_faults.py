@@ -147,7 +147,7 @@ async def test_a_pull_while_the_store_is_down_says_when_to_retry(fake_backend):
     gw = Gateway(validate_config(fault_config(fake_backend.base_url)))
     app = create_app(gw, store=DownStore(ttl_s=60, max_entries=10))
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             r = await client.post("/api/reward/pull", data={"uuid": str(uuid.uuid4()), "type": "quality"})
     finally:
         await app.state.cosmos_rl.aclose()

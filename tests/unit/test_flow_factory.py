@@ -71,7 +71,7 @@ def ff_config(base_url: str) -> dict:
 async def client(fake_backend):
     gw = Gateway(validate_config(ff_config(fake_backend.base_url)))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test",
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                  timeout=60) as c:
         yield c
     await gw.aclose()
@@ -138,7 +138,7 @@ async def test_bad_input_fails_fast_with_error_key(client, payload, reason):
 
 
 async def test_not_json_is_an_error(client):
-    r = await client.post("/flow-factory/t2i/compute", content=b"{oops")
+    r = await client.post("/flow-factory/t2i/compute", content=b"{oops", headers={"content-type": "application/json"})
     assert r.status_code == 200 and "not JSON" in r.json()["error"]
 
 
@@ -182,3 +182,15 @@ def test_profile_config_errors_name_the_key():
         validate_config({"flow_factory": {"profiles": {"p": {"judges": {"nope": 1.0}}}}})
     with pytest.raises(ConfigError, match=r"flow_factory\.profiles\.p\.mode"):
         validate_config({"flow_factory": {"profiles": {"p": {"judges": {"x": 1.0}, "mode": "pairwise"}}}})
+
+
+async def test_a_dead_backend_answers_compute_at_once_not_after_the_deadline(client):
+    """The issue's case: each /compute to a dead backend took 60 s (the client's own timeout) to
+    come back 503; now it is the backend's reason at once (bench/dead_backend.py measures it)."""
+    import time
+
+    started = time.monotonic()
+    r = await client.post("/flow-factory/down/compute", json=build_payload(["a"], image=pil_images(1)))
+    took = time.monotonic() - started
+    assert r.status_code == 503 and "is down (it never answered)" in r.json()["detail"], r.text
+    assert took < 10, took  # far from the judge's deadline (60 s); seconds only on a loaded machine

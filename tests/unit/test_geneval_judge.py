@@ -114,6 +114,31 @@ async def test_bad_metadata_is_bad_input(metadata, fragment):
     assert stub.requests == []  # refused before the detector
 
 
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("value", [INF, -INF, NAN], ids=["inf", "-inf", "nan"])
+@pytest.mark.parametrize("metadata, fragment", [
+    ({"tag": "counting", "include": [{"class": "dog", "count": "V"}]}, "include[0].count"),
+    ({"tag": "position", "include": [{"class": "dog"}, {"class": "cat", "position": ["left of", "V"]}]},
+     "include[1].position index"),
+    ({"tag": "single_object", "include": [{"class": "dog"}], "exclude": [{"class": "cat", "count": "V"}]},
+     "exclude[0].count"),
+], ids=["count", "position", "exclude"])
+async def test_non_finite_numbers_in_metadata_are_bad_input(metadata, fragment, value):
+    """inf (JSON's 1e400 parses to it) and nan are refused as bad input, not a backend_error
+    with a traceback in the log (int() of them raised before)."""
+    filled = json.loads(json.dumps(metadata).replace('"V"', "999"))
+    text = json.dumps(filled).replace("999", {INF: "Infinity", -INF: "-Infinity"}.get(value, "NaN"))
+    s, stub = await score(dogs(2), json.loads(text))
+    assert not s.valid and s.error.code.value == "bad_input" and fragment in s.error.message, s.error
+    assert stub.requests == []
+    as_text = {**filled, "include": json.dumps(filled["include"]).replace("999", "1e400")}
+    if "1e400" in as_text["include"]:  # the JSON text form: 1e400 parses to inf
+        s, _ = await score(dogs(2), as_text)
+        assert s.error.code.value == "bad_input" and fragment in s.error.message
+
+
 async def test_bad_detector_output_is_a_head_error():
     s, _ = await score({"dog": {"boxes": [box(1, 1)], "scores": []}}, {"tag": "single_object",
                                                                          "include": [{"class": "dog"}]})

@@ -124,7 +124,7 @@ async def test_a_full_head_queue_refuses_with_retry_after_and_accepted_work_wait
     app = create_app(gw)
     two = {"samples": [{"prompt": "a cat", "image": b64png(i)} for i in range(2)]}
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=120) as client:
             assert (await client.post("/v1/rewards", json={"samples": [{"prompt": "a", "image": b64png(9)}]})
                     ).status_code == 200  # the worker is up

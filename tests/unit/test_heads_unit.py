@@ -236,7 +236,9 @@ def test_head_config_validates_and_names_the_key():
         assert key in str(err.value), (key, str(err.value))
 
 
-async def test_a_missing_interpreter_is_a_head_error_not_a_crash(tmp_path):
+async def test_a_missing_interpreter_is_a_head_error_not_a_crash(tmp_path, caplog):
+    """The cell and readiness say the interpreter could not be run; its path is the operator's and
+    goes to the gateway's log only."""
     from judge_gateway.gateway import Gateway
     from judge_gateway.schema import RewardRequest
     from tests.conftest import png_bytes
@@ -246,9 +248,11 @@ async def test_a_missing_interpreter_is_a_head_error_not_a_crash(tmp_path):
     try:
         response = await gw.score(RewardRequest(samples=[{"prompt": "a cat", "image": png_bytes(1)}]))
         s = response.results[0].scores["clip"]
-        assert not s.valid and s.error.code.value == "head_error" and "no-python" in s.error.message
+        assert not s.valid and s.error.code.value == "head_error"
+        assert "interpreter could not be run" in s.error.message and "no-python" not in s.error.message
         ready, reason = (await gw.readiness(fresh=True))["clip"]
-        assert not ready and "no-python" in reason
+        assert not ready and "interpreter could not be run" in reason and str(tmp_path) not in reason
+        assert str(tmp_path / "no-python") in caplog.text
     finally:
         await gw.aclose()
 

@@ -64,7 +64,7 @@ async def make_client(fake_backend):
         app = create_app(gw, api_keys=api_keys)
         # raise_app_exceptions=False: a crash must show as the 500 a client would see
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        client = httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60)
+        client = httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60)
         made.append((client, app, gw))
         return client
 
@@ -385,10 +385,11 @@ def test_slow_and_oversized_clients_are_cut_off(slow_client_server):
     silent = connect()  # sends nothing at all
     partial = [connect() for _ in range(47)]  # with the silent one and 16 trickling: the issue's 64
     for s in partial:
-        s.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
+        s.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: localhost\r\nContent-Type: appl")
     trickling = [connect() for _ in range(16)]
     for s in trickling:
-        s.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        s.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{")
     # trickle a byte every 0.25 s for 3 s: past body_timeout_s = 2 whatever the pace
     closed_trickling = set()
     while time.monotonic() - started < 3.5:
@@ -413,7 +414,7 @@ def test_slow_and_oversized_clients_are_cut_off(slow_client_server):
     assert time.monotonic() - started < 10
 
     big_header = connect()  # one 100 KB header: past max_header_bytes = 16384
-    big_header.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
+    big_header.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n")
     data, closed = _read_until_closed(big_header, time.monotonic() + 5)
     # 431 when the block arrives whole (measured by the app), 400 when h11's buffer bound trips first
     assert closed and data[:13] in (b"HTTP/1.1 431 ", b"HTTP/1.1 400 "), data[:200]
@@ -421,7 +422,7 @@ def test_slow_and_oversized_clients_are_cut_off(slow_client_server):
         assert b"above server.max_header_bytes = 16384" in data
 
     many = connect()  # 2,000 tiny headers (10 KB, under the byte limit): past max_headers = 100
-    many.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"h%d:1\r\n" % i for i in range(2000)) + b"\r\n")
+    many.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"".join(b"h%d:1\r\n" % i for i in range(2000)) + b"\r\n")
     data, closed = _read_until_closed(many, time.monotonic() + 5)
     assert closed and data.startswith(b"HTTP/1.1 431 "), data[:200]
     assert b"2001 request headers, above server.max_headers = 100" in data
@@ -431,9 +432,9 @@ def test_slow_and_oversized_clients_are_cut_off(slow_client_server):
     # connection closed: the bytes after the body are never read as a second request. (In this test:
     # one server start serves every raw-socket case.)
     both = connect()
-    both.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    both.sendall(b"POST /v1/rewards HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
-                 b"GET /v1/judges HTTP/1.1\r\nHost: x\r\n\r\n")
+                 b"GET /v1/judges HTTP/1.1\r\nHost: localhost\r\n\r\n")
     data, closed = _read_until_closed(both, time.monotonic() + 5)
     assert closed and data.startswith(b"HTTP/1.1 400 "), data[:300]
     assert b"both Content-Length and Transfer-Encoding" in data

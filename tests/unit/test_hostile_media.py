@@ -57,7 +57,7 @@ async def client(fake_backend):
     gw = Gateway(validate_config(config(fake_backend.base_url)))
     app = create_app(gw)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
-                                 base_url="http://test", timeout=60) as c:
+                                 base_url="http://localhost", timeout=60) as c:
         yield c
     await app.state.cosmos_rl.aclose()
     await gw.aclose()

@@ -31,6 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "media", "prompts", "parsers", "bands", "json_body", "jsonl", "metrics",
         "aggregation_profiles",  # aggregation profiles: written by tuning, read by config and the rubric judge
         "inputs",  # samples on disk: score's readers; InputItem, sample_key: shared by score, eval, tune
+        "atoms",  # GenEval 2's VQA atoms of a prompt: read by config (the atoms file) and the judge
         "exceptions", "_version",  # the exception tree's root and branches; the version string
         "extras",  # the pip extras and the check that names a missing one
         "env_vars",  # the JG_ environment variables and their deprecated JUDGE_GATEWAY_ spellings
@@ -45,6 +46,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "backends", "store", "combine",
         "chat_http",  # the backends' chat completions over aiohttp
         "latents", "latent_worker",  # the cosmos-rl latent decoder
+        "device_video",  # judges' videos decoded and resized on the device, by the latent decoder's torch worker
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
         "launch",  # `up`: the vLLM servers and the gateway as supervised processes

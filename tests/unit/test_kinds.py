@@ -46,10 +46,12 @@ def _defines(ref: str) -> bool:
 
 
 def test_the_table_has_every_kind_once_with_its_views():
-    assert tuple(KINDS) == ("yes_no", "rubric", "final_score", "critic", "comparative", "clip", "pickscore", "hpsv2",
+    assert tuple(KINDS) == ("yes_no", "rubric", "final_score", "critic", "comparative", "multi_axis",
+                            "answer_probability", "checklist", "clip", "pickscore", "hpsv2",
                             "hpsv3", "ocr", "videoalign", "gen_eval", "image_reward",
                             "custom", "flow_factory_model", "cosmos_rl_handler")
-    assert VLM_KINDS == ("yes_no", "rubric", "final_score", "critic", "comparative")
+    assert VLM_KINDS == ("yes_no", "rubric", "final_score", "critic", "comparative", "multi_axis",
+                         "answer_probability", "checklist")
     assert set(HEAD_KINDS) == {"clip", "pickscore", "hpsv2", "hpsv3", "ocr", "videoalign", "gen_eval", "image_reward",
                                "custom", "flow_factory_model", "cosmos_rl_handler"}
     assert KIND_OPTIONS["critic"] is CriticOptions and HEAD_KIND_OPTIONS["pickscore"] is PickScoreOptions
@@ -120,7 +122,8 @@ def test_load_errors_keep_their_text():
         validate_config({"judges": {"x": {"kind": "psychic", "options": {"anything": 1}}}})
     assert str(err.value) == (
         "<config>: judges.x.kind: unknown kind 'psychic' (known: yes_no, rubric, final_score, critic, "
-        "comparative, clip, pickscore, hpsv2, hpsv3, ocr, videoalign, gen_eval, image_reward, custom, flow_factory_model, "
+        "comparative, multi_axis, answer_probability, checklist, clip, pickscore, hpsv2, hpsv3, ocr, videoalign, "
+        "gen_eval, image_reward, custom, flow_factory_model, "
         "cosmos_rl_handler)")
     with pytest.raises(ConfigError) as err:
         validate_config({"judges": {"h": {"kind": "hpsv3", "options": {"flash_attn": True, "dtype": "int8"}}}})

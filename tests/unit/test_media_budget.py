@@ -60,7 +60,7 @@ async def test_a_spent_budget_is_waited_for_then_refused_with_retry_after(slow_b
         gw = Gateway(validate_config(budget_config(slow_backend.base_url, max_wait_s)))
         app = create_app(gw)
         try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                          timeout=60) as client:
                 replies = await _two_at_once(client, api)
                 metrics = (await client.get("/metrics")).text
@@ -119,8 +119,8 @@ async def test_a_cancelled_request_stops_decoding_at_the_next_frame(fake_backend
     decoded: list[float] = []
     original = VideoMedia._decode_container
 
-    def counting(self, idx):
-        for item in original(self, idx):
+    def counting(self, idx, transform=None):
+        for item in original(self, idx, transform):
             decoded.append(time.monotonic())
             time.sleep(0.02)  # a slow decoder: the cancel lands mid-clip
             yield item

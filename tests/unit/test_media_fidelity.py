@@ -20,9 +20,11 @@ from judge_gateway.media import (
     encode_image,
     encode_video,
 )
+from judge_gateway.media import planes
+from judge_gateway.media.encode import _frame_transform
 from judge_gateway.media.resize import resize_rgb
 from judge_gateway.media.wire import parse_data_url
-from tests.support.natural_media import natural_frames, photo, psnr
+from tests.support.natural_media import h264_clip, natural_frames, photo, psnr
 
 
 def pil_bicubic(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -124,3 +126,66 @@ def test_a_container_is_resized_frame_by_frame_in_the_decode_loop() -> None:
     assert again.frame_indices == from_array.frame_indices
     assert psnr(decode_mp4(parse_data_url(again.data_url)[1])[0],
                 decode_mp4(parse_data_url(from_array.data_url)[1])[0]) >= 35.0  # x264 crf 10 in between
+
+
+def _planar_conversions(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, per kept container frame, whether media/planes.py converted it (True) or handed it
+    back to libswscale's full-size RGB (False)."""
+    seen: list[bool] = []
+    original = planes.planes_to_rgb
+
+    def watched(frame, w, h, resampler):  # type: ignore[no-untyped-def]
+        out = original(frame, w, h, resampler)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr("judge_gateway.media.encode.planes_to_rgb", watched)
+    return seen
+
+
+def _reference(mp4: bytes, indices: list[int], size: tuple[int, int]) -> np.ndarray:
+    """What the decode loop gave before: libswscale's full-size RGB, then PIL's bicubic."""
+    frames, _ = decode_mp4(mp4)
+    return np.stack([pil_bicubic(frames[i], size) for i in indices])
+
+
+@pytest.mark.parametrize(("source", "target", "crf"), [
+    ((1280, 720), (392, 224), 18),   # Wan2.1 720p to Cosmos-Reason1's 80-frame budget
+    ((1280, 720), (392, 224), 28),   # a coarser encode
+    ((1280, 704), (308, 168), 23),   # 121 frames at 704p
+    ((832, 480), (392, 224), 28),    # Wan 480p
+])
+def test_container_frames_are_converted_at_the_judge_size_within_40_db(monkeypatch, source, target, crf) -> None:
+    mp4 = h264_clip(natural_frames(17, *source), 16, crf)
+    video = VideoMedia.from_mp4(mp4)
+    seen = _planar_conversions(monkeypatch)
+    indices = list(range(16))
+    got = video.frames_array(indices, _frame_transform(*target, True, "fast"))
+    assert seen == [True] * 16  # every kept frame: its planes resized, converted at the judge's size
+    reference = _reference(mp4, indices, target)
+    assert got.shape == reference.shape
+    assert min(psnr(a, b) for a, b in zip(got, reference)) >= 40.0
+
+
+@pytest.mark.parametrize(("pix_fmt", "params"), [
+    ("yuv420p", "colormatrix=bt709"),   # BT.709, as HD encoders tag it
+    ("yuvj420p", None),                 # full-range samples (JPEG range)
+    ("yuv420p", "colormatrix=smpte170m"),
+])
+def test_the_planar_conversion_takes_the_matrix_libswscale_takes(monkeypatch, pix_fmt, params) -> None:
+    mp4 = h264_clip(natural_frames(5, 640, 360), 8, 18, pix_fmt=pix_fmt, x264_params=params)
+    seen = _planar_conversions(monkeypatch)
+    got = VideoMedia.from_mp4(mp4).frames_array([0, 2, 4], _frame_transform(320, 180, True, "fast"))
+    assert seen == [True] * 3
+    assert min(psnr(a, b) for a, b in zip(got, _reference(mp4, [0, 2, 4], (320, 180)))) >= 40.0
+
+
+def test_frames_the_planar_path_does_not_convert_take_libswscale(monkeypatch) -> None:
+    """BT.2020 (no matrix here) and 4:4:4 (not 4:2:0) frames: libswscale's RGB, resized as before."""
+    for pix_fmt, params in (("yuv420p", "colormatrix=bt2020nc"), ("yuv444p", None)):
+        mp4 = h264_clip(natural_frames(3, 320, 180), 8, 18, pix_fmt=pix_fmt, x264_params=params)
+        seen = _planar_conversions(monkeypatch)
+        got = VideoMedia.from_mp4(mp4).frames_array([0, 1], _frame_transform(160, 90, True, "fast"))
+        assert seen == [False, False], (pix_fmt, params)
+        full, _ = decode_mp4(mp4)
+        assert np.array_equal(got, np.stack([resize_rgb(full[i], 160, 90) for i in (0, 1)]))

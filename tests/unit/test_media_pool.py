@@ -54,7 +54,7 @@ async def test_a_media_backlog_refuses_new_requests_and_the_admitted_finish() ->
         body = {"samples": [{"prompt": "a cat", "image": base64.b64encode(png_bytes()).decode()}]}
         gate = threading.Event()
         async with app.router.lifespan_context(app), \
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             blocker = asyncio.ensure_future(gateway.media_pool.run(gate.wait))  # the pool's one slot, taken
             await asyncio.sleep(0.05)
             refused = await client.post("/v1/rewards", json=body)
@@ -91,3 +91,26 @@ async def test_equal_content_is_encoded_once_and_shares_a_replica_key() -> None:
     assert results[0] is results[1] is results[4]
     assert cache.encodes_by_kind["video"] == 3
     assert cache.affinity(v1) == cache.affinity(v2)
+
+
+async def test_media_sharing_one_fingerprint_are_told_apart_in_linear_work() -> None:
+    """Images crafted to share the cheap fingerprint (length and crc32) are told apart by their
+    sha256, each hashed once: the work is each medium's bytes once, whatever the count (a byte
+    comparison against every earlier candidate was quadratic). A medium alone in its bucket is
+    never hashed; the same bytes sent again are the same content."""
+    from judge_gateway.media.cache import fingerprint
+    from tests.support.colliding_media import colliding_pngs
+
+    files = colliding_pngs(300)
+    media = [ImageMedia.validate(f) for f in files]
+    assert len({fingerprint(m) for m in media}) == 1 and len(set(files)) == 300
+    cache = MediaCache(MediaPool(workers=1))
+    ids = [await cache._content_id(m) for m in media]
+    assert len(set(ids)) == 300
+    assert cache.digested_bytes == sum(len(f) for f in files)  # each once: linear
+    again = ImageMedia.validate(bytes(files[123]))  # the same bytes in another object
+    assert await cache._content_id(again) == ids[123]
+    alone = MediaCache(MediaPool(workers=1))
+    await alone._content_id(ImageMedia.validate(png_bytes(5)))
+    await alone._content_id(ImageMedia.validate(png_bytes(6)))
+    assert alone.digested_bytes == 0

@@ -94,3 +94,97 @@ def test_prepare_torch_cuda_dry_run_prints_the_index_and_pins(tmp_path, capsys, 
     main(["prepare", "--config", str(config), "--torch", "cuda", "--torch-index",
           "https://download.pytorch.org/whl/cu126", "--dry-run"])
     assert "pip install --extra-index-url https://download.pytorch.org/whl/cu126 torch==2.13.0" in capsys.readouterr().out
+
+
+def test_dry_run_of_the_cosmos_rl_config_lists_every_step_the_latent_decoder_and_vlm_weights_included(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["prepare", "--config", "cosmos_rl", "--torch", "cuda", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for env in ("vllm for cosmos_reason1, unified_reward", "heads for videoalign, pickscore, hpsv2, ocr",
+                "hpsv3 for hpsv3", "imagereward for image_reward", "geneval for gen_eval",
+                "latents for cosmos_rl.latents"):
+        assert f"environment {env}:" in out, env
+    assert "pip install -c constraints vllm==0.32.0" in out
+    assert ("judge cosmos_reason1 (yes_no): weights launch.preset=nvidia/Cosmos-Reason1-7B-Reward (repo): fetch what "
+            "is missing; then start its vLLM server(s) as `up` would") in out
+    assert "judge unified_reward (final_score): weights launch.preset=CodeGoat24/UnifiedReward-qwen-7b (repo)" in out
+    assert ("latent decoder cosmos_rl.latents: weights cosmos_rl.latents.wan2_1.checkpoint=Wan-AI/Wan2.1-T2V-1.3B-"
+            "Diffusers (repo), cosmos_rl.latents.wan2_2.checkpoint=Wan-AI/Wan2.2-TI2V-5B-Diffusers (repo)") in out
+    assert "options.detector_checkpoint=https://download.openmmlab.com/" in out and "(url)" in out
+    assert "judge-gateway==" not in out  # environments get this judge-gateway, never the index's
+    assert [p.name for p in tmp_path.iterdir()] == []  # nothing made
+
+
+def test_offline_says_present_or_missing_never_fetched(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    url = "https://download.openmmlab.com/mmdetection/v3.0/x/detector_123.pth"
+    missing = check_weight(WeightRef("options.detector_checkpoint", url, "url"), offline=True, download_dir=None)
+    assert not missing.ok and missing.state == "missing"
+    assert f"is not in torch hub's cache ({tmp_path / 'torch' / 'hub' / 'checkpoints' / 'detector_123.pth'}" in \
+        missing.detail
+    (tmp_path / "torch" / "hub" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "torch" / "hub" / "checkpoints" / "detector_123.pth").write_bytes(b"w")
+    cached = check_weight(WeightRef("options.detector_checkpoint", url, "url"), offline=True, download_dir=None)
+    assert cached.ok and cached.state == "cached"
+    library = check_weight(WeightRef("options.clip_pretrained", "openai", "library"), offline=True, download_dir=None)
+    assert library.ok and library.state == "library" and "fetch" not in library.detail
+    row = Row("gen_eval", "gen_eval", weights=[cached, library])
+    assert row.weights_text == "cached, library"
+
+
+def test_a_gated_model_is_named_with_how_to_get_access(tmp_path, monkeypatch):
+    """The Cosmos-Reason1 reward model is gated on the hub: the refusal says which model, that a
+    token is missing (or lacks access), and the steps; never a bare HTTP error."""
+    hub = pytest.importorskip("huggingface_hub")
+    from huggingface_hub.errors import GatedRepoError
+
+    def refuse(repo_id, **kwargs):  # what the hub raises for a gated repo without access (its HTTP reply aside)
+        if kwargs.get("local_files_only"):
+            raise FileNotFoundError("not cached")
+        exc = GatedRepoError.__new__(GatedRepoError)
+        Exception.__init__(exc, "401 Client Error. Cannot access gated repo")
+        raise exc
+
+    monkeypatch.setattr(hub, "snapshot_download", refuse)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no login there
+    status = check_weight(WeightRef("launch.preset", "nvidia/Cosmos-Reason1-7B-Reward", "repo"), offline=False,
+                          download_dir=tmp_path / "hub")
+    assert not status.ok
+    assert status.detail.startswith("launch.preset: nvidia/Cosmos-Reason1-7B-Reward is gated on the Hugging Face hub "
+                                    "and no token is set: accept its terms on "
+                                    "https://huggingface.co/nvidia/Cosmos-Reason1-7B-Reward"), status.detail
+    assert "export HF_TOKEN=" in status.detail
+    monkeypatch.setenv("HF_TOKEN", "hf_example")
+    status = check_weight(WeightRef("launch.preset", "nvidia/Cosmos-Reason1-7B-Reward", "repo"), offline=False,
+                          download_dir=tmp_path / "hub")
+    assert "a token is set (HF_TOKEN or `hf auth login`) but its account has no access" in status.detail
+
+
+async def test_a_launched_backend_that_cannot_start_here_is_that_judges_problem(tmp_path):
+    """prepare starts a launched backend's servers for its probe (as `up` would); a launch table
+    asking for GPUs on a machine without them is that judge's not-ready reason, not a crash."""
+    from tests.support.fake_openai import free_port
+
+    from judge_gateway.prepare.run import Options, _check
+
+    cfg = validate_config({
+        "backends": {"vlm": {"model": "m", "base_urls": [f"http://127.0.0.1:{free_port()}/v1"],
+                             "launch": {"model": str(tmp_path), "gpus": 1}}},
+        "judges": {"q": {"kind": "yes_no", "backend": "vlm", "template": "image_quality@1"}}})
+    rows = {"q": Row("q", "yes_no")}
+    import judge_gateway.launch.plan as plan
+
+    original = plan.visible_gpus
+    plan.visible_gpus = lambda environ=None: []  # a machine without GPUs, whatever this one has
+    try:
+        await _check(cfg, rows, Options(run_dir=tmp_path / "run"))
+    finally:
+        plan.visible_gpus = original
+    assert rows["q"].load == "cannot start here"
+    assert rows["q"].problems == [f"load: backend 'vlm' (http://127.0.0.1:{cfg.backends['vlm'].base_urls[0].split(':')[2].split('/')[0]}/v1) "
+                                  "needs 1 GPU(s), 0 left of CUDA_VISIBLE_DEVICES=(none)"], rows["q"].problems
+    skipped = {"q": Row("q", "yes_no")}
+    await _check(cfg, skipped, Options(run_dir=tmp_path / "run", start=False))
+    assert skipped["q"].load == "not started (--no-start)" and skipped["q"].ok

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 
 from judge_gateway.config import ConfigError, validate_config
@@ -89,7 +91,8 @@ def test_serve_with_a_ray_section_deploys_on_ray_never_on_one_machine(tmp_path, 
     monkeypatch.setitem(sys.modules, "judge_gateway.ray_mode.deploy", None)
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("served on one machine"))
     assert cli.main(["serve", "--config", str(path)]) == 2
-    assert "Ray mode needs the `ray` extra (pip install 'judge-gateway[ray]'" in capsys.readouterr().err
+    checkout = Path(__file__).resolve().parents[2]  # the command that works from here: not the package index
+    assert f"Ray mode needs the `ray` extra (pip install -e '{checkout}[ray]'" in capsys.readouterr().err
 
 
 def test_serve_on_ray_warns_that_host_and_port_are_unused(tmp_path, capsys, monkeypatch):

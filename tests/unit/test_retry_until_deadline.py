@@ -64,7 +64,7 @@ async def test_cosmos_rl_request_through_a_short_fault_comes_back_with_real_scor
     gw = Gateway(validate_config(cfg))
     app = create_app(gw)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60) as c:
             uids = await enqueue(c, 3)
             results = await resolve_all(c, uids, timeout=50)
     finally:
@@ -86,7 +86,7 @@ async def test_scores_and_readiness_never_show_backend_urls_or_bodies():
     app = create_app(gw)
     image = base64.b64encode(png_bytes(0)).decode()
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60) as c:
             scored = await c.post("/v1/rewards", json={"samples": [{"prompt": "a cat", "image": image}]})
             ready = await c.get("/readyz")
             judges = await c.get("/v1/judges")

@@ -1,5 +1,6 @@
 """`judge-gateway serve` hands uvicorn a process whose start-up objects are out of the cyclic GC's
-sight (judge_gateway/server/heap.py: a full collection walks what requests made, not the heap)."""
+sight and whose young generation is collected less often (judge_gateway/server/heap.py: a full
+collection walks what requests made, not the heap)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from judge_gateway.media import MediaLimits
+from judge_gateway.server.guards import RequestGuardMiddleware
+from judge_gateway.server.heap import SERVING_GEN0_THRESHOLD
 from tests.support.cli_configs import vlm_config, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +23,8 @@ import gc, sys
 import uvicorn
 
 def run(app, **options):  # stands in for the server: report the collector's view, serve nothing
-    print("frozen", gc.get_freeze_count(), "tracked", len(gc.get_objects()), "app", type(app).__name__)
+    print("frozen", gc.get_freeze_count(), "tracked", len(gc.get_objects()), "app", type(app).__name__,
+          "gen0", gc.get_threshold()[0])
 
 uvicorn.run = run
 from judge_gateway.cli import main
@@ -40,6 +45,7 @@ def test_serve_freezes_the_started_process_before_it_serves(tmp_path):
     # the gateway's modules and the app: tens of thousands of objects the collector no longer walks
     assert frozen > 50_000, done.stdout
     assert tracked < frozen / 10, done.stdout
+    assert int(words[words.index("gen0") + 1]) == SERVING_GEN0_THRESHOLD  # young collections less often
 
 
 async def _request(middleware, body: bytes = b"") -> None:
@@ -78,12 +84,14 @@ async def test_the_heap_is_trimmed_after_decoded_media_not_only_after_large_bodi
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
-    middleware = heap.ReleaseMemoryMiddleware(app, budget=budget)
+    trimmer = heap.HeapTrimmer(budget)
+    middleware = RequestGuardMiddleware(app, max_headers=100, max_header_bytes=1 << 16, media_limits=MediaLimits(),
+                                        max_body_bytes=1 << 20, trimmer=trimmer)  # the app's one guard
     decode["pixels"] = heap.TRIM_AFTER_DECODED_PIXELS // 2
     await _request(middleware)
     await asyncio.sleep(0.05)
     assert trims == []
     decode["pixels"] = heap.TRIM_AFTER_DECODED_PIXELS
     await _request(middleware)
-    await middleware._pending
+    await trimmer._pending
     assert trims == [1]

@@ -31,7 +31,7 @@ async def make_client(fake_backend):
             data["server"]["max_samples_per_request"] = max_samples
         gw = Gateway(validate_config(data))
         app = create_app(gw, api_keys=api_keys)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         made.append((client, gw))
         return client
 

@@ -41,6 +41,7 @@ async def _closed(app) -> None:
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float:
+    metrics.flush()  # the serving path's updates reach the registry when it is read (metrics.py)
     value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
@@ -56,6 +57,21 @@ def test_every_protocol_is_an_api_router():
         "/api/reward/ping", "/api/reward/pin", "/api/reward/enqueue", "/api/reward/pull", "/api/reward/latent_attr"}
     assert {r.path for r in flow_factory.router.routes} == {
         "/{profile}/health", "/{profile}/compute", "/{profile}/load", "/{profile}/offload"}
+
+
+async def test_every_request_passes_one_middleware_of_ours():
+    """Header and body limits, API keys, media budgets, the JSON 500 and the heap trim are one
+    layer (guards.RequestGuardMiddleware); the peer check is a second only where it is configured."""
+    from judge_gateway.server.guards import RequestGuardMiddleware
+    from judge_gateway.server.networks import PeerNetworksMiddleware
+
+    for server, stack in (({}, [RequestGuardMiddleware]),
+                          ({"allow_networks": ["127.0.0.1/32"]}, [PeerNetworksMiddleware, RequestGuardMiddleware])):
+        app = create_app(Gateway(validate_config(_config("/ff", "p", {"quality": 1.0}, **server))), api_keys=[KEY])
+        try:
+            assert [m.cls for m in app.user_middleware] == stack
+        finally:
+            await _closed(app)
 
 
 def test_route_dependencies_run_on_the_event_loop():
@@ -84,8 +100,8 @@ async def test_two_apps_in_one_process_each_serve_their_own_state(fake_backend):
     app_b = create_app(Gateway(validate_config(_config("/ff-b", "edit", {"final": 2.0, "quality": 1.0}, url))),
                        api_keys=[])
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_a), base_url="http://a") as a, \
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app_b), base_url="http://b") as b:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app_a), base_url="http://localhost") as a, \
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app_b), base_url="http://localhost") as b:
             auth = {"Authorization": f"Bearer {KEY}"}
             r = await a.get("/ff-a/t2i/health", headers=auth)
             assert (r.status_code, r.json()) == (200, {"status": "ok", "profile": "t2i", "mode": "pointwise",
@@ -112,7 +128,7 @@ async def test_every_native_refusal_has_the_one_error_body():
                                                      max_headers=40))), api_keys=[KEY])
     auth = {"Authorization": f"Bearer {KEY}"}
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             replies = {
                 "unauthorized": await c.post("/v1/rewards", json={}),
                 "body_too_large": await c.post("/v1/rewards", content=b"x" * 5000, headers=auth),
@@ -165,8 +181,8 @@ def test_request_metrics_are_written_in_one_module():
     writers = set()
     for name, tree in _server_sources().items():
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr == "labels" and isinstance(node.value, ast.Attribute)
-                    and node.value.attr in counters):
+            # metrics.count(metrics.requests, ...) / metrics.observe(metrics.request_latency, ...), or .labels()
+            if isinstance(node, ast.Attribute) and node.attr in counters:
                 writers.add(name)
     assert writers == {"metered.py"}
 
@@ -190,6 +206,21 @@ def test_metered_counts_every_way_a_route_ends():
     assert _value(m, "judge_gateway_request_latency_seconds_count", api="native") == 2.0
     assert _value(m, "judge_gateway_request_latency_seconds_count", api="flow_factory") == 2.0
     assert 0.0 <= _value(m, "judge_gateway_request_latency_seconds_sum", api="native") < 1.0
+
+
+def test_recorded_updates_reach_the_registry_when_it_is_read_or_the_list_is_full(monkeypatch):
+    from judge_gateway import metrics as metrics_module
+
+    m = Metrics()
+    m.count(m.samples, (), 3)
+    m.observe(m.judge_latency, ("j",), 0.02)
+    assert m.registry.get_sample_value("judge_gateway_samples_total") == 0.0  # recorded, not applied yet
+    assert b"judge_gateway_samples_total 3.0" in m.render()  # a scrape applies them first
+    assert m.registry.get_sample_value("judge_gateway_judge_latency_seconds_count", {"judge": "j"}) == 1.0
+    monkeypatch.setattr(metrics_module, "FLUSH_AT", 4)
+    for _ in range(4):
+        m.count(m.scores, ("j", "true"))
+    assert m.registry.get_sample_value("judge_gateway_scores_total", {"judge": "j", "valid": "true"}) == 4.0
 
 
 # ---- the cosmos-rl package -----------------------------------------------------------------

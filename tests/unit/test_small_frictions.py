@@ -55,7 +55,7 @@ def _help(*command: str) -> str:
 
 def test_flag_help_shows_each_default_that_exists():
     score = _help("score")
-    assert "batch-size x concurrency samples are in flight (default: 16)" in score
+    assert "is always one request (default: 16)" in score
     assert "batches in flight (default: 4)" in score
     assert "(default: None)" not in score and "(default: False)" not in score  # unset flags and switches
     assert "fps of videos given as frame folders (default" not in score  # unset: no default to show
@@ -104,7 +104,8 @@ def test_a_head_that_cannot_load_gets_a_fix_hint_as_vlm_judges_do(tmp_path, caps
     info = JudgeInfo(name="clip", kind="clip", weight=1.0, ready=False,
                      ready_reason="failed: ModuleNotFoundError: No module named 'torch'")
     assert classify(info, load_config(config), config).hint == (
-        f"install its libraries here (`{sys.executable} -m pip install 'judge-gateway[heads]'`), or give it "
+        # the command that works here (judge-gateway is not on the package index): this checkout's extra
+        f"install its libraries here (`{sys.executable} -m pip install -e '{ROOT}[heads]'`), or give it "
         "the environment of its kind: `judge-gateway env build heads` (makes .venv-heads), set "
         '[judges.clip.options] python = ".venv-heads/bin/python"; then `judge-gateway prepare --config '
         f"{config} --judges clip` fetches its weights and probes it")

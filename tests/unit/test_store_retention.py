@@ -86,7 +86,7 @@ async def test_pull_says_expired_for_a_result_that_has_gone_and_unknown_for_a_st
     gw = Gateway(validate_config(small_config(fake_backend.base_url)))
     app = create_app(gw, store=store)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             meta = {"reward_fn": {"quality": 1.0}, "prompts": ["a", "b"], "media_type": "image"}
             uid = (await client.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()),
                                      headers=HEADERS)).json()["uuid"]

@@ -44,6 +44,19 @@ SCHEMA = {"type": "object", "additionalProperties": False, "required": ["score",
 CRITIC = {"id": "draft", "version": "1", "description": "test", "kind": "critic",
           "user": "<video>Critique the video as JSON.", "violations_field": "violations",
           "json_schema": json.dumps(SCHEMA)}
+AXES = {"id": "draft", "version": "1", "description": "test", "kind": "multi_axis",
+        "user": "<image>Rate {prompt}.\nAlignment Score (1-5): X\nStyle Score (1-5): Y",
+        "scale": {"min": 1, "max": 5},
+        "axes": [{"name": "Alignment", "label": "Alignment Score (1-5)"},
+                 {"name": "Style", "label": "Style Score (1-5)", "weight": 0.5, "na_allowed": True}]}
+ANSWERS = {"id": "draft", "version": "1", "description": "test", "kind": "answer_probability",
+           "user": "<image>{question} Answer in one word.",
+           "answer_sets": [{"name": "count", "question_prefix": "How many", "words": ["one", "two"], "numerals": True},
+                           {"name": "yes_no", "words": ["yes", "no"]}]}
+CHECKLIST = {"id": "draft", "version": "1", "description": "test", "kind": "checklist",
+             "user": "<image>{question} Please answer yes or no.", "answer": {"positive": "yes"},
+             "probes": [{"name": "clear", "question": "Is the image clear?"},
+                        {"name": "blurry", "question": 'Is "{prompt}" blurry?', "weight": 2.0, "positive": "no"}]}
 
 COMPARATIVE = {"id": "draft", "version": "1", "description": "test", "kind": "comparative",
                "user": "<image><image>Is the second image better? Answer yes or no.",
@@ -216,6 +229,35 @@ MISTAKES = [
     ("no violations_field", changed(CRITIC, violations_field=DROP), "violations_field", "is required"),
     ("a violations_field that names no list", changed(CRITIC, violations_field="score"),
      "violations_field", "'score' must be an array of objects with required 'label'"),
+    # multi_axis
+    ("no axes", changed(AXES, axes=DROP), "axes", "is required: at least one [[axes]]"),
+    ("an axis without its label", changed(AXES, axes__1__label=DROP), "axes[1].label",
+     "is required: the text before the axis's number"),
+    ("an axis label the prompt never asks for", changed(AXES, axes__1__label="Beauty Score"), "axes",
+     "label 'Beauty Score' does not appear in the user text"),
+    ("two axes of one name", changed(AXES, axes__1__name="Alignment"), "axes", "axis names and labels must be unique"),
+    ("an unknown occurrence", changed(AXES, occurrence="middle"), "occurrence", "must be 'first' or 'last'"),
+    # answer_probability
+    ("no {question} in an answer_probability user text", changed(ANSWERS, user="<image>Answer in one word."),
+     "user", "needs {question}, where each question goes"),
+    ("no answer sets", changed(ANSWERS, answer_sets=DROP), "answer_sets", "is required"),
+    ("two default answer sets", changed(ANSWERS, answer_sets__0__question_prefix=DROP), "answer_sets",
+     "only one set may leave question_prefix unset"),
+    ("an unknown normalize", changed(ANSWERS, normalize="softmax"), "normalize", "must be 'none' or 'answer_set'"),
+    ("an answer set without words", changed(ANSWERS, answer_sets__1__words=[]), "answer_sets[1].words",
+     "must not be empty"),
+    # checklist
+    ("no probes", changed(CHECKLIST, probes=DROP), "probes", "is required"),
+    ("no {question} in a checklist user text", changed(CHECKLIST, user="<image>Please answer yes or no."),
+     "user", "needs {question}"),
+    ("a probe asking two questions", changed(CHECKLIST, probes__0__question="Is it clear? Sharp?"), "probes",
+     "probe 'clear' must ask exactly one question"),
+    ("a question around {question}", changed(CHECKLIST, user="<image>{question} Yes or no?"), "user",
+     "the user text around {question} asks none"),
+    ("two probes of one name", changed(CHECKLIST, probes__1__name="clear"), "probes",
+     "duplicate probe names ['clear']"),
+    ("every probe weighted 0", changed(CHECKLIST, probes=[{"name": "clear", "question": "Clear?", "weight": 0}]),
+     "probes", "at least one probe needs a weight above 0"),
 ]
 
 
@@ -262,10 +304,22 @@ def test_defaults_of_each_kind() -> None:
     assert isinstance(final.temperature, float)
     critic = read(CRITIC).template(PATH, "0" * 64)
     assert (critic.json_schema, critic.violations_field) == (SCHEMA, "violations")
+    axes = read(AXES).template(PATH, "0" * 64)
+    assert axes.aspects == (Aspect("Alignment", 1.0, False, label="Alignment Score (1-5)"),
+                            Aspect("Style", 0.5, True, label="Style Score (1-5)"))
+    assert (axes.scale, axes.occurrence, axes.missing_policy, axes.temperature) == ((1.0, 5.0), "last", None, None)
+    answers = read(ANSWERS).template(PATH, "0" * 64)
+    assert (answers.normalize, answers.counting, answers.mean) == ("none", "variants", "geometric")
+    assert [(a.name, a.words, a.question_prefix, a.numerals) for a in answers.answer_sets] == \
+           [("count", ("one", "two"), "How many", True), ("yes_no", ("yes", "no"), None, False)]
+    checklist = read(CHECKLIST).template(PATH, "0" * 64)
+    assert checklist.aspects == (Aspect("clear", 1.0, question="Is the image clear?", positive="yes"),
+                                 Aspect("blurry", 2.0, question='Is "{prompt}" blurry?', positive="no"))
+    assert (checklist.positive, checklist.scale) == ("yes", (0.0, 1.0))
     comparative = read(COMPARATIVE).template(PATH, "0" * 64)
     assert (comparative.verdict.read, comparative.verdict.yes_means, comparative.yes_words, comparative.no_words,
             comparative.verdict.tag, comparative.max_tokens) == ("logprobs", "second", ("yes",), ("no",), "answer", None)
-    assert {t.kind for t in (yes_no, rubric, final, critic, comparative)} == set(TEMPLATE_KINDS)
+    assert {t.kind for t in (yes_no, rubric, final, critic, comparative, axes, answers, checklist)} == set(TEMPLATE_KINDS)
 
 
 def test_parsing_is_cached_by_path_and_content() -> None:

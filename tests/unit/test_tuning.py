@@ -169,7 +169,7 @@ def test_rubric_judge_uses_profile_and_names_it(rubric_set, fake_backend, tmp_pa
     doc["backends"]["rr"] = {"model": "fake-rubric-ok", "base_urls": [fake_backend.base_url]}
     gw = Gateway(validate_config(doc))
     judge = gw.judges["rr"]
-    raw, _used = judge.aggregate({"Text Faithfulness": 4.0, "Physical and Visual Quality": 1.0,
+    raw, _used = judge.weighting.aggregate({"Text Faithfulness": 4.0, "Physical and Visual Quality": 1.0,
                                  "Text Rendering": 1.0}, [])
     w = profile.weights
     assert raw == pytest.approx((4 * w["Text Faithfulness"] + w["Physical and Visual Quality"]

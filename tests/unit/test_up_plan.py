@@ -73,7 +73,22 @@ def test_eight_gpus_are_placed_in_order_and_the_rest_go_to_the_gateway(tmp_path)
     text = plan.describe()
     assert "vLLM vllm-cosmos_reason1-8011: backend cosmos_reason1, GPUs 2,3" in text
     assert "gateway: http://127.0.0.1:9000, GPUs 6,7" in text
-    assert "backend elsewhere: no launch table, an external server (not started)" in text
+    assert ("backend elsewhere: not started: it has no launch table ([backends.elsewhere.launch]: the preset or "
+            "model, GPUs and context `up` starts its vLLM server with), so it is a server you run yourself") in text
+    assert "  head pickscore (pickscore): worker under the gateway's interpreter, on cuda (GPU 6)" in text
+
+
+def test_the_video_path_s_flags_reach_the_servers(tmp_path):
+    """A launched backend takes JPEG frame lists (its servers trust request media_io_kwargs) unless
+    its video_input says mp4; api_server_count runs that many vLLM API servers (vLLM's serve entry)."""
+    data = node_config(api_server_count=4)
+    data["backends"]["qwen_vl"]["video_input"] = "mp4"
+    plan = plan_up(validate_config(data), "/cfg.toml", run_dir=tmp_path, visible=EIGHT, port=9000)
+    cosmos, qwen = plan.servers[0].argv, plan.servers[2].argv
+    assert "--trust-request-mm-kwargs" in cosmos and _flag(cosmos, "--api-server-count") == "4"
+    assert cosmos[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "nvidia/Cosmos-Reason1-7B-Reward"]
+    assert "--trust-request-mm-kwargs" not in qwen and "--api-server-count" not in qwen
+    assert qwen[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
 
 
 def test_up_dry_run_prints_the_plan_for_eight_gpus(tmp_path, capsys, monkeypatch):
@@ -183,26 +198,48 @@ async def test_a_child_that_exits_at_start_says_why(tmp_path):
     await child.stop(grace_s=1)
 
 
-def _guide_configs() -> list[dict]:
+GUIDE = ROOT / "docs" / "guides" / "gpu-node.md"
+QUOTE = re.compile(r"<!-- example: (\S+) -->\n```\w+\n(.*?)\n```", re.S)
+
+
+def test_the_gpu_node_guides_configs_are_the_shipped_ones_quoted_as_they_are():
+    """Issue 33: the guide's own cosmos-rl config had a template that answered `answer_missing`
+    on every sample and half the pixel budget; now it quotes the shipped configs, verbatim (they
+    are served and scored in tests/integration/test_gpu_node_guide.py)."""
+    text = GUIDE.read_text()
+    quotes = QUOTE.findall(text)
+    assert {path for path, _ in quotes} == {"configs/cosmos_rl.toml", "configs/flow_factory.toml"}
+    for path, block in quotes:
+        assert block in (ROOT / path).read_text(), f"the guide's quote of {path} is not in the file:\n{block}"
+    joined = "\n".join(block for _, block in quotes)
+    assert 'template = "cosmos_reason1@2"' in joined and "total_pixels = 14450688" in joined
+    assert 'options = { occurrence = "first"' in joined
+
+
+def test_the_gpu_node_guides_plans_are_what_up_prints(tmp_path, monkeypatch, capsys):
+    text = GUIDE.read_text()
     import tomllib
 
-    text = (ROOT / "docs" / "guides" / "gpu-node.md").read_text()
-    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
-    return [tomllib.loads(b) for b in blocks if "[backends." in b]
-
-
-def test_the_gpu_node_guide_configs_load_and_plan_as_it_says(tmp_path):
-    launch, cosmos, flow = _guide_configs()
+    launch = tomllib.loads(re.findall(r"```toml\n(.*?)```", text, re.S)[0])
     assert [p.name for p in plan_up(validate_config(launch), None, run_dir=tmp_path, visible=EIGHT).servers] == [
         "vllm-my_judge-8101", "vllm-my_judge-8102"]
-    plan = plan_up(validate_config(cosmos), None, run_dir=tmp_path, visible=EIGHT, host="0.0.0.0")
-    assert [(p.name, p.gpus) for p in plan.servers] == [
-        ("vllm-cosmos_reason1-8001", ["0"]), ("vllm-cosmos_reason1-8011", ["1"]), ("vllm-unified_reward-8004", ["2"])]
-    assert plan.gateway is not None and plan.gateway.gpus == ["3", "4", "5", "6", "7"]
-    assert "gateway: http://0.0.0.0:8080, GPUs 3,4,5,6,7" in plan.describe()
-    plan = plan_up(validate_config(flow), None, run_dir=tmp_path, visible=EIGHT)
-    assert [p.gpus for p in plan.servers] == [["0"], ["1"], ["2"], ["3"]]
-    assert plan.gateway is not None and plan.gateway.gpus == ["4", "5", "6", "7"]
+    flow = plan_up(validate_config(tomllib.loads((ROOT / "configs" / "flow_factory.toml").read_text())), None,
+                   run_dir=tmp_path, visible=EIGHT)
+    assert [(p.backend, p.gpus) for p in flow.servers] == [("qwen_vl", ["0"]), ("rational_rewards_t2i", ["1"]),
+                                                          ("rational_rewards_edit", ["2"])]
+    # the guide's 8-GPU dry run of the cosmos_rl config is today's output (its paths aside)
+    shown = re.search(r"judge-gateway up --config cosmos_rl --dry-run` on an 8-GPU node.*?```text\n(.*?)```", text,
+                      re.S).group(1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    monkeypatch.chdir(tmp_path)
+    assert main(["up", "--config", "cosmos_rl", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+
+    def shape(lines: str) -> list[str]:
+        return [re.sub(r"(/\S*)?/(\.venv[\w-]*|configs|judge_gateway/shipped_configs|run)/", "/", line).replace(
+            "python3 -m", "/bin/python -m").split(" --config ")[0] for line in lines.strip().splitlines()]
+
+    assert shape(shown)[1:] == shape(out)[1:]
 
 
 def test_start_vllm_sh_ships_inside_the_package():
@@ -218,3 +255,47 @@ def test_start_vllm_sh_ships_inside_the_package():
     assert packaged.read_bytes() == (root / "scripts" / "start_vllm.sh").read_bytes()
     data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "launch/start_vllm.sh" in data["judge_gateway"]
+
+
+def test_the_shipped_cosmos_rl_config_on_eight_gpus_lists_servers_heads_and_the_latent_decoder(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """The issue's "must show": `up --config cosmos_rl --dry-run` on a node with 8 GPUs (the GPU list
+    given the way up reads it, CUDA_VISIBLE_DEVICES): both VLM servers, every head, the decoder."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    monkeypatch.chdir(tmp_path)
+    assert main(["up", "--config", "cosmos_rl", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM vllm-cosmos_reason1-8001: backend cosmos_reason1, GPUs 0" in out
+    assert "vLLM vllm-unified_reward-8004: backend unified_reward, GPUs 1" in out
+    assert re.search(r"--model nvidia/Cosmos-Reason1-7B-Reward .*--max-model-len 16384 --limit-mm-per-prompt "
+                     r"'\{\"video\":1\}'", out), out
+    assert "gateway: http://127.0.0.1:8080, GPUs 2,3,4,5,6,7" in out
+    for head in ("videoalign", "pickscore", "hpsv2", "hpsv3", "image_reward", "gen_eval"):
+        assert re.search(rf"head {head} \({head}\): worker under \.venv-\w+/bin/python, on cuda \(GPU 2\)", out), head
+    assert "head ocr (ocr): worker under .venv-heads/bin/python, on cpu" in out
+    assert ("latent decoder (cosmos-rl): worker under .venv-latents/bin/python, on cuda (GPU 2) "
+            "(wan2_1 Wan-AI/Wan2.1-T2V-1.3B-Diffusers, wan2_2 Wan-AI/Wan2.2-TI2V-5B-Diffusers)") in out
+    assert "not started" not in out  # every backend of the shipped config has a launch table
+
+
+async def test_up_refuses_to_start_a_server_where_one_already_answers(tmp_path):
+    """A server of one's own on a launch table's port: `up` says so before starting anything."""
+    from judge_gateway.launch import UpPlan, run_up
+
+    async def healthy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(healthy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        plan = UpPlan([ProcessPlan("vllm-x-1", [sys.executable, "-c", "raise SystemExit(9)"], {},
+                                   f"http://127.0.0.1:{port}/health")], None, [], tmp_path)
+        said: list[str] = []
+        assert await run_up(plan, grace_s=1, say=said.append) == 1
+    finally:
+        server.close()
+    assert any(f"vllm-x-1: something already answers http://127.0.0.1:{port}/health" in m for m in said), said
+    assert not any("starting 1 vLLM server" in m for m in said)

@@ -8,7 +8,7 @@ import pytest
 
 from judge_gateway.config import ConfigError, WatchConfig, validate_config
 from judge_gateway.watch import RunMonitor, Window
-from judge_gateway.watch.windows import LateSample, RunWindows
+from judge_gateway.watch.windows import LateSample, RunWindows, StepJump
 
 PER_WINDOW = 12
 
@@ -172,6 +172,54 @@ def test_step_windows_close_on_a_later_step_and_seal_when_nothing_is_pending():
     w.tick(now=61.0)  # no sample for window_s: the newest window closes too
     w.drop(c)
     assert w.sealable() == [c]
+
+
+def test_one_request_cannot_move_the_step_clock():
+    """A step far beyond the clock (2^53) is not windowed, however many samples the request
+    carries; the run's later steps go on being windowed. A step behind a sealed window is late
+    and moves nothing."""
+    w = RunWindows(steps_per_window=1, window_samples=100, window_s=60, max_step_jump=1000, resync_requests=3)
+    for step in range(3):
+        w.assign(step, now=step, request=f"r{step}")
+    for _ in range(8):  # one request, eight samples
+        with pytest.raises(StepJump):
+            w.assign(2**53, now=3.0, request="attacker")
+    assert w.max_step == 2 and w.open[-1].key == 2
+    later = [w.assign(step, now=4.0 + step, request=f"s{step}") for step in (3, 4, 5)]
+    assert [x.key for x in later] == [3, 4, 5] and w.max_step == 5
+    w.assign(1003, now=9.0, request="near")  # within max_step_jump: a trainer skipping steps
+    for window in w.open:
+        window.pending = 0
+    assert [x.key for x in w.sealable()] == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(LateSample):
+        w.assign(4, now=10.0, request="straggler")  # behind a sealed window: late, moves nothing
+    assert w.max_step == 1003 and w.resyncs == 0
+
+
+def test_the_clock_follows_a_jump_that_several_requests_agree_on():
+    """A trainer that restarted at 0 (or resumed from a checkpoint far ahead): once 3 distinct
+    requests in a row land near one another outside the clock, the windows follow them; a sample
+    inside the clock in between starts the count again."""
+    w = RunWindows(steps_per_window=1, window_samples=100, window_s=60, max_step_jump=1000, resync_requests=3)
+    for step in range(100, 103):
+        w.assign(step, now=0.0, request=f"r{step}")
+    with pytest.raises(LateSample):
+        w.assign(0, now=1.0, request="a")
+    with pytest.raises(LateSample):
+        w.assign(0, now=1.0, request="a")  # the same request again does not count twice
+    w.assign(102, now=1.5, request="old")  # the clock's own trainer is still here: count again
+    for request in ("b", "c"):
+        with pytest.raises(LateSample):
+            w.assign(1, now=2.0, request=request)
+    window = w.assign(1, now=2.5, request="d")  # the third in a row: the clock restarts there
+    assert w.resyncs == 1 and window.key == 1 and w.max_step == 1
+    assert all(x.closed for x in w.open if x is not window)
+    for request in ("e", "f", "g"):  # and far ahead, the same
+        try:
+            w.assign(10**9, now=3.0, request=request)
+        except StepJump:
+            pass
+    assert w.resyncs == 2 and w.max_step == 10**9
 
 
 def test_time_windows_close_on_count_or_time_and_say_steps_are_ignored():

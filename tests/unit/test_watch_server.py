@@ -45,7 +45,7 @@ async def make_app(fake_backend, tmp_path):
     async def make(**watch):
         gw = Gateway(validate_config(watch_config(fake_backend.base_url, tmp_path / "watch", **watch)))
         app = create_app(gw)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         made.append((client, app, gw))
         return client, app.state.watch
 
@@ -237,7 +237,7 @@ async def test_watch_off_ignores_the_headers_and_says_it_is_off(fake_backend, tm
     data["watch"]["enabled"] = False
     gw = Gateway(validate_config(data))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
         r = await client.post("/v1/rewards", json=native_body(0), headers={"X-Judge-Gateway-Step": "x"})
         assert r.status_code == 200
         assert (await client.get("/v1/watch")).json() == {"enabled": False, "sample_rate": None, "shadows": {},
@@ -263,6 +263,46 @@ def test_a_second_process_on_the_same_run_writes_a_folder_of_its_own(tmp_path):
     assert runs.RunFolder(again.folder).read_info()["judges"] == ["a", "b"]
     again.close()
     second.close()
+
+
+def test_run_folders_on_disk_are_bounded_by_count_and_age(tmp_path):
+    """One new run per request filled the disk with run folders (511 in 46 s): opening a run's
+    record removes the least recently written beyond watch.max_run_folders and those older than
+    watch.max_run_age_days, never one a record holds open."""
+    import os
+
+    from judge_gateway.watch.record import RunRecord, prune_runs
+
+    now = time.time()
+    for i in range(6):  # run-0 oldest ... run-5 newest
+        folder = tmp_path / f"run-{i}"
+        folder.mkdir()
+        (folder / "run.json").write_text("{}")
+        os.utime(folder / "run.json", (now - 1000 * (6 - i), now - 1000 * (6 - i)))
+    (tmp_path / "not-a-run").mkdir()  # no run.json: not the watch's, left alone
+    held = RunRecord(tmp_path, "run-0", {"judges": ["a"]}, max_file_bytes=4096, keep_files=0)  # written now
+    os.utime(held.folder / "run.json", (now - 10_000, now - 10_000))  # the oldest, but held open
+    assert prune_runs(tmp_path, keep=3, max_age_s=0, now=now) == ["run-2", "run-1"]  # run-0 is held
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-run", "run-0", "run-3", "run-4", "run-5"]
+    assert prune_runs(tmp_path, keep=0, max_age_s=2500, now=now) == ["run-3"]  # 3000 s old; run-0 held
+    held.close()
+    assert prune_runs(tmp_path, keep=0, max_age_s=2500, now=now) == ["run-0"]
+    assert prune_runs(tmp_path, keep=0, max_age_s=0, now=now) == []  # both bounds off
+    # a new record applies the bounds itself, and is never its own victim
+    fresh = RunRecord(tmp_path, "run-new", {"judges": ["a"]}, max_file_bytes=4096, keep_files=0, max_run_folders=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-run", "run-new"]
+    fresh.close()
+
+
+async def test_a_thumbnail_index_too_large_for_any_record_is_a_422(make_app):
+    client, watch = await make_app()
+    for step in range(2):  # a later step seals step 0's window: the run has a record on disk
+        assert (await client.post("/v1/rewards", json=native_body(step))).status_code == 200
+    await until(lambda: any(r.windows for r in watch.report().runs))
+    r = await client.get("/v1/watch/thumbnail", params={"run": "exp-1", "index": "9" * 301})
+    assert r.status_code == 422 and "index" in r.text  # was a 500: a file name too long for the OS
+    r = await client.get("/v1/watch/thumbnail", params={"run": "exp-1", "index": 2**53})
+    assert r.status_code == 404
 
 
 def test_tags_travel_through_a_stored_entry_for_queued_cosmos_rl_work():

@@ -44,7 +44,7 @@ def sure_config(base_url: str) -> dict:
 async def sure_app(fake_backend):
     gw = Gateway(validate_config(sure_config(fake_backend.base_url)))
     app = create_app(gw)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60) as c:
         yield gw, c
     await app.state.cosmos_rl.aclose()
     await gw.aclose()

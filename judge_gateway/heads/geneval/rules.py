@@ -108,7 +108,9 @@ class GenEvalResult:
 
 
 def _int(v: Any, where: str, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < minimum:
+    # JSON's 1e400 parses to inf, and int() of inf or nan raises: a non-finite number is refused first
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
+            or int(v) != v or v < minimum):
         raise GenEvalInputError(f"{where} must be an integer >= {minimum}, got {v!r}")
     return int(v)
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...config.head_options import OcrOptions
+from ...extras import install_command
 from .base import HeadLoadError, HeadModel
 
 
@@ -35,7 +36,7 @@ class RapidOcrHead(HeadModel):
             from rapidocr import RapidOCR
         except ImportError as exc:
             raise HeadLoadError(f"rapidocr is not installed in the worker's interpreter ({exc}): "
-                                f"{sys.executable} -m pip install 'judge-gateway[ocr]'") from exc
+                                f"{install_command('ocr', sys.executable)}") from exc
         o = self.options
         device = o.device
         params: dict[str, Any] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,8 @@ def device_plan(gateway: Gateway, judges: list[str], fps: list[float], frames: i
             continue  # this judge does not look at videos (its cells are bad_input either way)
         if not isinstance(judge, VLMJudge) or "video" not in judge.template.media_slots or judge.video_first_frame:
             return None  # a head, or a VLM judge taking the first frame: the full clip
-        samplings.add(judge.video_sampling)
+        # the frames and size kept depend on the sampling, not on how the judge's backend takes them
+        samplings.add(replace(judge.video_sampling, codec="auto"))
     if len(samplings) != 1:
         return None
     (sampling,) = samplings

@@ -85,15 +85,23 @@ def bad(message: str, status: int = 400, retry_after: str | None = None) -> JSON
     return resp
 
 
-@router.post("/api/reward/ping", summary="cosmos-rl: ping (form field info_data, only logged)")
+@router.post("/api/reward/ping", summary="cosmos-rl: ping (form field info_data); 200 with `ready` and `not_ready` (reward -> why)")
 @router.post("/api/reward/pin", summary="cosmos-rl: ping under the path its README names (`/api/reward/pin`)")
-async def ping(request: Request) -> JSONResponse:
+async def ping(request: Request, service: CosmosRLDep) -> JSONResponse:
+    """cosmos-rl's answer (200, its message), plus `ready` and, when false, `not_ready`: reward name
+    -> why it cannot be scored now (its judge's backend down, its model failed to load), for the
+    rewards `info_data`'s reward_fn names (every mapped one when it names none)."""
     try:
         fields = await form_fields(request)
     except PayloadError:
         fields = {}
-    log.info("cosmos-rl ping: %s", fields.get("info_data", "")[:500])
-    return JSONResponse({"message": "Ping request received", "status": "ok"})
+    info = fields.get("info_data", "")
+    log.info("cosmos-rl ping: %s", info[:500])
+    not_ready = await service.not_ready(info)
+    body: dict[str, Any] = {"message": "Ping request received", "status": "ok", "ready": not not_ready}
+    if not_ready:
+        body["not_ready"] = not_ready
+    return JSONResponse(body)
 
 
 @router.post("/api/reward/enqueue", summary="cosmos-rl: enqueue `<JSON>\\n<tensor bytes>`; 400 with the reason if invalid")

@@ -27,6 +27,7 @@ replica consumes (consumer.py).
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,7 @@ from ...config import CosmosReward, CosmosRLConfig
 from ...exceptions import Overloaded
 from ...gateway import Gateway
 from ...latents import LatentDecoderSupervisor
-from ...store import ResultStore
+from ...store import ResultStore, StoreError
 from ...watch import RunTags, Watch
 from ...work_queue import BacklogFull, RedisWorkQueue
 from .consumer import QueueConsumer
@@ -46,6 +47,7 @@ from .jobs import Jobs, accepted_of
 from .payload import PayloadChecks, Prepared
 from .pull import Pull, Pulled
 from .scoring import RequestScorer
+from .tensors import PayloadError
 
 
 class QueueFull(Overloaded):
@@ -54,10 +56,12 @@ class QueueFull(Overloaded):
 
 class CosmosRLService:
     def __init__(self, gateway: Gateway, store: ResultStore, cfg: CosmosRLConfig,
-                 queue: RedisWorkQueue | None = None, instance: str | None = None, watch: Watch | None = None) -> None:
+                 queue: RedisWorkQueue | None = None, instance: str | None = None, watch: Watch | None = None,
+                 persistence: str = "refuse") -> None:
         self.gateway = gateway
         self.store = store
         self.cfg = cfg
+        self.persistence = persistence  # store.persistence: refuse accepts while the store would lose them
         self.instance = instance or uuidlib.uuid4().hex
         # store.queue: accepted work sits on a Redis Stream until its result is stored; any replica
         # on that Redis scores it (work_queue.py). None: this process scores what it accepts.
@@ -84,6 +88,31 @@ class CosmosRLService:
     def set_latent_attr(self, raw: str | None) -> dict[str, Any]:
         return self.payloads.set_latent_attr(raw)
 
+    async def not_ready(self, info_data: str) -> dict[str, str]:
+        """Reward name -> why it cannot be scored now, for the rewards a ping names (its
+        `info_data`'s reward_fn, as an enqueue's metadata has it) or, naming none, every reward
+        name this gateway maps to a configured judge. A ping never fails: a name it cannot use
+        is listed with the reason."""
+        try:
+            meta = json.loads(info_data) if info_data else {}
+        except ValueError:
+            meta = {}
+        named = meta.get("reward_fn") if isinstance(meta, dict) else None
+        names = list(named) if isinstance(named, dict) and named else [
+            n for n, r in self.cfg.rewards.items() if r.judge in self.gateway.judges]
+        judges: dict[str, str] = {}
+        out: dict[str, str] = {}
+        for name in names:
+            try:
+                judges[name] = self.resolve(str(name)).judge
+            except PayloadError as err:
+                out[str(name)] = str(err)
+        unscorable = await self.gateway.unscorable(list(judges.values()))
+        for name, judge in judges.items():
+            if judge in unscorable:
+                out[name] = f"judge {judge!r} is not ready ({unscorable[judge]})"
+        return out
+
     # ---- enqueue and pull --------------------------------------------------------------------
 
     async def enqueue(self, body: bytes, *, until: Callable[[Awaitable[Prepared]], Awaitable[Prepared]] | None = None,
@@ -103,6 +132,9 @@ class CosmosRLService:
                 await self.queue.check_room()
             except BacklogFull as err:
                 raise QueueFull(str(err)) from None
+        refusal = await self.store.accept_refusal(self.persistence)
+        if refusal is not None:  # no uuid is given out that a Redis kill would lose
+            raise StoreError(refusal)
         if not self.heartbeat.running:
             await self.heartbeat.write()  # before the first uuid is given: another replica's pull reads it
         await self.start()
