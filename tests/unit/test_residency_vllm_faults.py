@@ -60,7 +60,7 @@ async def served(data: dict, start: bool = True) -> AsyncIterator[tuple[Gateway,
     try:
         if start:
             await gateway.residency.start()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway",
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost",
                                      timeout=60) as client:
             yield gateway, client
     finally:
