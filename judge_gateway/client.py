@@ -184,6 +184,31 @@ class _AsyncJudges:
         return [by_name[n] for n in names]
 
 
+class _AsyncResidency:
+    def __init__(self, client: "AsyncRewardClient") -> None:
+        self._client = client
+
+    async def sleep(self, judges: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Put colocated judges to sleep (all of them for None) before the trainer's update; per judge,
+        `state` and `outcome` (done, already, refused: work was in flight, nothing dropped; failed)."""
+        return await self._change("sleep", judges)
+
+    async def wake(self, judges: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Wake colocated judges now (as a rollout starts: the wake overlaps the generation)."""
+        return await self._change("wake", judges)
+
+    async def _change(self, action: str, judges: list[str] | None) -> dict[str, dict[str, Any]]:
+        c = self._client
+        if c._gateway is not None:
+            residency = c._gateway.residency
+            return await (residency.sleep(judges) if action == "sleep" else residency.wake(judges))
+        resp = await _send(c, "POST", "/v1/residency", json={"action": action, "judges": judges})
+        if resp.status_code in (409, 503):  # refused or failed for some judge: the body says which
+            return resp.json()["judges"]
+        _raise_for(resp)
+        return resp.json()["judges"]
+
+
 class AsyncRewardClient:
     """Async client. Give a `base_url` for HTTP, or `config`/`gateway` to run in-process.
     `max_retries`: how often a call the service could not take or lost (429, 408, 409, 5xx, a
@@ -212,6 +237,7 @@ class AsyncRewardClient:
                                            timeout=httpx.Timeout(timeout, connect=10.0))
         self.rewards = _AsyncRewards(self)
         self.judges = _AsyncJudges(self)
+        self.residency = _AsyncResidency(self)
 
     async def close(self) -> None:
         if self._gateway is None:
@@ -262,6 +288,17 @@ class _SyncJudges:
         return self._client._runner.run(self._client._async.judges.list(names, wait=wait))
 
 
+class _SyncResidency:
+    def __init__(self, client: "RewardClient") -> None:
+        self._client = client
+
+    def sleep(self, judges: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        return self._client._runner.run(self._client._async.residency.sleep(judges))
+
+    def wake(self, judges: list[str] | None = None) -> dict[str, dict[str, Any]]:
+        return self._client._runner.run(self._client._async.residency.wake(judges))
+
+
 class RewardClient:
     """Blocking client with the same surface: `client.rewards.create(...)`."""
 
@@ -281,6 +318,7 @@ class RewardClient:
             raise
         self.rewards = _SyncRewards(self)
         self.judges = _SyncJudges(self)
+        self.residency = _SyncResidency(self)
 
     def close(self) -> None:
         try:

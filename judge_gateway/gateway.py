@@ -23,6 +23,7 @@ from .media.budget import MediaBudget
 from .media.pool import MediaPool
 from .media.scope import MediaScope, media_scope
 from .metrics import Metrics
+from .residency import Residency, VllmSleepDriver
 from .schema import (
     CombineInfo,
     JudgeInfo,
@@ -52,6 +53,36 @@ class RequestTooLargeError(InvalidInput):
     """A request holds more samples than server.max_samples_per_request."""
 
 
+def build_residency(config: GatewayConfig, judges: dict[str, Judge], pools: dict[str, BackendPool],
+                    metrics: Metrics) -> Residency:
+    """A unit per colocated head (its own driver) and per backend of colocated VLM judges (vLLM's
+    sleep mode on its servers, one driver for all its judges); every judge's score goes through
+    its unit (Judge.residency)."""
+    residency = Residency(metrics)
+    by_backend: dict[str, list[str]] = {}
+    for name, judge in judges.items():
+        cfg = config.judges[name].residency
+        if not cfg.colocated:
+            residency.add_resident(name)
+        elif judge.backend_name is not None:
+            by_backend.setdefault(judge.backend_name, []).append(name)
+        else:
+            driver = judge.residency_driver()
+            assert driver is not None, f"judge {name!r} has no sleep driver"
+            unit = residency.add(f"head:{name}", [name], cfg, driver)
+            judge.use_residency(unit)
+            on_restart = getattr(driver, "on_restart", None)
+            if on_restart is not None:
+                on_restart(unit.thing_restarted)
+    for backend, names in by_backend.items():
+        # judges on one backend have one residency table (config/residency.py checks it)
+        unit = residency.add(f"backend:{backend}", names, config.judges[names[0]].residency,
+                             VllmSleepDriver(pools[backend]))
+        for name in names:
+            judges[name].use_residency(unit)
+    return residency
+
+
 class GroupTooLargeError(InvalidInput):
     """A request's group is larger than a comparative judge's max_group_size (its budget)."""
 
@@ -74,6 +105,8 @@ class Gateway:
                                         retry_after_s=config.server.admission.retry_after_s)
         self.metrics.watch_media_budget(self.media_budget)
         self.metrics.watch_queues({name: j.queue for name, j in self.judges.items() if j.queue is not None})
+        # Colocated judges: one unit per head worker, one per backend (its judges sleep together).
+        self.residency = build_residency(config, self.judges, self.pools, self.metrics)
         self._readiness: dict[str, tuple[bool, str | None]] = {}
         self._readiness_at = 0.0
         self._readiness_lock: asyncio.Lock | None = None
@@ -254,7 +287,13 @@ class Gateway:
                 ready: dict[str, tuple[bool, str | None]] = {}
                 for name, judge in self.judges.items():
                     backend = judge.backend_name
-                    ready[name] = by_pool[backend] if backend in by_pool else await judge.probe()
+                    if backend in by_pool:
+                        ready[name] = by_pool[backend]
+                    elif self.residency.skips_probe(name):
+                        ready[name] = (True, None)  # asleep: a probe would start its worker
+                    else:
+                        ready[name] = await judge.probe()
+                    ready[name] = self.residency.readiness(name, ready[name])
                 self._readiness = ready
                 self._readiness_at = time.monotonic()
             return dict(self._readiness)
@@ -273,8 +312,10 @@ class Gateway:
         async def one(name: str) -> tuple[bool, str | None]:
             judge = self.judges[name]
             if judge.backend_name in by_pool:
-                return by_pool[judge.backend_name]
-            return await (judge.check() if wait else judge.probe())
+                return self.residency.readiness(name, by_pool[judge.backend_name])
+            if self.residency.skips_probe(name):
+                return True, None
+            return self.residency.readiness(name, await (judge.check() if wait else judge.probe()))
 
         return dict(zip(names, await asyncio.gather(*(one(n) for n in names))))
 
@@ -298,14 +339,19 @@ class Gateway:
         ones, probed now (see `probe_judges`)."""
         if names is None:
             ready = await self.readiness()
-            return [j.info(*ready.get(name, (None, None))) for name, j in self.judges.items()]
-        ready = await self.probe_judges(names, wait=wait)
-        return [self.judges[name].info(*ready[name]) for name in names]
+            infos = [j.info(*ready.get(name, (None, None))) for name, j in self.judges.items()]
+        else:
+            ready = await self.probe_judges(names, wait=wait)
+            infos = [self.judges[name].info(*ready[name]) for name in names]
+        for info in infos:
+            info.residency = self.residency.info(info.name)
+        return infos
 
     async def aclose(self) -> None:
         """Close every judge side by side (a head worker takes seconds to exit: its interpreter
         tears torch down), then the backend pools; a judge that fails to close does not keep the
         others open, and its error is raised once everything is closed."""
+        await self.residency.aclose()  # its timers first: none may start a sleep or wake while closing
         results = await asyncio.gather(*(judge.aclose() for judge in self.judges.values()),
                                        return_exceptions=True)
         for pool in self.pools.values():

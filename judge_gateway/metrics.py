@@ -96,6 +96,33 @@ class Metrics:
             "(measure) accepted and not answered (state=queued), and its bound (state=limit).",
             ["judge", "measure", "state"], registry=self.registry,
         )
+        # Colocated judges (judges.NAME.residency): their sleeps and wakes (residency/controller.py).
+        self.residency_state = Gauge(
+            "judge_gateway_residency_state", "A colocated judge's residency state: 1 for the state it is in (awake, "
+            "draining, sleeping, asleep, waking, failed), 0 for the others.",
+            ["judge", "state"], registry=self.registry,
+        )
+        self.residency_wakes = Counter(
+            "judge_gateway_residency_wakes_total", "Wakes of a colocated judge, by outcome (ok, failed).",
+            ["judge", "outcome"], registry=self.registry,
+        )
+        self.residency_sleeps = Counter(
+            "judge_gateway_residency_sleeps_total", "Sleeps of a colocated judge, by trigger (told, header, "
+            "flow_factory, idle) and outcome (ok; refused: work in flight past drain_timeout_s, nothing dropped; "
+            "failed).", ["judge", "trigger", "outcome"], registry=self.registry,
+        )
+        self.residency_wake_seconds = Histogram(
+            "judge_gateway_residency_wake_seconds", "How long a colocated judge's wake took (weights back on its "
+            "device, or reloaded).", ["judge"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.residency_asleep = Gauge(
+            "judge_gateway_residency_asleep_seconds", "Seconds a colocated judge has been asleep since the gateway "
+            "started (the current span included).", ["judge"], registry=self.registry,
+        )
+        self.residency_waiting = Gauge(
+            "judge_gateway_residency_waiting", "Calls waiting for a colocated judge to wake.",
+            ["judge"], registry=self.registry,
+        )
         self.ignored_fields = Counter(
             "judge_gateway_ignored_request_fields_total",
             "Request fields a protocol adapter received and does not use, by API and field name (each is "
@@ -147,6 +174,11 @@ class Metrics:
             self.media_budget.labels("in_use").set(budget.in_use)
             self.media_budget_waiting.set(budget.waiting)
         self._at_scrape.append(read)
+
+    def watch_residency(self, residency: Any) -> None:
+        """Export the colocated judges' states, time asleep and waiting calls, read at each scrape."""
+        self._at_scrape.append(lambda: residency.read_gauges(self.residency_state, self.residency_asleep,
+                                                             self.residency_waiting))
 
     def watch_queues(self, queues: dict[str, Any]) -> None:
         """Export each bounded judge queue (judges/queue.py): what it holds and its bounds."""

@@ -176,6 +176,52 @@ class RewardResponse(BaseModel):
     timings: Timings = Field(description="Where the time went.")
 
 
+class ResidencyInfo(BaseModel):
+    """A judge's residency (config: `judges.NAME.residency`), as `GET /v1/judges`, `/readyz` and
+    `GET /v1/residency` report it. Judges on one backend share one unit (its vLLM servers)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["resident", "colocated"] = Field(description="`resident`: never sleeps; `colocated`: may sleep.")
+    state: Literal["awake", "draining", "sleeping", "asleep", "waking", "failed"] = Field(
+        "awake", description="`draining`: a sleep waits for the calls in flight; `failed`: a sleep or wake "
+        "failed (the judge is not ready; it is being recovered).")
+    reason: str | None = Field(None, description="What put it in this state.")
+    unit: str | None = Field(None, description="What sleeps: `head:NAME` or `backend:NAME`.")
+    judges: list[str] = Field(default_factory=list, description="The judges that sleep and wake with it.")
+    level: int | None = Field(None, description="What a sleep frees (1 or 2, config/residency.py).")
+    idle_sleep_s: float | None = Field(None, description="It sleeps after this long without work.")
+    wakes: int = Field(0, description="Wakes that finished.")
+    wake_failures: int = Field(0, description="Wakes that failed or ran out of time.")
+    sleeps: int = Field(0, description="Sleeps that finished.")
+    sleeps_refused: int = Field(0, description="Sleeps refused (work in flight past drain_timeout_s, or the "
+                                               "server was busy); nothing was dropped.")
+    sleep_failures: int = Field(0, description="Sleeps that failed part way.")
+    last_wake_s: float | None = Field(None, description="Seconds the last wake took.")
+    asleep_s: float = Field(0.0, description="Seconds asleep since the gateway started.")
+    in_flight: int = Field(0, description="Calls scoring on it now.")
+    waiting: int = Field(0, description="Calls waiting for it to be awake.")
+    replicas: list[dict[str, Any]] | None = Field(None, description="A backend's servers: each one's state as "
+                                                                     "last seen.")
+    last: dict[str, Any] = Field(default_factory=dict, description="The last transition and its facts (bytes "
+                                 "freed, RSS or device memory before and after, seconds).")
+
+
+class ResidencyEvent(BaseModel):
+    """A sleep or wake on the residency timeline (`GET /v1/residency`, the watch page)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: float = Field(description="Unix time it ended.")
+    unit: str
+    judges: list[str]
+    event: Literal["sleep", "wake", "sleep_refused", "sleep_failed", "wake_failed"]
+    trigger: str = Field(description="`told` (POST /v1/residency), `header`, `flow_factory`, `idle`, `request` "
+                                     "(a call woke it), `restart`.")
+    seconds: float | None = Field(None, description="How long the sleep or wake took.")
+    reason: str | None = None
+
+
 class JudgeInfo(BaseModel):
     """One configured judge, as `GET /v1/judges` lists it."""
 
@@ -192,6 +238,8 @@ class JudgeInfo(BaseModel):
         default=None, description="Whether its backend answered the last readiness probe."
     )
     ready_reason: str | None = Field(default=None, description="Why it is not ready (or still starting).")
+    residency: ResidencyInfo | None = Field(default=None, description="Resident, or colocated with its state "
+                                            "(asleep, awake, ...), wakes and time asleep.")
 
 
 class ErrorBody(BaseModel):

@@ -174,3 +174,54 @@ def watch_invalid(report: RunReport) -> str:
     if judges:
         ax.legend(fontsize=7)
     return _svg(fig)
+
+
+RESIDENCY_COLOURS = {"asleep": "#9ca3af", "wake": "#15803d", "failed": "#b91c1c", "refused": "#c2410c"}
+
+
+@_plain_text
+def residency_timeline(report: RunReport) -> str:
+    """Each colocated unit's sleeps on the run's clock: a grey bar while it slept (to its wake, or to
+    now), a green tick per wake, a red cross per failed sleep or wake, an orange one per refused
+    sleep; dotted lines where windows were sealed (with their last step when the trainer sent one)."""
+    events = sorted(report.residency, key=lambda e: e.at)
+    start = min([e.at for e in events] + [w.opened_at for w in report.windows])
+    end = max([e.at for e in events] + [w.sealed_at for w in report.windows])
+    units = list(dict.fromkeys(e.unit for e in events))
+    fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.45 * len(units)))
+    for lane, unit in enumerate(units):
+        asleep_from: float | None = None
+        label = f"{unit} ({', '.join(next(e.judges for e in events if e.unit == unit))})"
+        for e in (e for e in events if e.unit == unit):
+            x = e.at - start
+            if e.event == "sleep":
+                asleep_from = x
+            elif e.event == "wake":
+                if asleep_from is not None:
+                    ax.broken_barh([(asleep_from, x - asleep_from)], (lane - 0.3, 0.6),
+                                   color=RESIDENCY_COLOURS["asleep"]).set_gid(f"residency-asleep-{lane}")
+                asleep_from = None
+                (tick,) = ax.plot([x], [lane], marker="|", markersize=14, color=RESIDENCY_COLOURS["wake"])
+                tick.set_gid(f"residency-wake-{lane}")
+            else:
+                colour = RESIDENCY_COLOURS["refused" if e.event == "sleep_refused" else "failed"]
+                (mark,) = ax.plot([x], [lane], marker="x", markersize=8, color=colour)
+                mark.set_gid(f"residency-{e.event}")
+                if e.event == "wake_failed":
+                    asleep_from = None
+        if asleep_from is not None:  # asleep now
+            ax.broken_barh([(asleep_from, max(end - start - asleep_from, 0.0))], (lane - 0.3, 0.6),
+                           color=RESIDENCY_COLOURS["asleep"])
+        ax.text(0, lane + 0.38, label, fontsize=7, va="bottom")
+    for w in report.windows:
+        x = w.sealed_at - start
+        ax.axvline(x, color="#d1d5db", linestyle=":", linewidth=1)
+        if w.steps:
+            ax.annotate(f"step {w.steps[1]}", (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                        ha="right", fontsize=6, color="#6b7280")
+    ax.set_yticks([])
+    ax.set_ylim(-0.6, len(units) - 0.1)
+    ax.set_xlabel("seconds since the run's first sample")
+    ax.set_title("colocated judges: asleep (grey), wakes (green), failures (red)", fontsize=10)
+    ax.set_gid("residency-timeline")
+    return _svg(fig)

@@ -84,6 +84,8 @@ def watch_context(report: RunReport | None, title: str, problem: str | None, ref
     if report is not None and report.windows:
         plots = [charts.watch_curves(report, train, shadows) for train, shadows in report.train.items()]
         plots.append(charts.watch_invalid(report))
+    if report is not None and report.residency:
+        plots.append(charts.residency_timeline(report))
     if report is not None:
         firing = [a for a in report.alarms if a.state == "firing"]
         resolved = [a for a in report.alarms if a.state == "resolved"]

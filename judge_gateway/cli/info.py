@@ -97,6 +97,8 @@ def _cmd_judges(args: argparse.Namespace) -> int:
             if hint:
                 state += f"\n{'':26s}-> {hint}"
         flag = "" if default is None else ("default " if default else "        ")
+        if info.residency is not None and info.residency.mode == "colocated":
+            state += f", colocated ({info.residency.state})"
         print(f"{info.name:24s} {info.kind:12s} {template:28s} w={info.weight:<5g} {flag}{state}")
     return 0
 

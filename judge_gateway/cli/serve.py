@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import json
 import socket
@@ -85,6 +86,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # An empty --api-key would accept requests without a key: refused (main prints the error).
     keys = cfg.server.resolved_api_keys() + [check_api_key(k, "--api-key") for k in args.api_key or []]
     if args.ray is not None or cfg.ray is not None:  # a [ray] section means Ray mode
+        colocated = [n for n, j in cfg.judges.items() if j.residency.colocated]
+        if colocated:
+            print(f"error: judges {', '.join(colocated)} are colocated (residency): colocated judges run on one "
+                  "machine, beside the trainer; Ray Serve places replicas itself and several gateway replicas "
+                  "would each put the same servers to sleep: keep them resident in Ray mode", file=sys.stderr)
+            return 2
         unused = [name for name, given in (("--host", bool(args.host)), ("--port", args.port is not None),
                                            ("server.host", "host" in cfg.server.model_fields_set),
                                            ("server.port", "port" in cfg.server.model_fields_set)) if given]
@@ -118,7 +125,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"  Redis at {host}:{port}: " + (f"started (pid {redis.pid}, data in run/redis-{port})"
                                                if redis is not None else "running"))
     try:
-        app = create_app(Gateway(cfg), api_keys=keys)
+        gateway = Gateway(cfg)
+        if gateway.residency.colocated:  # refuse now, with the reason, what the app's start would refuse
+            from ..residency import ResidencyUnsupported
+
+            try:
+                asyncio.run(gateway.residency.verify())
+            except ResidencyUnsupported as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+        app = create_app(gateway, api_keys=keys)
         freeze_startup_objects()  # full GC passes walk what requests make, not the started process
         tune_gc_for_serving()  # and young ones come less often (server/heap.py)
         uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,

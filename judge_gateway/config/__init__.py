@@ -11,6 +11,7 @@
     ray.py           [ray] (no Ray import)
     watch.py         [watch]: shadow judges, windows, alarm thresholds
     launch.py        [backends.NAME.launch]: the vLLM servers `judge-gateway up` starts
+    residency.py     [judges.NAME.residency]: resident, or colocated with a trainer (sleeps, wakes)
     loading.py       reading the TOML and the checks across sections
     cosmos_rl_toml.py  cosmos-rl's own rewards.toml, mapped onto these sections
 
@@ -83,6 +84,7 @@ from .protocols import (
     WanVaeConfig,
 )
 from .ray import RayAutoscaling, RayConfig, RayDeploymentConfig
+from .residency import VLLM_SLEEP_PLATFORMS, ResidencyConfig
 from .server import AdmissionConfig, ServerConfig, check_api_key, is_loopback
 from .vlm_options import (
     AnswerProbabilityOptions,
@@ -124,4 +126,6 @@ __all__ = [
     "RayConfig", "RayDeploymentConfig", "RayAutoscaling",
     # reward-hacking watch
     "WatchConfig", "WatchAlarms",
+    # judges that share a trainer's GPUs
+    "ResidencyConfig", "VLLM_SLEEP_PLATFORMS",
 ]

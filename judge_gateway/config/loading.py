@@ -15,6 +15,7 @@ from .cosmos_rl_toml import RewardsToml, RewardsTomlError, is_cosmos_rl_rewards,
 from .models import GatewayConfig, JudgeConfig
 from .protocols import check_protocols
 from .ray import check_ray
+from .residency import check_residency
 from .watch import check_watch
 from .comparative_options import ComparativeOptions
 from .vlm_options import AnswerProbabilityOptions, AspectWeightOptions, CriticOptions, VLMOptions
@@ -82,6 +83,7 @@ def _check_across(cfg: GatewayConfig, configured: list[str], source: str) -> lis
     problems += check_ray(cfg.ray, heads | broken, set(configured),
                           cfg.store.kind, cfg.cosmos_rl.enabled, cfg.store.queue.enabled)
     problems += check_watch(cfg.watch, set(configured))
+    problems += check_residency(cfg.judges, cfg.backends)
     host = cfg.server.host
     if not cfg.server.public_bind_ok(cfg.server.resolved_api_keys()):
         problems.append(

@@ -4,7 +4,7 @@
     [media]     decoded-pixel budgets per image, video and request
     [combine]   policy, on_invalid, fill_value
     [backends.NAME]  model, base_urls, api_key_env, timeout_s, max_concurrency, ...
-    [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video
+    [judges.NAME]    kind, backend, template, weight, deadline_s, normalize, options, image, video, residency
     [prompts]   dirs: your own template folders, after the package's
     [store] [cosmos_rl] [flow_factory] (protocols.py), [eval], [ray] (ray.py), [watch] (watch.py)
 
@@ -40,6 +40,7 @@ from .media_device import DeviceVideoConfig
 from .normalize import NormalizeConfig
 from .protocols import CosmosRLConfig, FlowFactoryConfig, StoreConfig
 from .ray import RayConfig
+from .residency import ResidencyConfig
 from .server import LOOPBACK_HOSTS, ServerConfig
 from .watch import WatchConfig
 
@@ -247,6 +248,15 @@ class JudgeConfig(Strict):
     video: VideoSamplingConfig = Field(
         default_factory=VideoSamplingConfig,
         description="Which frames of a video a judge sees, and at what size (recorded in details['video']).",
+    )
+    # Left out of the config's dump (exclude): residency never changes a number (a woken judge scores
+    # bit for bit as a resident one), so it is no part of a run's config_sha256 and a score folder
+    # resumes across a change of it.
+    residency: ResidencyConfig = Field(
+        default_factory=ResidencyConfig, exclude=True,
+        description="`resident` (the default: its model stays on its device) or `colocated` (it shares the "
+        "device with a trainer: sleeps when told or idle, wakes on the next request); `residency = "
+        "\"colocated\"` or a table. Judges on one backend share one residency.",
     )
     # The [prompts] dirs its template is looked up in after the package's (set by GatewayConfig).
     _template_dirs: tuple[str, ...] = PrivateAttr(default=())

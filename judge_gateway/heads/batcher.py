@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 FAIR_AGING_S = 2.0  # a job waiting this long is handed out next, whatever its size
@@ -47,10 +47,12 @@ class Job:
 
 @dataclass
 class Control:
-    """A non-scoring message handled in order with the jobs (e.g. `stats`)."""
+    """A non-scoring message handled in order with the jobs (`stats`, a colocated head's `sleep`
+    and `wake`: after every job that came before it)."""
 
     msg_id: int
     op: str
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 def job_pixels(job: Job) -> int:

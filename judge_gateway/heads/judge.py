@@ -22,6 +22,7 @@ from .supervisor import HeadError, HeadSupervisor
 
 if TYPE_CHECKING:
     from ..schema import SampleInput
+    from .residency import HeadSleepDriver
 
 
 class HeadJudge(Judge):
@@ -64,6 +65,12 @@ class HeadJudge(Judge):
         if missing is not None:  # it can never load: no worker is started for it
             return False, f"failed: {missing}"
         return await self.worker.probe()
+
+    def residency_driver(self) -> "HeadSleepDriver":
+        from .residency import HeadSleepDriver
+
+        assert isinstance(self.worker, HeadSupervisor), "colocated heads run on this machine (not Ray Serve)"
+        return HeadSleepDriver(self.worker)
 
     async def check(self) -> tuple[bool, str | None]:
         missing = self.options.missing_local_weights()

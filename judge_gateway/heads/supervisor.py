@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,8 @@ class HeadSupervisor(WorkerSupervisor):
         self._region_refs: dict[int, int] = {}  # region start -> jobs not answered yet
         self.transport_counts = {"frames_shm": 0, "frames_pipe": 0, "bytes_shm": 0, "bytes_pipe": 0,
                                  "arena_waits": 0}
+        # Called each time a worker process is ready (a colocated head's unit: heads/residency.py).
+        self.ready_listeners: list[Callable[[], None]] = []
 
     # -- public API ----------------------------------------------------------------------------
     @property
@@ -216,6 +219,8 @@ class HeadSupervisor(WorkerSupervisor):
             self._close_arena()  # the worker could not map it: the pipe carries the pixels
         self._wake = wake = asyncio.Event()
         self._sender = asyncio.create_task(self._send_loop(proc, wake), name=f"head-{self.name}-sender")
+        for listener in self.ready_listeners:
+            listener()
 
     def start_failure_hint(self, stderr: list[str]) -> str:
         missing = next((line for line in reversed(stderr) if "No module named" in line), None)

@@ -11,11 +11,16 @@ Protocol (workers/framing.py frames carrying the head messages of protocol.py) o
                      {"op": "stats", "id"}
                      {"op": "cancel", "id"}   the request of a queued score message was abandoned:
                                               drop it (no result is sent for it)
+                     {"op": "sleep", "id", "level"} / {"op": "wake", "id"}
+                                              a colocated head (heads/sleeping.py), run after every
+                                              job sent before it
   worker -> gateway  {"op": "ready", "info"} | {"op": "fatal", "error", "detail"?} (error: for replies;
                      detail: for the gateway's log only)
+                     (`info.sleep_methods`: how it sleeps at level 1 and 2, heads/sleeping.py)
                      {"op": "result", "id", "ok": true, "outputs": [...]}
                      {"op": "result", "id", "ok": false, "error"}
                      {"op": "stats", "id", "stats"}
+                     {"op": "residency", "id", "ok", "facts" | "error", "asleep"}
 End of stdin (the gateway closed the pipe or died) ends the worker.
 With an `arena` (a shared-memory fd the gateway passed at spawn, shm.py) the pixels of a score
 frame are read from it in place; `info.transport` says whether the worker mapped it ("shm") or
@@ -42,6 +47,7 @@ from .batcher import Control, FairJobQueue, Job, MicroBatcher, Staged
 from .factory import build_head, head_options
 from .models.base import HeadLoadError
 from .protocol import jobs_from_frame
+from .sleeping import HeadSleeper
 from .shm import ArenaView
 
 log = logging.getLogger("judge_gateway.heads.worker")
@@ -131,6 +137,8 @@ def _reader(stream: BinaryIO, q: "queue.Queue[Any] | FairJobQueue", writer: _Wri
                     cancels.cancel(msg_id)
             elif op == "stats":
                 q.put(Control(msg_id=msg_id, op="stats"))
+            elif op in ("sleep", "wake"):
+                q.put(Control(msg_id=msg_id, op=op, args={"level": header.get("level", 1)}))
             elif op == "shutdown":
                 break
             else:
@@ -180,7 +188,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     atexit.register(head.close)  # its preprocessing processes and shared memory
     # Which judge_gateway this interpreter imported: the gateway checks it is its own.
     package = str(Path(__file__).resolve().parents[1])
-    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid(), "package": package}})
+    sleeper = HeadSleeper(head)
+    writer.send({"op": "ready", "info": {**info, **transport, "pid": os.getpid(), "package": package,
+                                         "sleep_methods": list(head.sleep_methods())}})
 
     q = FairJobQueue()  # small jobs first, none starved (batcher.py)
     cancels = _Cancels()
@@ -203,6 +213,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         item = next_item()
         device_idle.clear()
         if isinstance(item, _Batch):
+            if sleeper.asleep:  # the gateway wakes a head before it sends work; never score on no weights
+                log.warning("a batch came while the head slept: waking it first")
+                sleeper.wake()
             for msg_id, out in batcher.run(item.jobs, item.staged).items():
                 if isinstance(out, Exception):
                     log.error("inference failed: %s", "".join(traceback.format_exception(out)))
@@ -216,7 +229,22 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             return 4
         elif isinstance(item, Control) and item.op == "stats":
             writer.send({"op": "stats", "id": item.msg_id,
-                         "stats": {**batcher.stats(), **head.stats(), "cancelled_jobs": cancels.dropped}})
+                         "stats": {**batcher.stats(), **head.stats(), "cancelled_jobs": cancels.dropped,
+                                   "asleep": sleeper.asleep}})
+        elif isinstance(item, Control) and item.op in ("sleep", "wake"):
+            writer.send(_residency(sleeper, item))
+
+
+def _residency(sleeper: HeadSleeper, control: Control) -> dict[str, Any]:
+    """The reply to a sleep or wake: its facts, or why it failed (the head's state as it is then)."""
+    try:
+        level = control.args.get("level", 1)
+        facts = sleeper.sleep(level if level in (1, 2) else 1) if control.op == "sleep" else sleeper.wake()
+        return {"op": "residency", "id": control.msg_id, "ok": True, "facts": facts, "asleep": sleeper.asleep}
+    except Exception as exc:  # a failed sleep or wake: the gateway marks the judge failed and restarts it
+        log.error("%s failed: %s", control.op, "".join(traceback.format_exception(exc)))
+        return {"op": "residency", "id": control.msg_id, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                "asleep": sleeper.asleep}
 
 
 @dataclass

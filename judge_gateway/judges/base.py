@@ -19,6 +19,7 @@ from .queue import JudgeQueue
 
 if TYPE_CHECKING:
     from ..media import MediaCache
+    from ..residency import ResidencyUnit, SleepDriver, WakeWait
     from ..schema import SampleInput
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,17 @@ class Judge(ABC):
     _nonfinite_code: ErrorCode = ErrorCode.backend_error  # a NaN / inf verdict: whose fault it is
     # The bounded queue its work waits in (heads: one worker each); None: no queue of its own.
     queue: JudgeQueue | None = None
+    # A colocated judge's unit (residency/): each score waits for it to be awake; None: resident.
+    residency: "ResidencyUnit | None" = None
+
+    def use_residency(self, unit: "ResidencyUnit") -> None:
+        """Score through `unit` from now on (the gateway, for a colocated judge)."""
+        self.residency = unit
+
+    def residency_driver(self) -> "SleepDriver | None":
+        """What puts this judge's own model to sleep (a head's worker); None: a VLM judge, whose
+        backend's servers sleep (the gateway gives the backend one driver for all its judges)."""
+        return None
     # How many samples `prepare`'s probe scores at once (a comparative judge needs a group).
     probe_group_size: int = 1
 
@@ -141,6 +153,15 @@ class Judge(ABC):
     async def aclose(self) -> None:
         return None
 
+    async def _evaluate_awake(self, sample: "SampleInput", ctx: ScoreContext, wake: "WakeWait | None") -> Verdict:
+        """`evaluate`, once a colocated judge is awake (a wake that fails raises WakeFailed, a
+        backend_unavailable cell with the reason); the unit counts it in flight meanwhile, so a
+        sleep waits for it."""
+        if self.residency is None:
+            return await self.evaluate(sample, ctx)
+        async with self.residency.use(wake):
+            return await self.evaluate(sample, ctx)
+
     def info(self, ready: bool | None = None, reason: str | None = None) -> JudgeInfo:
         return JudgeInfo(
             name=self.name,
@@ -166,16 +187,18 @@ class Judge(ABC):
         from ..backends import BackendFault, deadline_at
         from ..media import MediaError
         from ..parsers import ParseError
+        from ..residency import WakeWait
 
         started = time.perf_counter()
+        wake = WakeWait(self.residency) if self.residency is not None else None
         try:
             if self.deadline_s is not None:
                 # the backend's retries stop in time for it too (backends.deadline_at)
                 with deadline_at(time.monotonic() + self.deadline_s):
                     async with asyncio.timeout(self.deadline_s):
-                        verdict = await self.evaluate(sample, ctx)
+                        verdict = await self._evaluate_awake(sample, ctx, wake)
             else:
-                verdict = await self.evaluate(sample, ctx)
+                verdict = await self._evaluate_awake(sample, ctx, wake)
         except JudgeFailure as exc:
             return self._failure(exc.code, exc.message, started, details=exc.details, raw=exc.raw)
         except ParseError as exc:
@@ -185,6 +208,8 @@ class Judge(ABC):
         except MediaError as exc:
             return self._failure(ErrorCode.bad_input, str(exc), started)
         except TimeoutError:
+            if wake is not None and wake.waiting:  # its time ran out waiting for the judge to wake
+                return self._failure(ErrorCode.backend_unavailable, wake.why(), started)
             return self._failure(
                 ErrorCode.timeout, f"no verdict within the judge's deadline of {self.deadline_s}s", started
             )

@@ -19,6 +19,7 @@ from .base import Judge, JudgeFailure, ScoreContext
 _SHADOW_DROP = frozenset({"image", "video", "condition_images", "condition_videos", "reply"})
 
 if TYPE_CHECKING:
+    from ..residency import ResidencyUnit
     from ..schema import SampleInput
 
 
@@ -46,6 +47,11 @@ class VLMJudge(Judge):
         if shadow_ref:
             options = cfg.options.model_copy(update={"shadow_template": None})
             self.shadow = type(self)(name, cfg.model_copy(update={"template": shadow_ref, "options": options}), pool)
+
+    def use_residency(self, unit: "ResidencyUnit") -> None:
+        super().use_residency(unit)
+        if self.shadow is not None:  # its calls go to the same servers: they wait for the same wake
+            self.shadow.use_residency(unit)
 
     def _video_codec(self, cfg: JudgeConfig, pool: BackendPool) -> str:
         """codec "auto": a JPEG frame list where the backend takes one (its media_io_kwargs carry one

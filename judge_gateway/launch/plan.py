@@ -104,8 +104,16 @@ FLOW_FACTORY_LAUNCHER_VARS = frozenset({"MODEL_PATH", "PORT", "HOST", "SERVED_MO
                                         "DATA_PARALLEL_SIZE", "GPU_MEMORY_UTILIZATION", "VLLM_BIN"})
 
 
-def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_dir: Path) -> tuple[list[str], dict[str, str]]:
-    """The server's (argv, environment additions), as start_vllm.sh builds them."""
+# A colocated backend's servers (judges.NAME.residency = "colocated"): vLLM's sleep mode, and the
+# dev-mode endpoints the gateway calls (/sleep, /wake_up, /is_sleeping; residency/vllm.py).
+SLEEP_MODE_ARGS = ["--enable-sleep-mode"]
+SLEEP_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_dir: Path,
+                 colocated: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The server's (argv, environment additions), as start_vllm.sh builds them; `colocated`: with
+    vLLM's sleep mode and its dev endpoints."""
     launch = backend.launch
     assert launch is not None
     args = ["bash", str(start_script()), "start", "--dry-run", "--name", name, "--host", host, "--port", str(port),
@@ -135,8 +143,14 @@ def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_di
     python = launch.python and str(Path(launch.python).absolute()) or default_vllm_python()
     if python:
         args += ["--python", python]
-    if launch.extra_args:
-        args += ["--", *launch.extra_args]
+    extra = list(launch.extra_args)
+    if colocated:
+        if launch.gpus == 0:  # config load refuses it too (config/residency.py); never a silent start
+            raise LaunchError(f"backend {name!r} is colocated but launched on vLLM's CPU build (gpus = 0), which "
+                              "refuses --enable-sleep-mode: vLLM's sleep mode works on GPUs only")
+        extra += [a for a in SLEEP_MODE_ARGS if a not in extra]
+    if extra:
+        args += ["--", *extra]
     # The launcher's own defaults only: variables of the calling shell (its JG_VLLM_* and the
     # Flow-Factory launcher variables it also reads) do not leak into the plan.
     env = {k: v for k, v in os.environ.items() if not k.startswith("JG_VLLM_") and k not in FLOW_FACTORY_LAUNCHER_VARS}
@@ -151,7 +165,7 @@ def vllm_command(name: str, backend: BackendConfig, host: str, port: int, run_di
     if "cmd" not in found:
         raise LaunchError(f"start_vllm.sh --dry-run printed no command for {name!r}: {done.stdout.strip()}")
     extra_env = dict(item.split("=", 1) for item in found.get("env", []))
-    return found["cmd"], {**extra_env, **launch.env}
+    return found["cmd"], {**extra_env, **(SLEEP_MODE_ENV if colocated else {}), **launch.env}
 
 
 def _json(value: dict[str, int]) -> str:
@@ -168,6 +182,7 @@ def plan_up(cfg: GatewayConfig, config_path: str | None, *, run_dir: Path, visib
     pool = list(gpus)
     servers: list[ProcessPlan] = []
     external: list[str] = []
+    colocated = {j.backend for j in cfg.judges.values() if j.residency.colocated and j.backend}
     for bname, backend in cfg.backends.items():
         launch = backend.launch
         if launch is None:
@@ -182,7 +197,7 @@ def plan_up(cfg: GatewayConfig, config_path: str | None, *, run_dir: Path, visib
                                   f"CUDA_VISIBLE_DEVICES={','.join(gpus) or '(none)'}")
             mine, pool = pool[:launch.gpus], pool[launch.gpus:]
             bind = "127.0.0.1" if parsed.hostname in ("localhost", "0.0.0.0") else parsed.hostname
-            argv, env = vllm_command(name, backend, bind, parsed.port, run_dir)
+            argv, env = vllm_command(name, backend, bind, parsed.port, run_dir, colocated=bname in colocated)
             env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(mine)} if mine else env
             health = f"http://{_url_host(bind)}:{parsed.port}/health"
             servers.append(ProcessPlan(name, argv, env, health, mine, bname, launch.startup_timeout_s,

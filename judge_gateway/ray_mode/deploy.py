@@ -12,6 +12,7 @@ from ray.serve.config import HTTPOptions
 
 from ..config import GatewayConfig
 from ..config import RayConfig, RayDeploymentConfig
+from ..exceptions import ConfigurationError
 from .heads import HeadReplica
 from .ingress import GatewayIngress
 
@@ -37,7 +38,13 @@ def _options(name: str, d: RayDeploymentConfig) -> dict[str, Any]:
 
 
 def build_application(cfg: GatewayConfig, api_keys: list[str]) -> Any:
-    """The Serve application: one deployment per [ray.heads] judge, the gateway ingress over them."""
+    """The Serve application: one deployment per [ray.heads] judge, the gateway ingress over them.
+    Colocated judges are refused: several gateway replicas would each put the same servers to sleep
+    (and the ingress's config, its dump, carries no residency)."""
+    colocated = [n for n, j in cfg.judges.items() if j.residency.colocated]
+    if colocated:
+        raise ConfigurationError(f"judges {', '.join(colocated)} are colocated (residency): Ray mode serves "
+                                 "resident judges only")
     rc = _ray_section(cfg)
     heads = {name: HeadReplica.options(**_options(head_deployment_name(name), d))
              .bind(name, cfg.judges[name].kind, cfg.judges[name].options)

@@ -16,7 +16,7 @@ from ..gateway import Gateway
 from ..store import ResultStore, make_store
 from ..watch import Watch
 from ..work_queue import make_work_queue
-from . import cosmos_rl, flow_factory, native, watching
+from . import cosmos_rl, flow_factory, native, residency, watching
 from .admission import Admission
 from .errors import request_validation_error
 from .guards import RequestGuardMiddleware
@@ -43,6 +43,9 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     async def lifespan(app: FastAPI):
         # A Redis without AOF loses accepted work when it is killed: refuse or warn (store.persistence).
         await result_store.check_persistence(gateway.config.store.persistence)
+        # Colocated judges: each server's sleep mode is checked (ResidencyUnsupported refuses the
+        # start, naming the fix), then the idle timers run.
+        await gateway.residency.start()
         if gateway.config.cosmos_rl.enabled:
             await cosmos.start()
         await watch.start()
@@ -87,6 +90,7 @@ def create_app(gateway: Gateway, *, api_keys: list[str] | None = None,
     app.state.watch = watch
     app.state.flow_factory = flow_factory.FlowFactoryService(gateway, gateway.config.flow_factory)
     app.include_router(native.router)
+    app.include_router(residency.router)
     app.include_router(watching.router)
     native.document_reward_request(app)
     if gateway.config.cosmos_rl.enabled:

@@ -52,6 +52,7 @@ from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .ignored import IgnoredFields
 from .metered import metered
 from .state import AdmissionDep
+from .residency_header import BadResidencyHeader, chained, sleep_after, sleep_task
 from .watching import after_response, request_tags
 
 log = logging.getLogger(__name__)
@@ -333,7 +334,8 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
         try:
             try:
                 tags = request_tags(request)
-            except BadTags as err:  # bad input: a 200 with `error`, which the client does not retry
+                then_sleep = sleep_after(request)
+            except (BadTags, BadResidencyHeader) as err:  # bad input: a 200 with `error`, which the client does not retry
                 outcome.status = "invalid"
                 return JSONResponse({"error": str(err)})
             raw = await request.body()
@@ -344,7 +346,8 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
                     request, service.compute(profile, raw, admission, lambda *s: scored.append(s)))
             outcome.status = "ok" if code == 200 and "rewards" in body else ("invalid" if code == 200 else "unavailable")
             watched = after_response(request, "flow_factory", tags, *scored[0]) if scored else None
-            return JSONResponse(body, status_code=code, background=watched)
+            slept = sleep_task(request, list(service.cfg.profiles[profile].judges)) if then_sleep else None
+            return JSONResponse(body, status_code=code, background=chained(watched, slept))
         except Refused as err:  # 503: the client retries 5xx (a 4xx it would not)
             outcome.status = "refused"
             return JSONResponse({"detail": str(err)}, status_code=503,
@@ -358,9 +361,31 @@ async def compute(profile: str, request: Request, service: FlowFactoryDep, admis
             return JSONResponse({"detail": f"{type(err).__name__}: {err}"}, status_code=500)
 
 
-@router.post("/{profile}/load", summary="Flow-Factory: accepted no-op (judges are served elsewhere)")
-@router.post("/{profile}/offload", summary="Flow-Factory: accepted no-op")
+@router.post("/{profile}/load", summary="Flow-Factory: wake the profile's colocated judges (a no-op for resident ones)")
 async def load(profile: str, service: FlowFactoryDep) -> JSONResponse:
-    if service.profile_name(profile) is None:
+    return await _residency(service, profile, "wake")
+
+
+@router.post("/{profile}/offload", summary="Flow-Factory: put the profile's colocated judges to sleep (a no-op "
+             "for resident ones)")
+async def offload(profile: str, service: FlowFactoryDep) -> JSONResponse:
+    return await _residency(service, profile, "sleep")
+
+
+async def _residency(service: FlowFactoryService, profile: str, action: str) -> JSONResponse:
+    """Flow-Factory's clients call /offload before training and /load before a rollout: the
+    profile's colocated judges sleep and wake with them. `status` stays "ok" (what the client
+    reads); `residency` says per judge what happened (a sleep refused while work was in flight
+    leaves the judge awake, nothing dropped)."""
+    name = service.profile_name(profile)
+    if name is None:
         return _unknown(service, profile)
-    return JSONResponse({"status": "ok"})
+    residency = service.gateway.residency
+    chosen = [j for j in service.cfg.profiles[name].judges if j in residency.by_judge]
+    if not chosen:
+        return JSONResponse({"status": "ok"})
+    if action == "sleep":
+        results = await residency.sleep(chosen, "flow_factory")
+    else:
+        results = await residency.wake(chosen, "flow_factory")
+    return JSONResponse({"status": "ok", "residency": results})

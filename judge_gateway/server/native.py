@@ -19,6 +19,7 @@ from .disconnect import CLIENT_CLOSED, ClientDisconnected, unless_disconnected
 from .errors import error_response, invalid_request
 from .metered import Outcome, metered
 from .state import AdmissionDep, GatewayDep
+from .residency_header import BadResidencyHeader, chained, sleep_after, sleep_task
 from .watching import after_response, request_tags
 
 
@@ -79,6 +80,11 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
         outcome.status = "invalid"
         return error_response("invalid_request", str(err), 422, field=err.field)
     try:
+        then_sleep = sleep_after(request)
+    except BadResidencyHeader as err:
+        outcome.status = "invalid"
+        return error_response("invalid_request", str(err), 422, field="X-Judge-Gateway-Residency")
+    try:
         # A client that leaves (its timeout) takes its judge calls with it.
         response = await unless_disconnected(request, admission.scored("native", gateway, reward_request))
     except UnknownJudgeError as err:
@@ -93,7 +99,8 @@ async def score_body(request: Request, gateway: Gateway, admission: Admission, b
     outcome.status = "ok"
     # Serialised here so the response model is not validated twice.
     return Response(response.model_dump_json(), media_type="application/json",
-                    background=after_response(request, "native", tags, reward_request.samples, response))
+                    background=chained(after_response(request, "native", tags, reward_request.samples, response),
+                                       sleep_task(request, response.judges) if then_sleep else None))
 
 
 @router.post(
@@ -141,7 +148,9 @@ async def healthz() -> dict[str, str]:
             responses={503: {"description": "some judge is not ready; the body says which and why"}})
 async def readyz(gateway: GatewayDep, admission: AdmissionDep) -> JSONResponse:
     ready = await gateway.readiness()
-    judges = {name: {"ready": ok, "reason": reason} for name, (ok, reason) in ready.items()}
+    judges: dict[str, dict[str, Any]] = {name: {"ready": ok, "reason": reason} for name, (ok, reason) in ready.items()}
+    for name, unit in gateway.residency.by_judge.items():  # colocated: asleep is ready (a call wakes it)
+        judges[name]["residency"] = unit.state
     all_ready = all(ok for ok, _ in ready.values())
     # The overload bounds in force (derived from the judges' capacity unless configured).
     return JSONResponse({"ready": all_ready, "judges": judges, "admission": admission.describe()},

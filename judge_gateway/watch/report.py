@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..schema import ResidencyEvent
+
 AlarmKind = Literal["divergence", "correlation", "invalid_rate", "drift"]
 
 
@@ -103,6 +105,9 @@ class RunReport(_Report):
     windows: list[WindowReport]
     alarms: list[AlarmReport]
     disagreements: list[Disagreement] = Field(description="The run's most disagreeing samples with thumbnails.")
+    residency: list[ResidencyEvent] = Field(
+        default_factory=list, description="Colocated judges' sleeps and wakes since the run's first sample (the "
+        "page's residency timeline; judges.NAME.residency).")
 
 
 class QueueReport(_Report):

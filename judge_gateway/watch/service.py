@@ -165,7 +165,8 @@ class Watch:
         if run is None:
             if len(self._runs) >= self.cfg.max_runs and not self._evict():
                 return None
-            run = self._runs[name] = WatchedRun(name, self.cfg, self.folder, self._config_sha256)
+            run = self._runs[name] = WatchedRun(name, self.cfg, self.folder, self._config_sha256,
+                                                self.gateway.residency.timeline)
         run.last_seen = now
         return run
 

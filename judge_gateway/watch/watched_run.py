@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import WatchConfig
 from ..runs import ScoreLine
-from ..schema import JudgeScore
+from ..schema import JudgeScore, ResidencyEvent
 from .disagree import Gap, Reference, TopK, largest_gap
 from .metrics import WatchMetrics
 from .monitor import RunMonitor
@@ -54,8 +55,11 @@ class Sampled:
 
 
 class WatchedRun:
-    def __init__(self, name: str, cfg: WatchConfig, folder: Path, config_sha256: str) -> None:
+    def __init__(self, name: str, cfg: WatchConfig, folder: Path, config_sha256: str,
+                 timeline: Callable[[float], list[ResidencyEvent]] | None = None) -> None:
         self.name = name
+        self.started_at = time.time()
+        self.timeline = timeline  # the colocated judges' sleeps and wakes since a time (residency/)
         self.cfg = cfg
         self.folder = folder
         self.config_sha256 = config_sha256
@@ -189,7 +193,11 @@ class WatchedRun:
                          windowing=self.windows.mode or "time", note=self.note(), record_error=self.record_error,
                          train=dict(self.monitor.shadows), open_samples=self.windows.open_samples,
                          pending=self.windows.pending, windows=list(self.monitor.reports),
-                         alarms=list(self.monitor.alarms), disagreements=self.disagreements.items())
+                         alarms=list(self.monitor.alarms), disagreements=self.disagreements.items(),
+                         residency=self._residency())
+
+    def _residency(self) -> list[ResidencyEvent]:
+        return self.timeline(self.started_at) if self.timeline is not None else []
 
     def current(self, windows: int) -> RunReport:
         """GET /v1/watch's view: the last seal's report (nothing a seal thread writes is read here)
@@ -198,7 +206,8 @@ class WatchedRun:
                                         note=self.note(), train=dict(self.monitor.shadows), open_samples=0,
                                         pending=0, windows=[], alarms=[], disagreements=[])
         return base.model_copy(update={"open_samples": self.windows.open_samples, "pending": self.windows.pending,
-                                       "windows": base.windows[-windows:] if windows else []})
+                                       "windows": base.windows[-windows:] if windows else [],
+                                       "residency": self._residency()})
 
     def thumbnail_file(self, index: int) -> Path | None:
         return self.record.thumbnail_file(index) if self.record is not None and index >= 0 else None

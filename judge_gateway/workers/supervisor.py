@@ -168,19 +168,7 @@ class WorkerSupervisor:
         if self._ready is not None:
             self._ready.set()
         runner, self._runner = self._runner, None
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.write(encode_frame({"op": "shutdown"}))
-                proc.stdin.close()  # end of stdin ends the worker
-            except (ConnectionError, RuntimeError):
-                pass
-            try:
-                await asyncio.wait_for(proc.wait(), timeout_s)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await self._end_process(timeout_s)
         if runner is not None:
             runner.cancel()
             try:
@@ -188,6 +176,42 @@ class WorkerSupervisor:
             except (asyncio.CancelledError, Exception):
                 pass
         self.fail_pending("closed")
+
+    async def _end_process(self, timeout_s: float) -> None:
+        """Ask the running worker to exit (a `shutdown` frame, then end of its stdin), kill it if it
+        has not within `timeout_s`."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(encode_frame({"op": "shutdown"}))
+            proc.stdin.close()  # end of stdin ends the worker
+        except (ConnectionError, RuntimeError):
+            pass
+        try:
+            await asyncio.wait_for(proc.wait(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    async def stop(self, reason: str, timeout_s: float = 10.0) -> None:
+        """End the process on purpose and do not restart it (a colocated head put to sleep by its
+        worker exiting): as `aclose`, but the supervisor stays usable: its state is "stopped" and
+        the next `ensure_started` starts a fresh process. Requests still in flight fail."""
+        if self.state == "closed":
+            return
+        self.state, self.reason = "stopped", reason
+        if self._ready is not None:
+            self._ready.clear()
+        runner, self._runner = self._runner, None
+        await self._end_process(timeout_s)
+        if runner is not None:
+            try:
+                await asyncio.wait_for(runner, timeout_s)  # it returns once it sees "stopped"
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                runner.cancel()
+        self.fail_pending(reason)
 
     # -- requests ------------------------------------------------------------------------------
     def running(self) -> asyncio.subprocess.Process:
@@ -254,7 +278,7 @@ class WorkerSupervisor:
         while self.state != "closed":
             started = time.monotonic()
             outcome = await self._run_once()
-            if self.state == "closed":
+            if self.state in ("closed", "stopped"):  # ended on purpose (aclose, stop)
                 return
             if outcome == "fatal":
                 self.state, self._failed_at = "failed", time.monotonic()
@@ -336,7 +360,7 @@ class WorkerSupervisor:
             self.on_exit()
         code = await proc.wait()
         await stderr_task
-        if self.state == "closed":
+        if self.state in ("closed", "stopped"):
             return "exited"
         self.reason = f"worker exited with code {code}"
         self.log.warning("%s: worker exited with code %s%s", self.label, code, self._tail())

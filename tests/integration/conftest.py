@@ -53,10 +53,16 @@ def tiny_model_dir() -> Path:
     return build_tiny_model()
 
 
+# vLLM's dev endpoints (/server_info, /sleep, ...): test_residency_vllm_cpu.py shows the gateway reading
+# this server's platform and refusing a colocated judge on it. They change nothing the other tests use.
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
 @pytest.fixture(scope="session")
 def vllm(tiny_model_dir, tmp_path_factory):
     server = start_cpu_vllm(tiny_model_dir, SERVED_NAMES, run_dir=tmp_path_factory.mktemp("vllm-run"),
-                            max_model_len=MAX_MODEL_LEN, extra_args=STRUCTURED_OUTPUTS_ARGS + TRUST_REQUEST_MM_KWARGS)
+                            max_model_len=MAX_MODEL_LEN, extra_args=STRUCTURED_OUTPUTS_ARGS + TRUST_REQUEST_MM_KWARGS,
+                            extra_env=DEV_MODE_ENV)
     try:
         yield server
     finally:

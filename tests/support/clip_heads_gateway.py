@@ -44,6 +44,11 @@ def clip_heads_config(models: Path, vllm_url: str) -> dict:
     judges["ocr"] = {"kind": "ocr", "options": {"python": str(heads_python()), "threads": 2}}
     judges["clip_video"] = {**judges["clip"], "video": {"num_frames": 4},
                             "options": {**judges["clip"]["options"], "pooling": "min"}}
+    # Colocated twins of clip, clip_hf and ocr (test_residency_heads.py: asleep, woken, the same scores);
+    # asleep only when told, scored only when named.
+    colocated = {"mode": "colocated", "idle_sleep_s": None}
+    for name in ("clip", "clip_hf", "ocr"):
+        judges[f"{name}_colocated"] = {**judges[name], "residency": colocated, "default": False}
     # Flow-Factory's PickScore (every frame of a video, their mean) and CLIP (a video's first frame)
     judges["pickscore"]["video"] = shipped["judges"]["pickscore"]["video"]
     judges["pickscore"]["options"]["pooling"] = shipped["judges"]["pickscore"]["options"]["pooling"]

@@ -149,8 +149,10 @@ def start_cpu_vllm(
     wait_timeout: int = 240,
     name: str | None = None,
     extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> VllmServer:
-    """Start a CPU vLLM server on ``model_dir`` and wait until GET /health is 200.
+    """Start a CPU vLLM server on ``model_dir`` and wait until GET /health is 200 (``extra_env``:
+    set for the server, e.g. VLLM_SERVER_DEV_MODE=1).
 
     Raises RuntimeError (with the log tail) when the server does not come up.
     """
@@ -186,6 +188,7 @@ def start_cpu_vllm(
         cmd += ["--served-model-name", served]
     env = _offline_env()
     env["JG_VLLM_VENV"] = str(vllm_venv())
+    env.update(extra_env or {})
     if extra_args:
         cmd += ["--", *extra_args]
 

@@ -50,6 +50,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "work_queue",  # the durable queue of accepted cosmos-rl work, beside the store
         "workers",  # the one framing and supervisor of worker subprocesses (heads, latent decoder)
         "launch",  # `up`: the vLLM servers and the gateway as supervised processes
+        "residency",  # colocated judges' sleep and wake: the units, vLLM's sleep mode
     )),
     ("heads, judges", ("heads", "judges")),
     ("judge_factory", ("judge_factory",)),

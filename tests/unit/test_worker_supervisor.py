@@ -90,6 +90,24 @@ async def test_a_worker_killed_with_requests_in_flight_fails_each_and_restarts()
         await sup.aclose()
 
 
+async def test_stop_ends_the_worker_on_purpose_and_the_next_start_runs_a_fresh_one():
+    """A colocated head asleep by its worker exiting (heads/residency.py): not a crash, no restart."""
+    sup = FakeSupervisor()
+    try:
+        await sup.wait_ready()
+        old = sup.pid
+        await sup.stop("asleep")
+        assert sup.state == "stopped" and sup.pid is None and sup.restarts == 0
+        assert sup.readiness() == (False, "stopped: asleep")
+        await asyncio.sleep(0.2)  # nothing restarts it
+        assert sup.pid is None and sup.restarts == 0
+        await sup.wait_ready()  # the wake: a fresh process
+        assert sup.pid not in (None, old) and sup.restarts == 0
+        assert (await sup.request({"op": "echo"}, b"x"))[0]["n"] == 1
+    finally:
+        await sup.aclose()
+
+
 async def test_a_worker_that_dies_mid_request_fails_it_and_the_next_request_is_served():
     sup = FakeSupervisor()
     try:

@@ -16,10 +16,11 @@ open_clip's towers use torch's MultiheadAttention, whose inference path is SDPA 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import abstractmethod
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,28 @@ class ClipFamilyHead(HeadModel):
         model.requires_grad_(False)
         return model
 
+    @abstractmethod
+    def _build_model(self) -> torch.nn.Module:
+        """The model from its files, as its library loads it (before `_finish`): `load` and a
+        colocated head's wake (`reload_weights`) build it the same way."""
+
+    # -- residency (heads/sleeping.py) ---------------------------------------------------------
+    reloads_in_place = True
+
+    def weight_modules(self) -> list[Any]:
+        return [self.model] if getattr(self, "model", None) is not None else []
+
+    def release_weights(self) -> None:
+        # The tokenizer / processor, the image stage and the text cache stay: they hold no weights
+        # (the cached text rows are a few KB per prompt, computed by the same weights a reload gives back).
+        self.model = None
+
+    def reload_weights(self) -> None:
+        self.model = self._finish(self._build_model())
+
+    def device_tensors_to(self, device: Any) -> None:
+        self.text_cache.map_rows(lambda row: row.to(device, non_blocking=True))
+
 
 # ---------------------------------------------------------------------------------------------
 # open_clip (CLIP score via open_clip, HPSv2)
@@ -244,23 +267,41 @@ def _register_model_config(path: str | None) -> None:
 class OpenClipHead(ClipFamilyHead):
     options: ClipOptions | HPSv2Options
 
-    def load(self) -> dict[str, Any]:
+    @property
+    def reloads_in_place(self) -> bool:  # type: ignore[override]
+        """Its weights come from files (a pretrained tag or path, or HPS's checkpoint): a reload
+        gives them back bit for bit. Without either open_clip initialises them at random."""
+        o = self.options
+        return isinstance(o, HPSv2Options) or o.pretrained is not None
+
+    def _build_model(self) -> torch.nn.Module:
         import open_clip
 
         o = self.options
-        _register_model_config(o.model_config_file)
         arch = o.model
         pretrained = o.pretrained if isinstance(o, ClipOptions) else None
-        try:
-            model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
-        except Exception as exc:
-            raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
-        facts: dict[str, Any] = {"model": arch, "pretrained": pretrained, "library": "open_clip"}
+        # Weights from files are loaded strictly over every parameter and persistent buffer (open_clip's
+        # load_checkpoint for `pretrained`, load_state_dict for HPS's checkpoint), so the random
+        # initialisation they overwrite is skipped: ~60% of a ViT-B/32's build on a CPU (a colocated
+        # head's wake at level 2 builds it again). A random-weight model keeps its initialisation.
+        with _random_init_skipped(self.reloads_in_place):
+            try:
+                model, _, _ = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
+            except Exception as exc:
+                raise HeadLoadError(f"open_clip could not build {arch!r} (pretrained={pretrained!r}): {exc}") from exc
+            if isinstance(o, HPSv2Options):
+                model.load_state_dict(_hps_state_dict(o.checkpoint), strict=True)
+        return model
+
+    def load(self) -> dict[str, Any]:
+        o = self.options
+        _register_model_config(o.model_config_file)
+        model = self._build_model()
+        pretrained = o.pretrained if isinstance(o, ClipOptions) else None
+        facts: dict[str, Any] = {"model": o.model, "pretrained": pretrained, "library": "open_clip"}
         self.pp_cfg = dict(model.visual.preprocess_cfg)
         if isinstance(o, HPSv2Options):
-            checkpoint = o.checkpoint
-            model.load_state_dict(_hps_state_dict(checkpoint))
-            facts["checkpoint"] = checkpoint
+            facts["checkpoint"] = o.checkpoint
             # HPSv2's own eval transform: longest side to the input size, pad to square with black.
             self.pp_cfg["resize_mode"] = "longest"
             self.pp_cfg["fill_color"] = 0
@@ -268,7 +309,9 @@ class OpenClipHead(ClipFamilyHead):
         else:
             facts["preprocess"] = "resize_shortest+center_crop"
         self.model = self._finish(model)
-        self.tokenizer = open_clip.get_tokenizer(arch)
+        import open_clip
+
+        self.tokenizer = open_clip.get_tokenizer(o.model)
         return facts | self._start_stage()
 
     def _reference(self) -> TransformSpec:
@@ -297,6 +340,30 @@ class OpenClipHead(ClipFamilyHead):
         return self.model.encode_text(self.tokenizer(prompts).to(self.device))
 
 
+# torch.nn.init's in-place initialisers: a module's constructor calls them on weights a strict load
+# then overwrites.
+_INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "xavier_uniform_",
+                 "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _random_init_skipped(skip: bool) -> Iterator[None]:
+    """While building a model whose every weight a strict load will overwrite: torch.nn.init's
+    initialisers leave their tensor as it is (uninitialised memory the load fills). Not thread-safe;
+    a worker builds one model at a time."""
+    if not skip:
+        yield
+        return
+    saved = {name: getattr(torch.nn.init, name) for name in _INITIALISERS}
+    for name in _INITIALISERS:
+        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+
+
 def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
     """The HPS checkpoint's state dict: a local .pt/.pth ({"state_dict": ...} or plain) or
     safetensors file, or `repo_id/filename` on the Hugging Face hub."""
@@ -323,14 +390,19 @@ def _hps_state_dict(checkpoint: str) -> dict[str, torch.Tensor]:
 class HFClipHead(ClipFamilyHead):
     options: ClipOptions | PickScoreOptions
 
+    def _build_model(self) -> torch.nn.Module:
+        from transformers import CLIPModel
+
+        return CLIPModel.from_pretrained(self.options.model, attn_implementation="sdpa")
+
     def load(self) -> dict[str, Any]:
-        from transformers import AutoProcessor, CLIPModel
+        from transformers import AutoProcessor
 
         o = self.options
         model_id = o.model
         processor_id = o.processor or model_id
         try:
-            model = CLIPModel.from_pretrained(model_id, attn_implementation="sdpa")
+            model = self._build_model()
             self.processor = AutoProcessor.from_pretrained(processor_id)
         except Exception as exc:
             raise HeadLoadError(

@@ -54,6 +54,13 @@ class TextEmbeddingCache:
                 self._rows.popitem(last=False)
         return [found[p] for p in prompts]
 
+    def map_rows(self, move: Callable[[Any], Any]) -> None:
+        """Replace every cached row by `move(row)` (a colocated head's rows follow its weights
+        to host memory and back: the same bits, so a cached prompt scores as before)."""
+        with self._lock:
+            for prompt, row in list(self._rows.items()):
+                self._rows[prompt] = move(row)
+
     def stats(self) -> dict[str, int]:
         return {"text_cache_size": len(self._rows), "text_cache_hits": self.hits,
                 "text_encoded": self.encoded, "text_encode_calls": self.encode_calls}
