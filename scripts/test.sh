@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The test command: set up what the tests need on a fresh machine, then run unit tests, build the
-# docs site (mkdocs --strict), run the reliability suite, the integration tests against a real vLLM OpenAI server on the CPU (a tiny
-# Qwen2.5-VL the tests build) and the local heads (worker processes under their own venvs, tiny
-# models the tests build), and the Ray mode tests. Prints each stage's time, and a table of them
-# at the end (also in run/test-stages.tsv).
+# The test command: set up what the tests need on a fresh machine, then, in two streams side by
+# side, the integration tests against a real vLLM OpenAI server on the CPU (a tiny Qwen2.5-VL the
+# tests build) and the local heads (worker processes under their own venvs, tiny models the tests
+# build); and the unit tests, the docs site (mkdocs --strict), the reliability suite, the
+# integration tests that install from a wheel or launch with `up`, and the Ray mode tests. Prints
+# each stage's time, and a table of them at the end (also in run/test-stages.tsv).
 #
 # The environments are built by `judge-gateway env build` from judge_gateway/envs/specs.toml (the
 # mechanism `judge-gateway prepare` uses), side by side: two lanes of pip installs, and the
 # GenEval environment (its mmcv build, ~10 min of CPU on 2 cores) at low priority in the
-# background, overlapping the other set-up and the unit and reliability stages; the integration
-# stage waits for it.
+# background, overlapping the other set-up and the second stream's first stages; the integration
+# stream waits for it.
 #
 # Usage: scripts/test.sh [extra pytest args]
 set -euo pipefail
@@ -87,6 +88,9 @@ apt_tools() {
 # Free disk, for the reader of a failed run: the whole command takes 8-9 GB, so 10 GB free is enough (docs/development/testing.md).
 echo "== free disk at the start: $(df -h --output=avail "$REPO_ROOT" 2>/dev/null | tail -1 | tr -d ' ') in $REPO_ROOT"
 stage "set-up: .venv (bootstrap)" scripts/bootstrap.sh  # the gateway (no torch): dev, tune, redis, ocr, browse extras
+# The docs extra (mkdocs-material, mkdocstrings) into .venv now, not beside running tests: pip
+# reinstalls the editable package, which a test process starting then could not import.
+stage "set-up: docs extra" .venv/bin/python -m pip install -q -e ".[docs]"
 background "set-up: .venv-geneval (mmcv build, low priority)" nice -n 15 env MAX_JOBS=2 \
     scripts/lib/env_build.sh geneval "$REPO_ROOT/.venv-geneval" --torch auto
 background "set-up: apt (redis-server, chromium)" apt_tools
@@ -100,23 +104,42 @@ echo "== free disk after the set-up: $(df -h --output=avail "$REPO_ROOT" 2>/dev/
 # A failing test stage does not stop the later ones (each says what it found); the command fails
 # at the end. A failing set-up stage stops it at once: nothing after it could run.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-failed=0
-stage "unit tests" .venv/bin/python -m pytest tests/unit -q --durations=10 "$@" || failed=1
+# Two streams of test stages side by side: alone, each stage keeps the 2 cores ~60-70% busy (it
+# waits on servers, worker start-ups and subprocesses), so one stream fills the other's gaps
+# (bench/RESULTS.md, "Test command from nothing"). Stream 1: the integration tests that share the
+# session's vLLM and heads gateway. Stream 2: unit tests, the docs site, the reliability suite, the
+# integration tests that install or launch on their own (a wheel outside the repository, `up`),
+# then Ray mode.
+BESIDE=(tests/integration/test_wheel_install.py tests/integration/test_up.py)
 # The docs site: a broken link, anchor or page fails (the reference pages' staleness is a unit
 # test). No --quiet: it hides the warnings that --strict counts, so a broken link would pass.
-docs_site() {
-    .venv/bin/python -m pip install -q -e ".[docs]" &&  # the docs extra (mkdocs-material, mkdocstrings) into .venv
-        NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
+docs_site() { NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site; }
+second_stream() {
+    local status=0
+    stage "unit tests" .venv/bin/python -m pytest tests/unit -q --durations=10 "$@" || status=1
+    stage "docs site (mkdocs build --strict)" docs_site || status=1
+    # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
+    # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
+    # process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.
+    stage "reliability suite" .venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@" || status=1
+    stage "integration tests: from a wheel, up" .venv/bin/python -m pytest "${BESIDE[@]}" -q --durations=10 \
+        "$@" || status=1
+    stage "Ray mode tests (.venv-ray; two-node local Ray cluster)" \
+        .venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@" || status=1
+    return "$status"
 }
-stage "docs site (mkdocs build --strict)" docs_site || failed=1
-# -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
-# --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
-# process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.
-stage "reliability suite" .venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@" || failed=1
+SECOND="stream 2: unit, docs site, reliability, integration (wheel, up), Ray"
+background "$SECOND" second_stream "$@"
 wait_for "set-up: .venv-geneval (mmcv build, low priority)"
 # --durations: the slowest tests, where CI time goes.
+ignore=()
+for path in "${BESIDE[@]}"; do ignore+=("--ignore=$path"); done
 stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q \
-    --durations=25 "$@" || failed=1
-stage "Ray mode tests (.venv-ray; two-node local Ray cluster)" \
-    .venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@" || failed=1
+    "${ignore[@]}" --durations=25 "$@" || failed=1
+# The second stream's status is the test command's too; its output is shown once it ends.
+status=0
+wait "${BG_PID[$SECOND]}" || status=$?
+echo "== output of $SECOND (background):"
+cat "$(log_of "$SECOND")"
+[[ $status -eq 0 ]] || failed=1
 exit "$failed"

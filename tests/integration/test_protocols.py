@@ -80,7 +80,9 @@ async def test_cosmos_image_client_every_reward_type(served):
             "prompts": ["a red square", "colourful noise"], "media_type": "image"}
     async with httpx.AsyncClient(base_url=served.url, timeout=300) as http:
         r = await http.post("/api/reward/ping", data={"info_data": json.dumps({"client": "test"})}, headers=HDR)
-        assert r.json() == {"message": "Ping request received", "status": "ok"}
+        ping = r.json()  # cosmos-rl's reply, and whether each reward named can score now (issue 33)
+        assert {k: ping[k] for k in ("message", "status")} == {"message": "Ping request received", "status": "ok"}
+        assert ping["ready"] is True, ping
         r = await http.post("/api/reward/enqueue", content=enqueue_body(meta, image_batch()), headers=HDR)
         assert r.status_code == 200, r.text
         uid = r.json()["uuid"]

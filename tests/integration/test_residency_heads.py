@@ -69,8 +69,12 @@ async def test_a_clip_family_head_drops_its_weights_asleep_and_scores_bit_for_bi
     after = await gateway.score(request([*twins, *twins.values()]))  # the first batch after the wake
     for name, resident in twins.items():
         assert gateway.residency.info(name).wakes == 1
-        assert raws(after, name) == raws(before, name)
-        assert raws(after, name) == raws(after, resident)  # bit for bit, as a resident head
+        assert raws(after, name) == raws(before, name)  # bit for bit: the wake restored the same model
+        # As the resident head with the same options: a worker of its own, with its own history in
+        # this session (its batches may be cut otherwise when earlier tests left work behind); on the
+        # CPU a row moves by ~1e-7 with its batch, so equal to that, not bit for bit (a full run gave
+        # 0.16736175 against 0.16736172 on one row, alone the test gives equal bits).
+        assert raws(after, name) == pytest.approx(raws(after, resident), rel=1e-6, abs=1e-7)
 
 
 async def test_a_head_that_cannot_reload_in_place_sleeps_by_its_worker_exiting(gateway):

@@ -27,8 +27,8 @@ import pytest
 from judge_gateway.envs.builder import CONSTRAINTS, STAMP
 from judge_gateway.launch import descendants
 from tests.support.fake_openai import free_port
-from tests.support.health import wait_healthy
 from tests.support.heads_env import head_judges, heads_python, text_image_png
+from tests.support.health import wait_healthy
 from tests.support.install_text import install_commands
 from tests.support.toml_text import to_toml
 from tests.support.vllm_server import vllm_python
@@ -197,8 +197,10 @@ def test_from_the_wheel_prepare_builds_the_heads_and_vllm_venvs_and_serve_scores
     that venv. (--no-start: the vLLM server itself is started in test_up.py.)"""
     node = tmp_path / "node"
     node.mkdir()
-    _seed(heads_python().parent.parent, node / ".venv-heads")
-    _seed(vllm_python().parent.parent, node / ".venv-vllm")
+    # the node's own venvs, at the paths its config names (not the session's: those are heads_python's)
+    built = {name: node.joinpath(name) for name in (".venv-heads", ".venv-vllm")}
+    _seed(heads_python().parent.parent, built[".venv-heads"])
+    _seed(vllm_python().parent.parent, built[".venv-vllm"])
     clip = head_judges(tiny_heads)["clip"]
     clip["options"] |= {"python": ".venv-heads/bin/python", "device": "cpu"}
     config = {
@@ -225,10 +227,10 @@ def test_from_the_wheel_prepare_builds_the_heads_and_vllm_venvs_and_serve_scores
     # each venv holds the running judge-gateway: the installed files, from the rebuilt wheel
     probe = ("import importlib.metadata as m, json, judge_gateway; d = m.distribution('judge-gateway'); "
              "print(json.dumps([judge_gateway.__file__, json.loads(d.read_text('direct_url.json'))['url']]))")
-    package, url = json.loads(_run([str(node / ".venv-heads/bin/python"), "-c", probe], env=env, cwd=node).stdout)
-    assert Path(package).is_relative_to(node / ".venv-heads") and "/wheels/self/" in url, (package, url)
+    package, url = json.loads(_run([str(built[".venv-heads"] / "bin/python"), "-c", probe], env=env, cwd=node).stdout)
+    assert Path(package).is_relative_to(built[".venv-heads"]) and "/wheels/self/" in url, (package, url)
     assert (Path(package).parent / "backends.py").read_bytes() == (installed["site"] / "backends.py").read_bytes()
-    _run([str(node / ".venv-vllm/bin/python"), "-c", "import vllm, torchvision"], env=env, cwd=node)
+    _run([str(built[".venv-vllm"] / "bin/python"), "-c", "import vllm, torchvision"], env=env, cwd=node)
 
     port = free_port()
     log_path = tmp_path / "serve.log"

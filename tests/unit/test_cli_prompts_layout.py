@@ -75,7 +75,9 @@ COMMANDS = {
                   ('--torch', False, 'auto'), ('--torch-index', False, None), ('--wheel-cache', False, None),
                   ('--no-shared-files', False, False)],
     'prepare': [('--config', False, None), ('--judges', False, None), ('--offline', False, False),
-                ('--download-dir', False, None), ('--start', False, False), ('--no-build', False, False),
+                # issue 33: prepare starts a launched backend's servers for its probes unless --no-start
+                ('--download-dir', False, None), ('--no-start', False, True), ('--start', False, False),
+                ('--no-build', False, False),
                 ('--rebuild', False, False), ('--run-dir', False, 'run/prepare'), ('--dry-run', False, False),
                 ('--torch', False, 'auto'), ('--torch-index', False, None), ('--wheel-cache', False, None),
                 ('--no-shared-files', False, False)],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -87,7 +88,7 @@ def test_judges_get_their_kinds_class_and_typed_options():
     assert isinstance(cfg.judges["q"].options, YesNoOptions) and cfg.judges["q"].options.top_logprobs == 5
     assert isinstance(cfg.judges["r"].options, RubricOptions) and cfg.judges["r"].options.na_policy == "skip"
     assert cfg.judge_options("q") is cfg.judges["q"].options  # validated once, kept
-    judges = build_judges(cfg, {"vlm": object()})  # type: ignore[dict-item]
+    judges = build_judges(cfg, {"vlm": SimpleNamespace(cfg=cfg.backends["vlm"])})  # type: ignore[dict-item]  # a pool stand-in: judges read its config
     assert {n: type(j).__name__ for n, j in judges.items()} == {
         "q": "YesNoJudge", "r": "RubricJudge", "o": "OcrJudge", "g": "GenEvalJudge",
         "v": "VideoAlignJudge", "p": "HeadJudge"}

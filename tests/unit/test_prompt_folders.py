@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from judge_gateway.cli import main
 from judge_gateway.config import ConfigError, load_config, validate_config
-from judge_gateway.prompts import TemplateError, load_template, lock_new_templates, new_template, verify_lock
 from judge_gateway.judge_factory import build_judges
+from judge_gateway.prompts import (
+    TemplateError,
+    load_template,
+    lock_new_templates,
+    new_template,
+    verify_lock,
+)
+
 
 def config_file(folder: Path, template: str) -> Path:
     path = folder / "gateway.toml"
@@ -36,7 +44,7 @@ def test_locked_edited_refused_new_version_accepted(tmp_path, capsys):
     lock = json.loads((folder / "templates.lock").read_text())
     cfg = load_config(config_file(tmp_path, "shop_quality@1"))
     assert cfg.prompts.dirs == [str(folder)]
-    judge = build_judges(cfg, {"vlm": object()})["quality"]  # type: ignore[dict-item]
+    judge = build_judges(cfg, {"vlm": SimpleNamespace(cfg=cfg.backends["vlm"])})["quality"]  # type: ignore[dict-item]
     assert judge.template_ref.model_dump() == {"id": "shop_quality", "version": "1", "sha256": lock["shop_quality@1"]}
 
     released = first.read_bytes()
@@ -53,7 +61,7 @@ def test_locked_edited_refused_new_version_accepted(tmp_path, capsys):
     second.write_text(second.read_text().replace("product photo", "product shot"))  # a draft may change
     assert main(["prompts", "lock", "--config", str(tmp_path / "gateway.toml")]) == 0
     cfg = load_config(config_file(tmp_path, "shop_quality@2"))
-    two = build_judges(cfg, {"vlm": object()})["quality"]  # type: ignore[dict-item]
+    two = build_judges(cfg, {"vlm": SimpleNamespace(cfg=cfg.backends["vlm"])})["quality"]  # type: ignore[dict-item]
     assert two.template.version == "2" and "product shot" in two.template.user
     assert two.template.sha256 != lock["shop_quality@1"] and verify_lock([folder]) == []
     capsys.readouterr()

@@ -29,5 +29,5 @@ def test_every_new_kind_is_configured_on_its_preset(tmp_path):
         flag = dict(zip(argv, argv[1:]))
         assert (flag["--model"], flag["--served-model-name"], flag["--max-model-len"]) == (model, model, max_len)
         assert flag["--limit-mm-per-prompt"] == limit_mm and cfg.backends[backend].model == model
-        refs = backend_weights(cfg.backends[backend], preset_model(backend, cfg, tmp_path))
+        refs = backend_weights(cfg.backends[backend], preset_model(backend, cfg))
         assert [(r.ref, r.form, r.option) for r in refs] == [(model, "repo", "launch.preset")]

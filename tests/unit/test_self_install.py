@@ -29,7 +29,7 @@ def test_from_a_checkout_it_is_the_checkout_editable(tmp_path):
     assert installs == [["-e", f"{ROOT}[ocr]"]] and "this checkout" in what
     specs = load_specs()
     builder = EnvBuilder(choose_torch("cpu", specs.torch, find_links=[]), specs=specs, wheel_cache=tmp_path)
-    plan = "\n".join(builder.plan(specs.env("heads"), tmp_path / ".venv-heads"))
+    plan = "\n".join(builder.plan(specs.env("heads"), tmp_path.joinpath(".venv-heads")))
     assert f"pip install -c constraints -e {ROOT}" in plan
     assert "judge-gateway==" not in plan  # never the index's
 
