@@ -94,6 +94,18 @@ stage "set-up: docs extra" .venv/bin/python -m pip install -q -e ".[docs]"
 background "set-up: .venv-geneval (mmcv build, low priority)" nice -n 15 env MAX_JOBS=2 \
     scripts/lib/env_build.sh geneval "$REPO_ROOT/.venv-geneval" --torch auto
 background "set-up: apt (redis-server, chromium)" apt_tools
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# The unit tests that need no worker venv, no redis-server and no browser run during the set-up,
+# whose pip installs leave the cores idle while they wait on downloads and disk; the rest of the
+# unit tests (worker venvs: heads, latents, a torch for Pref-GRPO's code; redis-server) run after it, in the
+# second stream.
+UNIT_AFTER_SETUP=(tests/unit/test_clip_gpu_timer.py tests/unit/test_device_video.py
+    tests/unit/test_head_sleep_offload.py tests/unit/test_hostile_input.py tests/unit/test_rewards_toml.py
+    tests/unit/test_test_harness.py tests/unit/test_comparative_parity.py)
+unit_ignore=()
+for path in "${UNIT_AFTER_SETUP[@]}"; do unit_ignore+=("--ignore=$path"); done
+EARLY="unit tests (during the set-up; no worker venv)"
+background "$EARLY" .venv/bin/python -m pytest tests/unit -q --durations=10 "${unit_ignore[@]}" "$@"
 background "set-up: lane 2 (hpsv3, imagereward, latents, ray)" \
     lane hpsv3:.venv-hpsv3 imagereward:.venv-imagereward latents:.venv-latents ray:.venv-ray
 stage "set-up: lane 1 (vllm, heads, cosmosrl)" lane vllm:.venv-vllm heads:.venv-heads cosmosrl:.venv-cosmosrl
@@ -103,7 +115,6 @@ echo "== free disk after the set-up: $(df -h --output=avail "$REPO_ROOT" 2>/dev/
 
 # A failing test stage does not stop the later ones (each says what it found); the command fails
 # at the end. A failing set-up stage stops it at once: nothing after it could run.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # Two streams of test stages side by side: alone, each stage keeps the 2 cores ~60-70% busy (it
 # waits on servers, worker start-ups and subprocesses), so one stream fills the other's gaps
 # (bench/RESULTS.md, "Test command from nothing"). Stream 1: the integration tests that share the
@@ -116,7 +127,8 @@ BESIDE=(tests/integration/test_wheel_install.py tests/integration/test_up.py)
 docs_site() { NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site; }
 second_stream() {
     local status=0
-    stage "unit tests" .venv/bin/python -m pytest tests/unit -q --durations=10 "$@" || status=1
+    stage "unit tests (worker venvs, redis-server)" .venv/bin/python -m pytest "${UNIT_AFTER_SETUP[@]}" -q \
+        --durations=10 "$@" || status=1
     stage "docs site (mkdocs build --strict)" docs_site || status=1
     # -s: each test prints its figures ([reliability] lines: cases, status codes, recovered in s, lost)
     # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
@@ -136,10 +148,14 @@ ignore=()
 for path in "${BESIDE[@]}"; do ignore+=("--ignore=$path"); done
 stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q \
     "${ignore[@]}" --durations=25 "$@" || failed=1
-# The second stream's status is the test command's too; its output is shown once it ends.
-status=0
-wait "${BG_PID[$SECOND]}" || status=$?
-echo "== output of $SECOND (background):"
-cat "$(log_of "$SECOND")"
-[[ $status -eq 0 ]] || failed=1
+# The background test stages' status is the test command's too; each one's output is shown once it ends.
+collect() {
+    local status=0
+    wait "${BG_PID[$1]}" || status=$?
+    echo "== output of $1 (background):"
+    cat "$(log_of "$1")"
+    [[ $status -eq 0 ]] || failed=1
+}
+collect "$EARLY"
+collect "$SECOND"
 exit "$failed"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import queue
+import time
 from pathlib import Path
 from typing import Any
 
@@ -419,7 +420,10 @@ async def test_a_custom_class_in_a_real_worker_batches_fails_alone_and_reports_u
     gw = Gateway(cfg)
     try:
         ready = await gw.readiness(fresh=True)
-        for _ in range(200):
+        # two worker processes start (each imports numpy and the gateway): 10 s was not enough on CI's
+        # 2 cores beside the integration tests; the wait ends as soon as both have settled
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             ready = await gw.readiness(fresh=True)
             if ready["len"][0] and "failed" in (ready["gone"][1] or ""):
                 break
