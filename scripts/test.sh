@@ -115,6 +115,7 @@ echo "== free disk after the set-up: $(df -h --output=avail "$REPO_ROOT" 2>/dev/
 
 # A failing test stage does not stop the later ones (each says what it found); the command fails
 # at the end. A failing set-up stage stops it at once: nothing after it could run.
+failed=0
 # Two streams of test stages side by side: alone, each stage keeps the 2 cores ~60-70% busy (it
 # waits on servers, worker start-ups and subprocesses), so one stream fills the other's gaps
 # (bench/RESULTS.md, "Test command from nothing"). Stream 1: the integration tests that share the
