@@ -170,7 +170,7 @@ class Trainer:
             "mode": "colocated", "idle_sleep_s": None, "level": args.level}
         self.gw = Gateway(validate_config({"judges": judges(args, residency, args.groups * args.group_size)}))
         self.app = create_app(self.gw)
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gateway",
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://localhost",
                                       timeout=600)
         self.steps: list[dict[str, float]] = []
         self.scores: list[list[float]] = []
