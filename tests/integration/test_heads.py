@@ -57,7 +57,9 @@ def request(prompts_images, judges) -> RewardRequest:
 
 async def test_heads_become_ready_and_report_it(gw):
     await gw.readiness(fresh=True)  # starts every worker
-    deadline = time.monotonic() + 240
+    # every head's worker imports torch and loads its model at once: minutes on 2 cores busy with
+    # the test command's other stream (the wait ends as soon as all are ready)
+    deadline = time.monotonic() + 600
     while True:
         ready = await gw.readiness(fresh=True)
         if all(ok for ok, _ in ready.values()) or time.monotonic() > deadline:

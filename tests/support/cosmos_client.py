@@ -49,6 +49,20 @@ async def poll(client: httpx.AsyncClient, uid: str, reward: str | None, *, token
         await asyncio.sleep(interval)
 
 
+async def enqueue(client: httpx.AsyncClient, content: bytes, *, headers: dict[str, str] | None = None,
+                  timeout: float = 600.0) -> httpx.Response:
+    """An enqueue as cosmos-rl's trainer sends it (network_util.make_request_with_retry): a 503 with
+    Retry-After (a head still loading past cosmos_rl.load_wait_s, a backend not up yet) is sent
+    again after the pause it names; any other reply is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await client.post("/api/reward/enqueue", content=content,
+                              headers=headers or {"Content-Type": "application/octet-stream"})
+        if r.status_code != 503 or time.monotonic() > deadline:
+            return r
+        await asyncio.sleep(float(r.headers.get("Retry-After", "2")))
+
+
 def image_batch(b: int = 2, size: int = 16) -> np.ndarray:
     return np.random.default_rng(0).integers(0, 256, size=(b, size, size, 3), dtype=np.uint8)
 
