@@ -231,10 +231,10 @@ class EnvBuilder:
         python = str(venv_python(venv))
         pip = [python, "-m", "pip"]
         quiet = [] if self.verbose_pip else ["-q"]
-        # --no-compile: no bytecode for the ~10-20k modules of an environment at install time (pip
-        # compiles them one by one: ~4.5 ms each, ~100 s of CPU for the vLLM venv); Python writes a
-        # module's .pyc when it is first imported, so only what runs is compiled (as uv does).
-        install = [*pip, "install", "--no-compile", *quiet]
+        # pip compiles every module's bytecode at install (kept: where PYTHONDONTWRITEBYTECODE is
+        # set, as on many CI machines, nothing imported would ever be cached, and every worker start
+        # compiled torch's modules from source: tried, the test command took about twice as long).
+        install = [*pip, "install", *quiet]
         if step.kind == "torch":
             args = [*install, *self.choice.index_args(), self.choice.requirement]
             if state.torch_build and state.torch_build != self.choice.build:
