@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.support.clip_heads_gateway import shipped_flow_factory
-from tests.support.cosmos_client import enqueue, enqueue_body, poll
+from tests.support.cosmos_client import enqueue_body, enqueue_retrying, poll
 from tests.support.heads_env import head_judges, heads_python, python_path
 from tests.support.protocol_clients import ff_compute, ff_payload
 from tests.support.served_gateway import asgi_client
@@ -152,7 +152,7 @@ async def test_cosmos_rl_pickscore_and_hpsv2(client, media, reference):
     meta = {"reward_fn": {"pickscore": 1.0, "hpsv2": 1.0}, "prompts": PROMPTS, "media_type": "image"}
     # the trainer sends an enqueue again after a 503's Retry-After (a head still loading past
     # cosmos_rl.load_wait_s: on 2 busy cores the session's heads may take longer than 45 s)
-    r = await enqueue(client, enqueue_body(meta, arr))
+    r = await enqueue_retrying(client, enqueue_body(meta, arr))
     assert r.status_code == 200, r.text
     uid = r.json()["uuid"]
     pickscore = (await poll(client, uid, "pickscore", timeout=600)).json()

@@ -49,7 +49,7 @@ async def poll(client: httpx.AsyncClient, uid: str, reward: str | None, *, token
         await asyncio.sleep(interval)
 
 
-async def enqueue(client: httpx.AsyncClient, content: bytes, *, headers: dict[str, str] | None = None,
+async def enqueue_retrying(client: httpx.AsyncClient, content: bytes, *, headers: dict[str, str] | None = None,
                   timeout: float = 600.0) -> httpx.Response:
     """An enqueue as cosmos-rl's trainer sends it (network_util.make_request_with_retry): a 503 with
     Retry-After (a head still loading past cosmos_rl.load_wait_s, a backend not up yet) is sent
