@@ -120,9 +120,12 @@ failed=0
 # waits on servers, worker start-ups and subprocesses), so one stream fills the other's gaps
 # (bench/RESULTS.md, "Test command from nothing"). Stream 1: the integration tests that share the
 # session's vLLM and heads gateway. Stream 2: unit tests, the docs site, the reliability suite, the
-# integration tests that install or launch on their own (a wheel outside the repository, `up`),
-# then Ray mode.
-BESIDE=(tests/integration/test_wheel_install.py tests/integration/test_up.py)
+# integration tests that need neither the session's vLLM nor its heads gateway (a wheel outside the
+# repository, `up`, the heads that start gateways of their own: ~350 s moved off stream 1, the
+# longer one), then Ray mode.
+BESIDE=(tests/integration/test_wheel_install.py tests/integration/test_up.py
+    tests/integration/test_image_reward.py tests/integration/test_hpsv3.py tests/integration/test_videoalign.py
+    tests/integration/test_heads_preprocess.py)
 # The docs site: a broken link, anchor or page fails (the reference pages' staleness is a unit
 # test). No --quiet: it hides the warnings that --strict counts, so a broken link would pass.
 docs_site() { NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site; }
@@ -135,13 +138,13 @@ second_stream() {
     # --timeout (pytest-timeout, the dev extra): a test that hangs (a server that never answers, a lost
     # process) fails after 15 min instead of stalling the run; the slowest takes ~2 min.
     stage "reliability suite" .venv/bin/python -m pytest tests/reliability -q -s --timeout=900 "$@" || status=1
-    stage "integration tests: from a wheel, up" .venv/bin/python -m pytest "${BESIDE[@]}" -q --durations=10 \
+    stage "integration tests: from a wheel, up, heads on their own" .venv/bin/python -m pytest "${BESIDE[@]}" -q --durations=10 \
         "$@" || status=1
     stage "Ray mode tests (.venv-ray; two-node local Ray cluster)" \
         .venv-ray/bin/python -m pytest tests/ray -q -p no:warnings --timeout=900 "$@" || status=1
     return "$status"
 }
-SECOND="stream 2: unit, docs site, reliability, integration (wheel, up), Ray"
+SECOND="stream 2: unit, docs site, reliability, integration (wheel, up, heads), Ray"
 background "$SECOND" second_stream "$@"
 wait_for "set-up: .venv-geneval (mmcv build, low priority)"
 # --durations: the slowest tests, where CI time goes.
