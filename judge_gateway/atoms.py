@@ -10,13 +10,13 @@ data file is used as it is. The file is read once per path and content (cached b
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .exceptions import ConfigurationError, InvalidInput
+from .jsonl import iter_objects_in
 
 METADATA_KEY = "vqa_list"
 SKILLS_KEY = "skills"
@@ -82,15 +82,8 @@ def load_atoms_file(path: str | Path) -> AtomsFile:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise AtomsFileError(f"atoms file {p}: not UTF-8") from None
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"atoms file {p}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise AtomsFileError(f"{where}: not JSON ({err.msg})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+    for _, where, obj in iter_objects_in(text, f"atoms file {p}", AtomsFileError):
+        if not isinstance(obj.get("prompt"), str):
             raise AtomsFileError(f"{where}: a line is an object with a `prompt` string")
         try:
             atoms = parse_atoms(obj.get(METADATA_KEY), obj.get(SKILLS_KEY), where=f"{where}: {METADATA_KEY}")

@@ -17,10 +17,17 @@ def iter_objects(path: Path, error: type[Exception] = ValueError,
         raise error(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise error(f"{path}: cannot read ({err})") from None
+    yield from iter_objects_in(text, str(path), error, known_keys)
+
+
+def iter_objects_in(text: str, name: str, error: type[Exception] = ValueError,
+                    known_keys: set[str] | None = None) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """iter_objects over text already read (a caller that hashes the bytes); `name` leads each
+    line's "name:line"."""
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        where = f"{path}:{n}"
+        where = f"{name}:{n}"
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
