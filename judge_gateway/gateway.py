@@ -272,6 +272,9 @@ class Gateway:
         m.count(m.scores, (score.judge, "true" if score.valid else "false"))
         if not score.valid and score.error is not None:
             m.count(m.invalid_scores, (score.judge, score.error.code.value))
+        # a comparative judge's group report rides on every member; counted once, with member 0
+        if score.details.get("group_index") == 0 and isinstance(group := score.details.get("group"), dict):
+            m.observe_group(score.judge, group)
 
     async def readiness(self, *, fresh: bool = False) -> dict[str, tuple[bool, str | None]]:
         """Judge name -> (ready, reason). Probes are cached for server.readiness_interval_s."""

@@ -9,7 +9,7 @@ admission slots, the media budget, the judge queues) are read from their sources
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -129,6 +129,35 @@ class Metrics:
             "logged once); names past the first 256, or not plain identifiers, count as `(other)`.",
             ["api", "field"], registry=self.registry,
         )
+        # Comparative judges, counted once per group from its report (comparisons/report.py): the
+        # rates a dashboard wants are ratios of these counters (swap agreement = agreed="true" over
+        # all; a 3-cycle rate = cycles over triads).
+        self.comparison_groups = Counter(
+            "judge_gateway_comparison_groups_total",
+            "Groups judged by a comparative judge, by whether the group's deadline cut its comparisons.",
+            ["judge", "timed_out"], registry=self.registry,
+        )
+        self.comparisons = Counter(
+            "judge_gateway_comparisons_total",
+            "Pairs compared by a comparative judge, by outcome: done (in the aggregation), masked "
+            "(its two orders disagreed, or one failed, as configured), failed (no valid verdict).",
+            ["judge", "status"], registry=self.registry,
+        )
+        self.comparison_calls = Counter(
+            "judge_gateway_comparison_calls_total",
+            "Verdicts asked of a comparative judge's backend, by outcome: `valid` or the error code.",
+            ["judge", "outcome"], registry=self.registry,
+        )
+        self.comparison_swap_pairs = Counter(
+            "judge_gateway_comparison_swap_pairs_total",
+            "Pairs asked in both orders with both verdicts valid, by whether the two named the same winner.",
+            ["judge", "agreed"], registry=self.registry,
+        )
+        self.comparison_triads = Counter(
+            "judge_gateway_comparison_triads_total",
+            "Triads of a group whose three pairs were decided, and how many of them were 3-cycles.",
+            ["judge", "cycle"], registry=self.registry,
+        )
         self._at_scrape: list[Callable[[], None]] = []  # gauges read from their sources at each scrape
         # (metric, label values, amount or value, observe?) recorded on the serving path (count, observe)
         self._pending: list[tuple[Any, tuple[str, ...], float, bool]] = []
@@ -194,6 +223,26 @@ class Metrics:
             self.count(self.media_encodes, (kind,), n)
         for kind, n in hits.items():
             self.count(self.media_cache_hits, (kind,), n)
+
+    def observe_group(self, judge: str, report: Mapping[str, Any]) -> None:
+        """A comparative judge's report on one group (`details.group` of its members)."""
+        self.count(self.comparison_groups, (judge, "true" if report.get("timed_out") else "false"))
+        for status, n in (report.get("comparisons") or {}).items():
+            if n:
+                self.count(self.comparisons, (judge, status), n)
+        calls = report.get("calls") or {}
+        if calls.get("valid"):
+            self.count(self.comparison_calls, (judge, "valid"), calls["valid"])
+        for code, n in (calls.get("failed") or {}).items():
+            self.count(self.comparison_calls, (judge, code), n)
+        swap = report.get("swap_agreement") or {}
+        if swap.get("pairs"):
+            self.count(self.comparison_swap_pairs, (judge, "true"), swap["agreed"])
+            self.count(self.comparison_swap_pairs, (judge, "false"), swap["pairs"] - swap["agreed"])
+        triads = report.get("transitivity") or {}
+        if triads.get("triads"):
+            self.count(self.comparison_triads, (judge, "true"), triads["cycles"])
+            self.count(self.comparison_triads, (judge, "false"), triads["triads"] - triads["cycles"])
 
     def render(self) -> bytes:
         self.flush()

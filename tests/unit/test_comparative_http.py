@@ -85,6 +85,37 @@ async def test_a_group_is_scored_by_its_comparisons_with_its_report(served):
     assert scores[1]["details"]["pairs"] == [[0, "done", 1.0], [2, "done", 1.0], [3, "done", 1.0]]
 
 
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name.startswith("judge_gateway_comparison")}
+
+
+async def test_the_metrics_count_each_groups_comparisons_once(served):
+    client, _ = served
+    r, _ = await post(client, group([40, 200, 120, 80]) + group([90, 30], "h"))
+    assert r.status_code == 200, r.text
+    r, _ = await post(client, group([40, 200, 120]), judge="garbage")
+    assert r.status_code == 200, r.text
+    got = _samples((await client.get("/metrics")).text)
+
+    def value(name: str, **labels: str) -> float:
+        return got.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    # two groups of cmp (6 + 1 pairs, 12 + 2 calls, both orders agreeing, 4 triads without a cycle)
+    assert value("judge_gateway_comparison_groups_total", judge="cmp", timed_out="false") == 2
+    assert value("judge_gateway_comparisons_total", judge="cmp", status="done") == 7
+    assert value("judge_gateway_comparison_calls_total", judge="cmp", outcome="valid") == 14
+    assert value("judge_gateway_comparison_swap_pairs_total", judge="cmp", agreed="true") == 7
+    assert value("judge_gateway_comparison_swap_pairs_total", judge="cmp", agreed="false") == 0
+    assert value("judge_gateway_comparison_triads_total", judge="cmp", cycle="false") == 4
+    # one group of garbage: 3 pairs failed, 6 calls unparsable
+    assert value("judge_gateway_comparisons_total", judge="garbage", status="failed") == 3
+    assert value("judge_gateway_comparison_calls_total", judge="garbage", outcome="parse_error") == 6
+    assert value("judge_gateway_comparison_calls_total", judge="garbage", outcome="valid") == 0
+
+
 async def test_a_pair_the_judge_never_answers_times_out_at_the_group_deadline(served):
     client, fake = served
     hung_up = fake.counters["stall_disconnected"]
