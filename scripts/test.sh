@@ -9,8 +9,8 @@
 # The environments are built by `judge-gateway env build` from judge_gateway/envs/specs.toml (the
 # mechanism `judge-gateway prepare` uses), side by side: two lanes of pip installs, and the
 # GenEval environment (its mmcv build, ~10 min of CPU on 2 cores) at low priority in the
-# background, overlapping the other set-up and the second stream's first stages; the integration
-# stream waits for it.
+# background, overlapping the other set-up and the first test stages; the integration tests that
+# need it wait for it (JG_SETUP_PENDING).
 #
 # Usage: scripts/test.sh [extra pytest args]
 set -euo pipefail
@@ -91,8 +91,20 @@ stage "set-up: .venv (bootstrap)" scripts/bootstrap.sh  # the gateway (no torch)
 # The docs extra (mkdocs-material, mkdocstrings) into .venv now, not beside running tests: pip
 # reinstalls the editable package, which a test process starting then could not import.
 stage "set-up: docs extra" .venv/bin/python -m pip install -q -e ".[docs]"
-background "set-up: .venv-geneval (mmcv build, low priority)" nice -n 15 env MAX_JOBS=2 \
-    scripts/lib/env_build.sh geneval "$REPO_ROOT/.venv-geneval" --torch auto
+# The GenEval venv (its mmcv compile is the longest set-up step) builds beside the rest, and past
+# the set-up: the integration stage starts without it, and its tests that need it wait while
+# $JG_SETUP_PENDING/.venv-geneval exists (tests/support/heads_env.py).
+export JG_SETUP_PENDING="$LOGS/pending"
+mkdir -p "$JG_SETUP_PENDING"
+touch "$JG_SETUP_PENDING/.venv-geneval"
+geneval_setup() {
+    local status=0
+    nice -n 10 env MAX_JOBS=2 scripts/lib/env_build.sh geneval "$REPO_ROOT/.venv-geneval" --torch auto || status=$?
+    rm -f "$JG_SETUP_PENDING/.venv-geneval"
+    return "$status"
+}
+GENEVAL="set-up: .venv-geneval (mmcv build, low priority)"
+background "$GENEVAL" geneval_setup
 background "set-up: apt (redis-server, chromium)" apt_tools
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # The unit tests that need no worker venv, no redis-server and no browser run during the set-up,
@@ -121,11 +133,10 @@ failed=0
 # (bench/RESULTS.md, "Test command from nothing"). Stream 1: the integration tests that share the
 # session's vLLM and heads gateway. Stream 2: unit tests, the docs site, the reliability suite, the
 # integration tests that need neither the session's vLLM nor its heads gateway (a wheel outside the
-# repository, `up`, the heads that start gateways of their own: ~350 s moved off stream 1, the
+# repository, `up`, the heads that start gateways of their own: ~300 s moved off stream 1, the
 # longer one), then Ray mode.
 BESIDE=(tests/integration/test_wheel_install.py tests/integration/test_up.py
-    tests/integration/test_image_reward.py tests/integration/test_hpsv3.py tests/integration/test_videoalign.py
-    tests/integration/test_heads_preprocess.py)
+    tests/integration/test_image_reward.py tests/integration/test_hpsv3.py tests/integration/test_videoalign.py)
 # The docs site: a broken link, anchor or page fails (the reference pages' staleness is a unit
 # test). No --quiet: it hides the warnings that --strict counts, so a broken link would pass.
 docs_site() { NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site; }
@@ -146,12 +157,12 @@ second_stream() {
 }
 SECOND="stream 2: unit, docs site, reliability, integration (wheel, up, heads), Ray"
 background "$SECOND" second_stream "$@"
-wait_for "set-up: .venv-geneval (mmcv build, low priority)"
 # --durations: the slowest tests, where CI time goes.
 ignore=()
 for path in "${BESIDE[@]}"; do ignore+=("--ignore=$path"); done
 stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q \
     "${ignore[@]}" --durations=25 "$@" || failed=1
+wait_for "$GENEVAL"  # ended by now: the integration tests that need it waited for it
 # The background test stages' status is the test command's too; each one's output is shown once it ends.
 collect() {
     local status=0

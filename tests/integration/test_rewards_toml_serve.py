@@ -172,9 +172,18 @@ def served(vllm, tmp_path_factory):
     proc.wait(timeout=60)
 
 
-def _enqueue(url: str, meta: dict, arr: np.ndarray) -> str:
-    r = httpx.post(f"{url}/api/reward/enqueue", content=enqueue_body(meta, arr), timeout=60,
-                   headers={"Content-Type": "application/octet-stream", "Authorization": "Bearer None"})
+def _enqueue(url: str, meta: dict, arr: np.ndarray, timeout: float = 600) -> str:
+    """An enqueue as cosmos-rl's trainer sends it (network_util.make_request_with_retry sends a 5xx
+    again): a 503 with Retry-After, a head still loading past cosmos_rl.load_wait_s on 2 busy
+    cores, is sent again after the pause it names."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.post(f"{url}/api/reward/enqueue", content=enqueue_body(meta, arr), timeout=60,
+                       headers={"Content-Type": "application/octet-stream", "Authorization": "Bearer None"})
+        if r.status_code != 503 or time.monotonic() > deadline:
+            break
+        assert "Retry-After" in r.headers, r.headers
+        time.sleep(float(r.headers["Retry-After"]))
     assert r.status_code == 200, r.text
     return r.json()["uuid"]
 

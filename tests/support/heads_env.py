@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +24,27 @@ from tests.support.tiny_cache import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# scripts/test.sh builds the GenEval venv (its mmcv compile, ~10 min) beside the first integration
+# tests: while it builds, $JG_SETUP_PENDING/<venv folder name> exists, and a test that needs that
+# venv waits here for the build to end instead of the whole stage waiting before its first test.
+PENDING_WAIT_S = 1800.0
+
+
+def _wait_while_building(default: str) -> None:
+    folder = os.environ.get("JG_SETUP_PENDING")
+    if not folder:
+        return
+    marker = Path(folder) / default
+    started = time.monotonic()
+    if marker.exists():
+        print(f"\n[heads_env] waiting for scripts/test.sh to finish building {default} ...", flush=True)
+    while marker.exists() and time.monotonic() - started < PENDING_WAIT_S:
+        time.sleep(2.0)
+
+
 def venv_python(env_var: str, default: str, setup_script: str) -> Path:
     """The interpreter of a worker venv ($env_var, else <repo>/default), or why it is missing."""
+    _wait_while_building(default)
     python = Path(os.environ.get(env_var, ROOT / default)) / "bin" / "python"
     if not python.exists():
         raise RuntimeError(f"{python} is missing: run scripts/{setup_script} first")

@@ -235,3 +235,31 @@ def test_a_dangling_link_in_a_resolved_folder_is_pointed_at_the_entry(tmp_path):
     (dest / "checkpoint-7").symlink_to(tmp_path / "gone" / "checkpoint-7")  # dangling
     resolved = resolve_entry_paths(entry, "ckpt/model_config.json", dest, ["model_config.model_name_or_path"])
     assert (resolved.parent / "checkpoint-7" / "weights.bin").read_bytes() == b"wt"
+
+
+def test_a_venv_the_test_command_still_builds_is_waited_for(tmp_path, monkeypatch):
+    """JG_SETUP_PENDING (scripts/test.sh): a test that needs a venv still being built waits until
+    the build's marker is gone, then finds the interpreter (or says it is missing)."""
+    import threading
+
+    from tests.support import heads_env
+
+    pending = tmp_path / "pending"
+    pending.mkdir()
+    (pending / ".venv-geneval").touch()
+    venv = tmp_path / "venv-geneval"
+    monkeypatch.setenv("JG_SETUP_PENDING", str(pending))
+    monkeypatch.setenv("JG_GENEVAL_VENV", str(venv))
+
+    def build() -> None:  # the set-up stage: the interpreter appears, then the marker goes
+        (venv / "bin").mkdir(parents=True)
+        (venv / "bin" / "python").touch()
+        (pending / ".venv-geneval").unlink()
+
+    timer = threading.Timer(0.5, build)
+    timer.start()
+    try:
+        assert heads_env.geneval_python() == venv / "bin" / "python"
+    finally:
+        timer.join()
+    assert not (pending / ".venv-geneval").exists()
