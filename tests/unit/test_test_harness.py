@@ -246,7 +246,8 @@ def test_a_venv_the_test_command_still_builds_is_waited_for(tmp_path, monkeypatc
 
     pending = tmp_path / "pending"
     pending.mkdir()
-    (pending / ".venv-geneval").touch()
+    marker = pending.joinpath(".venv-geneval")  # the venv's default folder name
+    marker.touch()
     venv = tmp_path / "venv-geneval"
     monkeypatch.setenv("JG_SETUP_PENDING", str(pending))
     monkeypatch.setenv("JG_GENEVAL_VENV", str(venv))
@@ -254,7 +255,7 @@ def test_a_venv_the_test_command_still_builds_is_waited_for(tmp_path, monkeypatc
     def build() -> None:  # the set-up stage: the interpreter appears, then the marker goes
         (venv / "bin").mkdir(parents=True)
         (venv / "bin" / "python").touch()
-        (pending / ".venv-geneval").unlink()
+        marker.unlink()
 
     timer = threading.Timer(0.5, build)
     timer.start()
@@ -262,4 +263,4 @@ def test_a_venv_the_test_command_still_builds_is_waited_for(tmp_path, monkeypatc
         assert heads_env.geneval_python() == venv / "bin" / "python"
     finally:
         timer.join()
-    assert not (pending / ".venv-geneval").exists()
+    assert not marker.exists()
