@@ -129,14 +129,19 @@ LAST_ON_QWEN3VL = "last_on_the_qwen3vl_server"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "stops_the_session_vllm: stops the session's vLLM server, so it runs last")
+    config.addinivalue_line("markers", "needs_geneval_venv: uses .venv-geneval, so it runs after the others "
+                            "(scripts/test.sh may still be building it: JG_SETUP_PENDING)")
     config.addinivalue_line("markers", f"{LAST_ON_HEADS}: the last test of the session on clip_heads")
     config.addinivalue_line("markers", f"{LAST_ON_QWEN3VL}: the last test of the session on vllm_qwen3vl")
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselected what does not run
 def pytest_collection_modifyitems(config, items):
-    # A test that stops the shared server runs after every test that needs it (stable order otherwise).
-    items.sort(key=lambda item: item.get_closest_marker("stops_the_session_vllm") is not None)
+    # A test that stops the shared server runs after every test that needs it, and before it the tests
+    # that need the GenEval venv, whose build (scripts/test.sh) may still run when the stage starts
+    # (stable order otherwise).
+    items.sort(key=lambda item: (item.get_closest_marker("stops_the_session_vllm") is not None,
+                                 item.get_closest_marker("needs_geneval_venv") is not None))
     # The tests on the session's heads gateway run one after another, where the first of them stands
     # (the others keep their order), and the gateway closes after the last of them; so do the tests
     # on the Qwen3-VL server, which stops after the last of them.

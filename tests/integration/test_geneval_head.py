@@ -19,7 +19,7 @@ from judge_gateway.heads.geneval.rules import COLORS, TAGS
 from judge_gateway.schema import RewardRequest
 from tests.support.heads_env import build_random_geneval, build_tiny_heads, geneval_judge
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_geneval_venv]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

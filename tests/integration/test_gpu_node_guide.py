@@ -15,7 +15,7 @@ from judge_gateway.gateway import Gateway
 from judge_gateway.prepare import check_judges
 from tests.support.guide_configs import GUIDE_CONFIGS, on_this_machine, shipped
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_geneval_venv]
 
 
 @pytest.mark.parametrize("name", GUIDE_CONFIGS)

@@ -37,7 +37,7 @@ from tests.support.heads_env import (
 )
 from tests.support.protocol_clients import enqueue_body
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_geneval_venv]
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "support" / "cosmos_rl_trainer.py"
 FINAL_REGEX = r"[a-z ]{5,30}\nFinal Score: [1-4]\.[0-9]"
