@@ -133,8 +133,8 @@ failed=0
 # (bench/RESULTS.md, "Test command from nothing"). Stream 1: the integration tests that share the
 # session's vLLM and heads gateway. Stream 2: unit tests, the docs site, the reliability suite, the
 # integration tests that need neither the session's vLLM nor its heads gateway (a wheel outside the
-# repository, `up`, the heads that start gateways of their own: ~300 s moved off stream 1, the
-# longer one), then Ray mode.
+# repository, `up`, the heads that start gateways of their own: off stream 1, the longer one),
+# then Ray mode.
 BESIDE=(tests/integration/test_wheel_install.py tests/integration/test_up.py
     tests/integration/test_image_reward.py tests/integration/test_hpsv3.py tests/integration/test_videoalign.py)
 # The docs site: a broken link, anchor or page fails (the reference pages' staleness is a unit
@@ -162,8 +162,7 @@ ignore=()
 for path in "${BESIDE[@]}"; do ignore+=("--ignore=$path"); done
 stage "integration tests (real vLLM on CPU, local heads)" .venv/bin/python -m pytest tests/integration -q \
     "${ignore[@]}" --durations=25 "$@" || failed=1
-wait_for "$GENEVAL"  # ended by now: the integration tests that need it waited for it
-# The background test stages' status is the test command's too; each one's output is shown once it ends.
+# The background stages' status is the test command's too; each one's output is shown once it ends.
 collect() {
     local status=0
     wait "${BG_PID[$1]}" || status=$?
@@ -171,6 +170,7 @@ collect() {
     cat "$(log_of "$1")"
     [[ $status -eq 0 ]] || failed=1
 }
+collect "$GENEVAL"  # ended by now: the integration tests that need it waited for it
 collect "$EARLY"
 collect "$SECOND"
 exit "$failed"
