@@ -20,6 +20,7 @@ from ..config import (
     shipped_configs,
 )
 from ..extras import install_command, require_extra
+from ..exceptions import Unavailable
 
 
 def startup_lines(cfg: Any, config_ref: str | None) -> list[str]:
@@ -159,7 +160,11 @@ def _serve_on_ray(cfg: Any, keys: list[str], address: str | None) -> int:
         print(f"error: Ray mode needs the `ray` extra ({install_command('ray')}; in a checkout "
               f"scripts/setup_ray.sh): {err}", file=sys.stderr)
         return 2
-    url = deploy(cfg, keys, address)
+    try:
+        url = deploy(cfg, keys, address)
+    except Unavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"deployed {cfg.ray.app_name} on Ray: {url} (judge-gateway ray-status shows its replicas)")
     return 0
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,11 +14,15 @@ from ray.serve.config import HTTPOptions
 
 from ..config import GatewayConfig
 from ..config import RayConfig, RayDeploymentConfig
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, Unavailable
 from .heads import HeadReplica
 from .ingress import GatewayIngress
 
 GATEWAY_DEPLOYMENT = "gateway"
+# How long `deploy` waits for Serve's HTTP proxy to come up after its first start failed.
+PROXY_START_WAIT_S = 300.0
+
+log = logging.getLogger(__name__)
 
 
 def head_deployment_name(judge: str) -> str:
@@ -66,10 +72,41 @@ def deploy(cfg: GatewayConfig, api_keys: list[str], address: str | None = None) 
     """Deploy (or update) the application and wait until it runs; return its URL."""
     rc = _ray_section(cfg)
     connect(rc, address)
-    # One proxy, on the head node: several nodes on one host would fight over the port.
-    serve.start(proxy_location="HeadOnly", http_options=HTTPOptions(host=rc.http_host, port=rc.http_port))
+    start_serve(rc)
     serve.run(build_application(cfg, api_keys), name=rc.app_name, route_prefix="/", blocking=False)
     return f"http://{rc.http_host}:{rc.http_port}"
+
+
+def start_serve(rc: RayConfig, wait_s: float = PROXY_START_WAIT_S) -> None:
+    """Start Serve (its controller and one HTTP proxy, on the head node: several nodes on one host
+    would fight over the port) and return once the proxy is healthy.
+
+    Serve gives a new proxy 5 s to answer its ready check. On a busy head node it can miss that:
+    the controller then kills it and starts another with a longer check, while `serve.start`, which
+    waits on the first proxy only, raises. That is a slow start, not a failed deploy: wait for the
+    replacement, up to `wait_s`, and raise only if no proxy becomes healthy."""
+    http = HTTPOptions(host=rc.http_host, port=rc.http_port)
+    try:
+        serve.start(proxy_location="HeadOnly", http_options=http)
+        return
+    except (ray.exceptions.RayError, TimeoutError) as exc:
+        first: BaseException = exc
+    log.warning("Serve's HTTP proxy did not start at the first try (%s); waiting up to %.0f s for the one "
+                "the Serve controller starts in its place", type(first).__name__, wait_s)
+    deadline = time.monotonic() + wait_s
+    last = "no answer from the Serve controller"
+    while time.monotonic() < deadline:
+        try:
+            serve.start(proxy_location="HeadOnly", http_options=http)  # connects to the running controller
+            proxies = {node: str(getattr(s, "value", s)) for node, s in serve.status().proxies.items()}
+            if any(s == "HEALTHY" for s in proxies.values()):
+                return
+            last = f"proxies: {proxies or 'none yet'}"
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(1.0)
+    raise Unavailable(f"Serve's HTTP proxy did not become healthy within {wait_s:.0f} s of a failed "
+                             f"start ({type(first).__name__}); last seen: {last}") from first
 
 
 @dataclass

@@ -26,9 +26,13 @@ import pytest
 from PIL import Image
 
 from judge_gateway import cli
+from judge_gateway.config import RayConfig
+from judge_gateway.exceptions import Unavailable
+from judge_gateway.ray_mode import deploy as deploy_module
 from judge_gateway.ray_mode.deploy import (
     GATEWAY_DEPLOYMENT,
     head_deployment_name,
+    start_serve,
     status,
 )
 from tests.support.cosmos_client import HEADERS, enqueue_body, poll
@@ -175,6 +179,36 @@ async def test_ray_status_shows_deployments_replicas_and_queue_depths(deployed, 
         assert all(r["state"] == "RUNNING" and isinstance(r["ongoing_requests"], int) and r["pid"]
                    for r in d["replicas"])
         assert d["queue_depth"] == sum(r["ongoing_requests"] for r in d["replicas"])
+
+
+def test_a_proxy_that_misses_its_first_ready_check_is_waited_for_not_a_failed_deploy(deployed, monkeypatch):
+    """On a busy head node Serve's first proxy can miss its 5 s ready check; Serve kills it, starts
+    another, and `serve.start` raises ActorDiedError (a CI run failed so). `start_serve` waits for the
+    controller's proxy: here the first `serve.start` raises that error, as Serve does, and the
+    cluster's running proxy is the replacement."""
+    import ray
+    from ray import serve
+
+    real_start = serve.start
+    calls = []
+
+    def start_failing_once(*args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise ray.exceptions.ActorDiedError()
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(deploy_module.serve, "start", start_failing_once)
+    rc = RayConfig(http_port=deployed.data["ray"]["http_port"])
+    start_serve(rc, wait_s=60)
+    assert len(calls) == 2 and calls[1]["proxy_location"] == "HeadOnly"
+    assert any(str(getattr(s, "value", s)) == "HEALTHY" for s in serve.status().proxies.values())
+
+    # No proxy ever healthy: a clear Unavailable naming the first failure, after the wait.
+    monkeypatch.setattr(deploy_module.serve, "status", lambda: type("S", (), {"proxies": {"n": "UNHEALTHY"}})())
+    calls.clear()
+    with pytest.raises(Unavailable, match=r"did not become healthy within 2 s.*ActorDiedError.*UNHEALTHY"):
+        start_serve(rc, wait_s=2)
 
 
 async def test_requests_from_many_clients_are_batched_inside_a_head_replica(deployed):
