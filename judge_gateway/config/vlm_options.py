@@ -104,6 +104,12 @@ class MultiAxisOptions(RubricOptions):
     occurrence: Literal["first", "last"] | None = Field(
         None, description="Which of several `label:` lines of one axis counts (default: the template's)."
     )
+    soft_score: Literal["none", "score_token"] | None = Field(
+        None, description="An axis's value: the number written (none) or VideoScore2's soft score read at that "
+        "number's token (score_token) (default: the template's)."
+    )
+    top_logprobs: int = Field(20, ge=1, le=20, description="Logprobs listed per token where soft_score is "
+                              "score_token (vLLM's default --max-logprobs is 20).")
 
 
 class ChecklistOptions(AspectWeightOptions):

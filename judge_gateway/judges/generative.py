@@ -66,8 +66,15 @@ class _GenerativeJudge(VLMJudge):
         return params
 
     async def _generate(self, sample: "SampleInput", ctx: ScoreContext) -> tuple[str, dict[str, Any]]:
+        text, facts, _ = await self._generate_choice(sample, ctx)
+        return text, facts
+
+    async def _generate_choice(self, sample: "SampleInput", ctx: ScoreContext,
+                               **extra: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """The reply's text, its facts for details, and the completion's first choice (where a
+        judge reads more than the text: its logprobs). `extra`: more request parameters."""
         messages, media_facts = await self.build_messages(sample, ctx)
-        params = self._request_params()
+        params = {**self._request_params(), **extra}
         if body := media_body(media_facts):
             params["extra_body"] = {**body, **params.get("extra_body", {})}
         completion = await self.pool.chat(messages=messages, affinity=self.media_affinity(sample, ctx), **params)
@@ -90,7 +97,7 @@ class _GenerativeJudge(VLMJudge):
         usage = completion.get("usage") or {}
         if "completion_tokens" in usage:
             facts["completion_tokens"] = usage["completion_tokens"]
-        return text, facts
+        return text, facts, choices[0]
 
 
 class RubricJudge(_GenerativeJudge):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..config import JudgeConfig, MultiAxisOptions, NormalizeConfig
-from ..parsers import Axis, ParseError, parse_axes
+from ..parsers import Axis, ParseError, parse_axes, soft_score, token_logprobs_of
+from ..schema import ErrorCode
 from .aspects import AspectWeights
 from .base import JudgeFailure, ScoreContext, Verdict
 from .generative import _GenerativeJudge, unread
@@ -33,19 +34,51 @@ class MultiAxisJudge(_GenerativeJudge):
         self.scale = (float(scale[0]), float(scale[1]))
         self.occurrence = self.options.occurrence or t.occurrence or "last"
         self.weighting = AspectWeights(t, self.options)
+        self.soft_score = self.options.soft_score or t.soft_score or "none"
 
     async def evaluate(self, sample: SampleInput, ctx: ScoreContext) -> Verdict:
-        text, facts = await self._generate(sample, ctx)
+        soft = self.soft_score == "score_token"
+        extra = {"logprobs": True, "top_logprobs": self.options.top_logprobs} if soft else {}
+        text, facts, choice = await self._generate_choice(sample, ctx, **extra)
         try:
             parsed = parse_axes(text, self.axes, scale=self.scale, occurrence=self.occurrence)
         except ParseError as exc:
             raise unread(exc, facts) from None
+        scores, missing = parsed.scores, parsed.missing
+        details = {**facts, **parsed.details()}
+        if soft:
+            scores, missing, soft_details = self._soft_scores(choice, parsed.scores, facts)
+            details |= {"axes": scores, "missing": missing, "written_axes": dict(parsed.scores),
+                        "soft_scores": soft_details}
         try:
-            raw, used = self.weighting.aggregate(parsed.scores, parsed.missing)
+            raw, used = self.weighting.aggregate(scores, missing)
         except JudgeFailure as exc:
-            exc.details.update({**facts, **parsed.details()})
+            exc.details.update(details)
             raise
-        details = {**facts, **parsed.details(), **self.weighting.details(used), "scale": list(self.scale),
-                   "occurrence": self.occurrence}
+        details |= {**self.weighting.details(used), "scale": list(self.scale), "occurrence": self.occurrence,
+                    "soft_score": self.soft_score}
+        low = 0.0 if soft else self.scale[0]
         return Verdict(raw=raw, details=details,
-                       default_normalize=NormalizeConfig(kind="minmax", min=self.scale[0], max=self.scale[1]))
+                       default_normalize=NormalizeConfig(kind="minmax", min=low, max=self.scale[1]))
+
+    def _soft_scores(self, choice: dict, written: dict[str, float | None],
+                     facts: dict) -> tuple[dict[str, float | None], list[str], dict[str, dict]]:
+        """Each written axis's soft score; an axis without one joins the missing ones."""
+        tokens = token_logprobs_of((choice.get("logprobs") or {}).get("content"))
+        if tokens is None:
+            raise JudgeFailure(ErrorCode.parse_error, "soft_score = score_token needs the reply's logprobs and the "
+                               "backend returned none", details=facts)
+        labels = {a.name: a.label for a in self.axes}
+        scores: dict[str, float | None] = {}
+        soft_details: dict[str, dict] = {}
+        for name, value in written.items():
+            if value is None:  # N/A: no number, no score token; the N/A policy decides
+                scores[name] = None
+                continue
+            # The reference finds the label with its colon (vs2_inference.py: "visual quality:").
+            result = soft_score(tokens, f"{labels[name]}:", self.scale, self.temperature)
+            soft_details[name] = result.details()
+            if result.value is not None:
+                scores[name] = result.value
+        order = [a.name for a in self.axes]
+        return scores, [n for n in order if n not in scores], soft_details

@@ -6,9 +6,14 @@ from .comparative import AnswerVerdict, parse_answer_verdict
 from .errors import ParseError
 from .final_score import FinalScoreResult, parse_final_score
 from .rubric import RubricResult, parse_rubric
+from .score_token import SoftScore, TokenLogprobs, soft_score, token_logprobs_of
 from .yes_no import YesNoResult, parse_yes_no
 
 __all__ = [
+    "SoftScore",
+    "TokenLogprobs",
+    "soft_score",
+    "token_logprobs_of",
     "ParseError",
     "YesNoResult",
     "parse_yes_no",

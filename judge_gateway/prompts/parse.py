@@ -460,6 +460,10 @@ class MultiAxisFile(_ScoredFile):
         None, description="an axis absent from the reply: the score is invalid, or it is left out of the mean")
     occurrence: Literal["first", "last"] = Field(
         "last", description="which of several `label:` lines of one axis counts")
+    soft_score: Literal["none", "score_token"] = Field(
+        "none", description="an axis's value: the number written (none), or VideoScore2's soft score, the "
+        "most probable score digit at that number's token times its share of the scale's probability "
+        "(score_token; the request then asks for logprobs)")
 
     @model_validator(mode="after")
     def _axes_asked(self) -> MultiAxisFile:
@@ -477,7 +481,7 @@ class MultiAxisFile(_ScoredFile):
     def template(self, path: Path, sha256: str) -> Template:
         aspects = tuple(Aspect(a.name, a.weight, a.na_allowed, label=a.label) for a in self.axes)
         return self._template(path, sha256, aspects=aspects, missing_policy=self.missing_policy,
-                              occurrence=self.occurrence)
+                              occurrence=self.occurrence, soft_score=self.soft_score)
 
 
 class _QuestionsFile(TemplateFile):

@@ -115,8 +115,11 @@ class Template:
     violations_field: str | None = None
     # comparative: how the reply names the better of its two images.
     verdict: ComparativeVerdict | None = None
-    # multi_axis: which of several `label:` lines of one axis counts ("first" / "last").
+    # multi_axis: which of several `label:` lines of one axis counts ("first" / "last"), and
+    # what an axis's value is: the number written ("none") or VideoScore2's soft score read at
+    # that number's token ("score_token", parsers/score_token.py).
     occurrence: str | None = None
+    soft_score: str | None = None
     # answer_probability: the answer sets, how an answer's probability is normalised ("none" /
     # "answer_set"), which tokens count ("variants" / "exact") and the prompt-level mean
     # ("arithmetic" / "geometric").

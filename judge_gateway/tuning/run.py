@@ -169,6 +169,8 @@ def tune_rubric(cfg: GatewayConfig, judge: str, data_path: str | Path, opts: Sco
     scale = getattr(options, "scale", None) or template.scale
     assert scale is not None
     lo, hi = float(scale[0]), float(scale[1])
+    if (getattr(options, "soft_score", None) or template.soft_score) == "score_token":
+        lo = 0.0  # soft axis scores lie in (0, max], as the judge maps them (judges/multi_axis.py)
     aspects = tuple(a.name for a in template.aspects)
     weights = {a.name: a.weight for a in template.aspects} | (options.aspect_weights or {})
     na_policy: NAPolicy = options.na_policy

@@ -2,7 +2,9 @@
 `vllm_qwen3vl`): the model's chat template places the image and the video (with its per-frame
 timestamps), and a judge of each new kind scores through the native API and through a Flow-Factory
 profile: yes/no (Cosmos-Reason2, image and video), multi-axis (UnifiedReward-2.0 and -Think, their
-reply format held by vLLM's structured outputs: a tiny random model writes no prose), answer
+reply format held by vLLM's structured outputs: a tiny random model writes no prose; VideoScore2's
+soft scores from the reply's logprobs, videoscore2@2 on this Qwen3-VL: VideoScore2 itself is a
+Qwen2.5-VL, what is proven here is the logprobs path), answer
 probability (GenEval 2's atoms, from the request and from a file) and a 10-probe checklist."""
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.support.served_gateway import ServedGateway
 pytestmark = pytest.mark.integration
 
 UR2_REGEX = r"Alignment Score \(1-5\): [1-5]\nCoherence Score \(1-5\): [1-5]\nStyle Score \(1-5\): [1-5]"
+VS2_REGEX = r"visual quality: [1-5]; text-to-video alignment: [1-5], physical/common-sense consistency: [1-5]"
 THINK_REGEX = r"<think>[a-z ]{1,40}</think>\n<answer>" + UR2_REGEX + "</answer>"
 PROMPT = "two red apples on a table"
 VQA = [["How many apples are in the image?", "two"], ["Are the apples red?", "Yes"],
@@ -55,6 +58,8 @@ def qwen3_config(base_url: str, atoms_file: str) -> dict:
             "unified_reward_think": {"kind": "multi_axis", "backend": "urt",
                                      "template": "unified_reward_think_pointwise@1",
                                      "options": {"guided_regex": THINK_REGEX, "max_tokens": 128}},
+            "videoscore2": {"kind": "multi_axis", "backend": "q3", "template": "videoscore2@2",
+                            "video": {"num_frames": 8}, "options": {"guided_regex": VS2_REGEX, "max_tokens": 96}},
             # the tiny model puts the number words one..four some logits below Yes / No: a low floor
             "geneval2": {"kind": "answer_probability", "backend": "q3", "template": "geneval2_soft_tifa@1",
                          "options": {"min_answer_mass": 0.02, "atoms_file": atoms_file}},
@@ -100,7 +105,8 @@ async def test_the_chat_template_places_the_image_and_the_video_with_timestamps(
 async def test_every_new_kind_scores_through_the_native_api(served):
     samples = [{"prompt": PROMPT, "image": png_b64(s), "video": video(s), "metadata": {"vqa_list": VQA}}
                for s in (1, 2)]
-    judges = ["physics_video", "physics_image", "unified_reward_2", "unified_reward_think", "geneval2", "checklist"]
+    judges = ["physics_video", "physics_image", "unified_reward_2", "unified_reward_think", "videoscore2", "geneval2",
+              "checklist"]
     async with httpx.AsyncClient(base_url=served.url, timeout=600) as http:
         r = await http.post("/v1/rewards", json={"samples": samples, "judges": judges})
     assert r.status_code == 200, r.text
@@ -116,6 +122,11 @@ async def test_every_new_kind_scores_through_the_native_api(served):
         axes = scores["unified_reward_2"]["details"]["axes"]
         assert set(axes) == {"Alignment", "Coherence", "Style"} and all(1 <= v <= 5 for v in axes.values())
         assert scores["unified_reward_think"]["details"]["reasoning_skipped"]
+        vs2 = scores["videoscore2"]["details"]  # soft scores read at each score digit's token
+        assert set(vs2["written_axes"]) == set(vs2["axes"]) == set(vs2["soft_scores"]) and vs2["soft_score"] == "score_token"
+        for axis, soft in vs2["soft_scores"].items():
+            assert soft["token_index"] is not None and soft["digit_logprobs"] and 0 < soft["value"] <= 5
+            assert vs2["axes"][axis] == soft["value"] and 1 <= vs2["written_axes"][axis] <= 5
         atoms = scores["geneval2"]["details"]["atoms"]
         assert [a["answer_set"] for a in atoms] == ["count", "yes_no", "yes_no"]
         assert all(a["valid"] and 0 < a["probability"] < 1 for a in atoms)

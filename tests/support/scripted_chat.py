@@ -3,8 +3,9 @@ judges that send several questions per sample (checklist, answer_probability) an
 parsers' judges script what each question gets. Real scoring runs against the real vLLM
 (tests/integration).
 
-An answer is either text (a generated reply) or a list of (token, probability) pairs: the first
-token's top logprobs, listed in that order, the first pair being the token generated. A question
+An answer is either text (a generated reply), a list of (token, probability) pairs: the first
+token's top logprobs, listed in that order, the first pair being the token generated, or a whole
+chat completion (a dict, returned as it is: a reply with logprobs at every token). A question
 with no script is answered with an HTTP-like fault so a test sees it was not expected.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from judge_gateway.backends import BackendFault, BackendUnavailable
 
-Answer = str | list[tuple[str, float]]
+Answer = str | list[tuple[str, float]] | dict[str, Any]
 
 
 def logprob_completion(pairs: list[tuple[str, float]]) -> dict[str, Any]:
@@ -49,6 +50,8 @@ class ScriptedChat:
         answer = self.script(question_of(request["messages"]))
         if isinstance(answer, BackendFault):
             raise answer
+        if isinstance(answer, dict):
+            return answer
         return text_completion(answer) if isinstance(answer, str) else logprob_completion(answer)
 
 

@@ -58,6 +58,7 @@ SHIPPED = [
     "unified_reward_think_pointwise@1",
     "video_edit@1",
     "videoscore2@1",
+    "videoscore2@2",
     "visionreward_video@1",
     "vqa_alignment@1",
     "vqa_alignment@2",
