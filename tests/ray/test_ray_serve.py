@@ -14,6 +14,7 @@ import base64
 import collections
 import io
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -479,7 +480,11 @@ def test_kill_run_every_accepted_uuid_resolves_with_a_real_result(kill_run):
 
 def test_kill_run_throughput_recovers_and_serve_replaces_the_replicas(kill_run):
     before = kill_run.completions(5.0, KILL_GATEWAY_AT) / (KILL_GATEWAY_AT - 5.0)
-    assert kill_run.completions(KILL_OCR_AT, LOAD_S) > 0  # served on after both kills
+    # Served on after both kills: a scored reply that ended after the OCR kill. A call sent within
+    # the load counts when it ends past LOAD_S: on the 2 cores shared with the other test stream a
+    # reply right after a kill can take longer than the rest of the load (a CI-like run had none
+    # end inside it), and the load's end is the client's, not the deployment's.
+    assert kill_run.completions(KILL_OCR_AT, math.inf) > 0
     assert kill_run.replicas_after == {GATEWAY_DEPLOYMENT: 2, OCR: 2}
     after = kill_run.recovered_per_s()
     assert before > 0 and after >= 0.25 * before, (before, after)  # recovers: same order of magnitude
