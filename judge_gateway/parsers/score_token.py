@@ -21,19 +21,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import ParseError
+from .yes_no import _candidates
 
 _DIGIT = re.compile(rb"[0-9]")
 
 
 @dataclass(frozen=True)
 class TokenLogprobs:
-    """One generated token: its text and the top-K alternatives listed for its position."""
+    """One generated token as the backend listed it. Only the text and bytes are read for every
+    token (to find the score tokens); the alternatives are read at the few tokens that matter."""
 
     token: str
-    top: Mapping[str, float]  # token text -> logprob (the highest when a text is listed twice)
+    alternatives: Any = ()  # the position's `top_logprobs`, as listed
+    logprob: float | None = None  # the token's own logprob (vLLM lists it beside the top-K)
     # The token's bytes (vLLM's `bytes`): a token that ends inside a UTF-8 character has a
     # placeholder text, so positions in the reply are counted in bytes.
     raw: bytes | None = None
@@ -41,6 +46,17 @@ class TokenLogprobs:
     @property
     def data(self) -> bytes:
         return self.raw if self.raw is not None else self.token.encode("utf-8")
+
+    def top(self) -> dict[str, float]:
+        """Token text -> logprob over the listed alternatives and the token itself (the highest
+        where a text is listed twice); ParseError where the list is malformed, as the yes/no
+        parser reads a list."""
+        top: dict[str, float] = {}
+        for text, lp in _candidates(self.alternatives):
+            top[text] = max(lp, top.get(text, -math.inf))
+        if isinstance(self.logprob, (int, float)) and math.isfinite(self.logprob):
+            top[self.token] = max(min(float(self.logprob), 0.0), top.get(self.token, -math.inf))
+        return top
 
 
 @dataclass(frozen=True)
@@ -72,17 +88,12 @@ def token_logprobs_of(content: Any) -> list[TokenLogprobs] | None:
     for entry in content:
         if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
             return None
-        top: dict[str, float] = {}
-        for alt in entry.get("top_logprobs") or []:
-            if isinstance(alt, dict) and isinstance(alt.get("token"), str) and _finite(alt.get("logprob")):
-                text, lp = alt["token"], float(alt["logprob"])
-                top[text] = max(lp, top.get(text, -math.inf))
-        # The chosen token's own logprob is listed beside the top-K (vLLM always returns it).
-        if _finite(entry.get("logprob")):
-            top[entry["token"]] = max(float(entry["logprob"]), top.get(entry["token"], -math.inf))
         raw = entry.get("bytes")
         data = bytes(raw) if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw) else None
-        tokens.append(TokenLogprobs(entry["token"], top, data))
+        logprob = entry.get("logprob")
+        tokens.append(TokenLogprobs(entry["token"], entry.get("top_logprobs") or (),
+                                    logprob if isinstance(logprob, (int, float)) and not isinstance(logprob, bool)
+                                    else None, data))
     return tokens
 
 
@@ -114,9 +125,13 @@ def soft_score(tokens: Sequence[TokenLogprobs], label: str, scale: tuple[float, 
     index = score_token_index(tokens, label)
     if index is None:
         return SoftScore(None, reason=f"no score token: no digit ending a token after {label!r}")
+    try:
+        top = tokens[index].top()
+    except ParseError as exc:
+        return SoftScore(None, token_index=index, reason=f"the logprobs listed at token {index} are unusable: {exc}")
     scores = range(math.ceil(scale[0]), math.floor(scale[1]) + 1)
-    top = tokens[index].top
-    found = {str(s): top[str(s)] for s in scores if len(str(s)) == 1 and str(s) in top}
+    found = {str(s): top[str(s)] for s in scores
+             if len(str(s)) == 1 and str(s) in top and math.isfinite(top[str(s)])}
     if not found:
         return SoftScore(None, token_index=index,
                          reason=f"none of the scale's digits is among the logprobs listed at token {index}")
@@ -128,7 +143,3 @@ def soft_score(tokens: Sequence[TokenLogprobs], label: str, scale: tuple[float, 
     share = weights[best_digit] / sum(weights.values())
     best = int(best_digit)
     return SoftScore(round(best * share, 4), token_index=index, best=best, share=share, digit_logprobs=found)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -106,7 +106,7 @@ def start_serve(rc: RayConfig, wait_s: float = PROXY_START_WAIT_S) -> None:
             last = f"{type(exc).__name__}: {exc}"
         time.sleep(1.0)
     raise Unavailable(f"Serve's HTTP proxy did not become healthy within {wait_s:.0f} s of a failed "
-                             f"start ({type(first).__name__}); last seen: {last}") from first
+                      f"start ({type(first).__name__}); last seen: {last}") from first
 
 
 @dataclass

@@ -76,7 +76,7 @@ def test_a_tie_goes_to_the_lower_score_and_unlisted_digits_have_no_soft_score():
     none_listed = soft_score(tokens(at={4: {"four": 1.0}}), "visual quality:", (1, 5), 1.0)
     # the chosen token is always counted (vLLM lists it beside the top-K): the lone digit, share 1
     assert none_listed.value == 4.0 and set(none_listed.digit_logprobs) == {"4"}
-    toks = [TokenLogprobs(t.token, {"x": -0.1} if i == 4 else dict(t.top)) for i, t in enumerate(tokens())]
+    toks = [TokenLogprobs(t.token, [{"token": "x", "logprob": -0.1}]) if i == 4 else t for i, t in enumerate(tokens())]
     missing = soft_score(toks, "visual quality:", (1, 5), 1.0)
     assert missing.value is None and "none of the scale's digits" in missing.reason
 
@@ -97,9 +97,15 @@ def test_positions_count_bytes_where_a_token_ends_inside_a_character():
 def test_malformed_logprobs_are_none_not_a_guess():
     assert token_logprobs_of(None) is None
     assert token_logprobs_of([{"logprob": -0.1}]) is None
-    # non-finite alternatives are skipped
-    toks = token_logprobs_of([{"token": "4", "logprob": -0.1, "top_logprobs": [{"token": "3", "logprob": float("nan")}]}])
-    assert toks[0].top == {"4": -0.1}
+    # a NaN among the alternatives makes the list unusable, as the yes/no parser reads one: no soft
+    # score at that token, with the reason (never a score from the rest of a broken list)
+    toks = token_logprobs_of([{"token": "visual quality: "}, {"token": "4", "logprob": -0.1,
+                                                              "top_logprobs": [{"token": "3", "logprob": float("nan")}]}])
+    broken = soft_score(toks, "visual quality:", (1, 5), 1.0)
+    assert broken.value is None and broken.token_index == 1 and "unusable" in broken.reason
+    # the token's own logprob counts beside a well-formed list
+    toks = token_logprobs_of([{"token": "4", "logprob": -0.1, "top_logprobs": [{"token": "3", "logprob": -2.5}]}])
+    assert toks[0].top() == {"4": -0.1, "3": -2.5}
 
 
 # --------------------------------------------------------------------------- the judge
